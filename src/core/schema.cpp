@@ -1,0 +1,174 @@
+#include "core/schema.hpp"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+namespace tessera {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kMaxInt = 1e15;
+
+KeySpec integer(const char* section, const char* key, const char* dflt, double lo, double hi,
+                const char* help) {
+  return {section, key, KeyType::integer, dflt, false, lo, hi, {}, help};
+}
+KeySpec real(const char* section, const char* key, const char* dflt, double lo, double hi,
+             const char* help) {
+  return {section, key, KeyType::real, dflt, false, lo, hi, {}, help};
+}
+KeySpec choice(const char* section, const char* key, const char* dflt,
+               std::vector<std::string> choices, const char* help) {
+  return {section, key, KeyType::choice, dflt, false, 0, 0, std::move(choices), help};
+}
+KeySpec boolean(const char* section, const char* key, const char* dflt, const char* help) {
+  return {section, key, KeyType::boolean, dflt, false, 0, 0, {}, help};
+}
+KeySpec path(const char* section, const char* key, const char* dflt, bool required,
+             const char* help) {
+  return {section, key, KeyType::path, dflt, required, 0, 0, {}, help};
+}
+
+std::vector<KeySpec> build_schema() {
+  return {
+      // [model]
+      choice("model", "arch", "llama", {"llama", "gpt2"},
+             "Architecture: llama (RMSNorm, RoPE, SwiGLU, GQA) or gpt2 (LayerNorm, learned "
+             "positions, GELU, tied embeddings)."),
+      integer("model", "layers", "4", 1, 4096, "Number of transformer blocks L."),
+      integer("model", "d_model", "128", 1, 1 << 20, "Hidden size C."),
+      integer("model", "heads", "4", 1, 4096, "Attention (query) heads; must divide d_model."),
+      integer("model", "kv_heads", "0", 0, 4096,
+              "Key/value heads for grouped-query attention; 0 means equal to heads. Must "
+              "divide heads."),
+      integer("model", "ffn_hidden", "0", 0, 1 << 24,
+              "MLP hidden size F; 0 picks 4C (gpt2) or 8C/3 rounded up to 64 (llama)."),
+      integer("model", "vocab", "256", 2, 1 << 24, "Vocabulary size V of the tokenizer."),
+      integer("model", "vocab_multiple", "64", 1, 1 << 16,
+              "Embedding rows are padded up to a multiple of this; padding never changes the "
+              "loss."),
+      integer("model", "seq_len", "128", 1, 1 << 24, "Sequence length T (tokens per sample)."),
+      real("model", "norm_eps", "1e-5", 0, 1, "Epsilon of RMSNorm / LayerNorm."),
+      real("model", "rope_theta", "10000", 1, kInf, "RoPE base (llama)."),
+      choice("model", "tie_embeddings", "auto", {"auto", "true", "false"},
+             "Share the token embedding with the output head; auto: gpt2 ties, llama does not."),
+      real("model", "init_std", "0.02", 0, 10, "Standard deviation of weight initialisation."),
+      // [data]
+      path("data", "path", "", true, "Training text file (byte-level tokens)."),
+      choice("data", "tokenizer", "byte", {"byte"},
+             "Tokenizer: byte (one token per byte, vocab 256)."),
+      // [train]
+      integer("train", "steps", "100", 1, kMaxInt, "Optimizer steps to run."),
+      integer("train", "micro_batch", "4", 1, 1 << 20,
+              "Sequences per micro-batch on each data-parallel rank."),
+      integer("train", "global_batch", "0", 0, kMaxInt,
+              "Sequences per optimizer step over all ranks; 0 means micro_batch x dp (no "
+              "accumulation). Must be a multiple of micro_batch x dp."),
+      integer("train", "seed", "1234", 0, kMaxInt,
+              "Seed of weight initialisation and data order."),
+      // [optim]
+      real("optim", "lr", "3e-4", 0, 10, "Peak learning rate."),
+      real("optim", "min_lr", "3e-5", 0, 10, "Learning rate at the end of the cosine decay."),
+      integer("optim", "warmup", "10", 0, kMaxInt, "Linear warmup steps."),
+      real("optim", "beta1", "0.9", 0, 0.999999, "AdamW beta1."),
+      real("optim", "beta2", "0.95", 0, 0.999999999, "AdamW beta2."),
+      real("optim", "eps", "1e-8", 0, 1, "AdamW epsilon."),
+      real("optim", "weight_decay", "0.1", 0, 10, "Decoupled weight decay of linear weights."),
+      real("optim", "grad_clip", "1.0", 0, kInf, "Global gradient-norm clip; 0 disables."),
+      boolean("optim", "decay_embeddings", "false", "Apply weight decay to embeddings too."),
+      // [hardware]
+      choice("hardware", "device", "cpu", {"cpu"}, "Compute device of each rank."),
+      integer("hardware", "threads", "0", 0, 4096,
+              "OpenMP/GEMM threads per rank; 0 keeps OMP_NUM_THREADS or the runtime default."),
+      real("hardware", "peak_flops", "0", 0, kInf,
+           "Peak FLOP/s per rank for MFU; 0 measures the fp32 GEMM rate at start."),
+      // [output]
+      path("output", "dir", "run", false,
+           "Directory for run.json and metrics.jsonl (created if missing)."),
+      integer("output", "log_every", "1", 1, kMaxInt, "Print a progress line every N steps."),
+      boolean("output", "echo_deck", "true", "Print the resolved deck at start (rank 0)."),
+  };
+}
+
+std::string format_bound(double x) {
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
+
+}  // namespace
+
+std::string KeySpec::allowed() const {
+  switch (type) {
+    case KeyType::integer:
+      return "integer in [" + format_bound(min) + ", " + format_bound(max) + "]";
+    case KeyType::real:
+      return "number in [" + format_bound(min) + ", " + format_bound(max) + "]";
+    case KeyType::boolean:
+      return "true or false";
+    case KeyType::string:
+      return "text";
+    case KeyType::path:
+      return "file path";
+    case KeyType::choice: {
+      std::string s = "one of";
+      for (size_t i = 0; i < choices.size(); ++i) s += (i ? ", " : " ") + choices[i];
+      return s;
+    }
+  }
+  return {};
+}
+
+const std::vector<KeySpec>& deck_schema() {
+  static const std::vector<KeySpec> schema = build_schema();
+  return schema;
+}
+
+const KeySpec* find_key(const std::string& full_name) {
+  for (const KeySpec& k : deck_schema())
+    if (k.name() == full_name) return &k;
+  return nullptr;
+}
+
+std::string deck_reference_markdown() {
+  std::ostringstream os;
+  os << "# Input deck reference\n\n"
+        "<!-- Generated by `tessera --deck-reference`; do not edit. A test fails when this "
+        "file is stale: regenerate with `build/tessera --deck-reference > "
+        "doc/input-deck.md`. -->\n\n"
+        "A deck is an INI file of `[section]` headers and `key = value` lines (`#` starts a "
+        "comment). Any key can be overridden on the command line as `--section.key=value`; "
+        "the command line wins. Unknown keys, wrong types and out-of-range values are "
+        "errors.\n";
+  std::string section;
+  for (const KeySpec& k : deck_schema()) {
+    if (k.section != section) {
+      section = k.section;
+      os << "\n## [" << section << "]\n\n| key | default | allowed | meaning |\n|---|---|---|---|\n";
+    }
+    os << "| `" << k.key << "` | " << (k.required ? "**required**" : "`" + k.default_value + "`")
+       << " | " << k.allowed() << " | " << k.help << " |\n";
+  }
+  return os.str();
+}
+
+std::string deck_help_text() {
+  std::ostringstream os;
+  os << "usage: tessera DECK.in [--section.key=value ...]\n"
+        "       tessera --help | --deck-reference\n\n"
+        "Trains a transformer language model as the input deck describes. Keys:\n";
+  std::string section;
+  for (const KeySpec& k : deck_schema()) {
+    if (k.section != section) {
+      section = k.section;
+      os << "\n[" << section << "]\n";
+    }
+    os << "  " << k.key << " = " << (k.required ? "(required)" : k.default_value) << "   ("
+       << k.allowed() << ")\n      " << k.help << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace tessera

@@ -1,0 +1,176 @@
+#include "io/run_log.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "perf/flops.hpp"
+
+namespace tessera {
+namespace {
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f %s", b, units[u]);
+  return buf;
+}
+
+std::string human_duration(double s) {
+  char buf[32];
+  if (s < 60)
+    std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else if (s < 3600)
+    std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, int(s) % 3600 / 60);
+  return buf;
+}
+
+}  // namespace
+
+RunLog::RunLog(const Deck& deck, ProcessGrid& grid, Trainer& trainer)
+    : deck_(deck),
+      grid_(grid),
+      trainer_(trainer),
+      root_(grid.world().rank() == 0),
+      dir_(deck.str("output.dir")),
+      log_every_(deck.integer("output.log_every")),
+      echo_(deck.boolean("output.echo_deck")) {
+  double peak = deck.real("hardware.peak_flops");
+  peak_source_ = "deck (hardware.peak_flops)";
+  if (peak == 0) {
+    peak = measure_gemm_flops();  // all ranks at once: what each gets while all run
+    peak_source_ = "measured fp32 GEMM rate";
+  }
+  peak_total_ = peak;
+  grid_.world().all_reduce(&peak_total_, 1);
+  const ModelConfig& c = trainer.config();
+  flops_per_step_ =
+      model_flops_per_token(c) * double(trainer.batch().global_batch) * double(c.seq_len);
+
+  int ok = 1;
+  if (root_) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    metrics_ = std::fopen((dir_ + "/metrics.jsonl").c_str(), "w");
+    ok = metrics_ != nullptr;
+  }
+  grid_.world().broadcast(&ok, sizeof ok, 0);
+  TESSERA_REQUIRE(ok, "cannot create output directory or metrics file in '", dir_,
+                  "' (output.dir)");
+}
+
+RunLog::~RunLog() {
+  if (metrics_) std::fclose(metrics_);
+}
+
+void RunLog::start() {
+  if (!root_) return;
+  const ModelConfig& c = trainer_.config();
+  const BatchGeometry& g = trainer_.batch();
+  if (echo_) std::printf("# resolved input deck (%s)\n%s\n", deck_.origin().c_str(), deck_.to_ini().c_str());
+  std::printf("%s\n", grid_.describe().c_str());
+  std::printf("model: %s, %lld layers, d_model %lld, heads %lld/%lld, ffn %lld, vocab %lld (padded %lld), "
+              "seq %lld, %.3fM parameters\n",
+              c.arch_name(), (long long)c.layers, (long long)c.d_model, (long long)c.heads,
+              (long long)c.kv_heads, (long long)c.ffn_hidden, (long long)c.vocab,
+              (long long)c.vocab_padded, (long long)c.seq_len, double(c.param_count()) / 1e6);
+  std::printf("batch: %lld sequences/step = micro-batch %lld x accumulation %lld x dp %lld; "
+              "%d thread(s)/rank\n",
+              (long long)g.global_batch, (long long)g.micro_batch, (long long)g.accum,
+              (long long)g.dp, omp_get_max_threads());
+  std::printf("peak for MFU: %.1f GFLOP/s over %d rank(s), %s; model %.3f GFLOP/step\n",
+              peak_total_ / 1e9, grid_.world().size(), peak_source_.c_str(),
+              flops_per_step_ / 1e9);
+  std::fflush(stdout);
+
+  std::ofstream run(dir_ + "/run.json");
+  run << "{\n  \"deck\": " << deck_.to_json() << ",\n  \"layout\": {\"world\": "
+      << grid_.world().size() << ", \"dp\": " << g.dp << ", \"nodes\": " << grid_.nodes()
+      << "},\n  \"model\": {\"parameters\": " << c.param_count()
+      << ", \"flops_per_token\": " << model_flops_per_token(c)
+      << ", \"ffn_hidden\": " << c.ffn_hidden << ", \"vocab_padded\": " << c.vocab_padded
+      << "},\n  \"batch\": {\"global\": " << g.global_batch << ", \"micro\": " << g.micro_batch
+      << ", \"accumulation\": " << g.accum << "},\n  \"peak_flops\": {\"total\": " << peak_total_
+      << ", \"source\": \"" << peak_source_ << "\"},\n  \"threads_per_rank\": "
+      << omp_get_max_threads() << ",\n  \"version\": \"" TESSERA_VERSION "\"\n}\n";
+}
+
+void RunLog::step(const StepResult& r) {
+  // Every rank measures its own step; the slowest decides the step time.
+  double seconds = r.seconds;
+  grid_.world().all_reduce(&seconds, 1, ReduceOp::max);
+  elapsed_ += seconds;
+  if (r.step > 1) steady_elapsed_ += seconds, ++steady_steps_;
+  if (r.step == 1) first_loss_ = r.loss;
+  last_loss_ = r.loss;
+  if (!root_) return;
+  const double tokens = double(trainer_.batch().global_batch * trainer_.config().seq_len);
+  const double mfu = flops_per_step_ / (seconds * peak_total_);
+  const double mean = steady_steps_ ? steady_elapsed_ / double(steady_steps_) : seconds;
+  const double eta = mean * double(trainer_.steps() - r.step);
+  if (r.step % log_every_ == 0 || r.step == trainer_.steps() || r.step == 1) {
+    std::printf("step %6lld/%lld | loss %.4f | lr %.3e | grad-norm %.3f | %9.0f tok/s | "
+                "MFU %5.1f%% | %6.0f ms | ETA %s\n",
+                (long long)r.step, (long long)trainer_.steps(), r.loss, r.lr, r.grad_norm,
+                tokens / seconds, 100 * mfu, 1e3 * seconds, human_duration(eta).c_str());
+    std::fflush(stdout);
+  }
+  std::fprintf(metrics_,
+               "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+               "\"step_time\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g}\n",
+               (long long)r.step, r.loss, r.lr, r.grad_norm, seconds, tokens / seconds, mfu);
+  std::fflush(metrics_);
+}
+
+void RunLog::finish() {
+  const PhaseTimer& t = trainer_.timer();
+  // Phase times: mean and max over ranks.
+  double phase_max[kPhaseCount], phase_sum[kPhaseCount];
+  for (int p = 0; p < kPhaseCount; ++p) phase_max[p] = phase_sum[p] = t.seconds(Phase(p));
+  grid_.world().all_reduce(phase_max, kPhaseCount, ReduceOp::max);
+  grid_.world().all_reduce(phase_sum, kPhaseCount, ReduceOp::sum);
+  const Allocator& a = trainer_.allocator();
+  double mem[kChargeCount + 1];
+  for (int c = 0; c < kChargeCount; ++c) mem[c] = double(a.peak(Charge(c)));
+  mem[kChargeCount] = double(a.peak_total());
+  grid_.world().all_reduce(mem, kChargeCount + 1, ReduceOp::max);
+  if (!root_) return;
+
+  const int n = grid_.world().size();
+  double total = 0;
+  for (int p = 0; p < kPhaseCount; ++p) total += phase_sum[p] / n;
+  std::printf("\n== summary ==\n");
+  std::printf("loss %.4f -> %.4f over %lld steps in %s\n", first_loss_, last_loss_,
+              (long long)trainer_.steps(), human_duration(elapsed_).c_str());
+  if (steady_steps_ > 0) {
+    const double mean = steady_elapsed_ / double(steady_steps_);
+    const double tokens = double(trainer_.batch().global_batch * trainer_.config().seq_len);
+    std::printf("steady state (steps 2..%lld): %.1f ms/step, %.0f tokens/s, MFU %.1f%% of %s\n",
+                (long long)trainer_.steps(), 1e3 * mean, tokens / mean,
+                100 * flops_per_step_ / (mean * peak_total_), peak_source_.c_str());
+  }
+  std::printf("\n%-12s %12s %12s %8s\n", "phase", "mean s", "max s", "share");
+  for (int p = 0; p < kPhaseCount; ++p)
+    std::printf("%-12s %12.3f %12.3f %7.1f%%\n", phase_name(Phase(p)), phase_sum[p] / n,
+                phase_max[p], 100 * phase_sum[p] / n / std::max(total, 1e-12));
+  std::printf("\n%-12s %14s   (peak per rank, max over ranks)\n", "memory", "peak");
+  for (int c = 0; c < kChargeCount; ++c)
+    std::printf("%-12s %14s\n", charge_name(Charge(c)), human_bytes(mem[c]).c_str());
+  std::printf("%-12s %14s\n", "total", human_bytes(mem[kChargeCount]).c_str());
+  const TrafficStats& dp = grid_.dp().stats();
+  std::printf("\n%-12s %10s %14s %10s   (rank 0)\n", "group", "calls", "bytes", "seconds");
+  std::printf("%-12s %10lld %14s %10.3f\n", "dp", (long long)dp.calls,
+              human_bytes(double(dp.bytes)).c_str(), dp.seconds);
+  std::fflush(stdout);
+}
+
+}  // namespace tessera

@@ -1,0 +1,44 @@
+// What a run tells its user: the progress line per step, metrics.jsonl, run.json and the
+// closing summary (time per phase, memory per category, traffic per group). Rank 0 writes;
+// every rank takes part in the reductions.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include "comm/process_grid.hpp"
+#include "core/deck.hpp"
+#include "train/trainer.hpp"
+
+namespace tessera {
+
+class RunLog {
+ public:
+  // peak_flops_per_rank: from the deck, or measured when the deck gives 0.
+  RunLog(const Deck& deck, ProcessGrid& grid, Trainer& trainer);
+  ~RunLog();
+
+  void start();                    // echo deck + layout, write run.json
+  void step(const StepResult& r);  // progress line + metrics record
+  void finish();                   // closing summary
+
+  double peak_flops_total() const { return peak_total_; }
+
+ private:
+  const Deck& deck_;
+  ProcessGrid& grid_;
+  Trainer& trainer_;
+  bool root_;
+  std::string dir_;
+  int64_t log_every_;
+  bool echo_;
+  double peak_total_ = 0;
+  std::string peak_source_;
+  double flops_per_step_ = 0;
+  double elapsed_ = 0, steady_elapsed_ = 0;  // steady: excludes step 1 (allocation, warm-up)
+  int64_t steady_steps_ = 0;
+  double first_loss_ = 0, last_loss_ = 0;
+  FILE* metrics_ = nullptr;
+};
+
+}  // namespace tessera

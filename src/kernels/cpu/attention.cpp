@@ -1,0 +1,401 @@
+// CPU causal attention, flash-attention style. For query row i of head h (kv head g):
+//   s_ij = scale * q_i . k_j (j <= i),  lse_i = log sum_j exp(s_ij),
+//   out_i = sum_j exp(s_ij - lse_i) v_j.
+// The forward walks 64x64 query/key tiles with an online softmax and saves only out and lse.
+// The backward recomputes each probability tile P = exp(S - lse) and applies
+//   dV += P^T dO,  dS = P * (dO V^T - rowsum(dO * out)),  dQ += scale dS K,  dK += scale dS^T Q.
+// Tiles are copied into zero-padded thread-local buffers so that every product is a small
+// dense GEMM over whole register blocks.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/kernels.hpp"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace tessera::kernels {
+namespace {
+
+constexpr int64_t kTile = 64;         // query and key tile length
+constexpr int64_t kMR = 4, kNR = 16;  // GEMM register block; kTile % kNR == 0
+constexpr float kLowest = std::numeric_limits<float>::lowest();
+
+int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
+int64_t num_tiles(int64_t T) {
+  return (T + kTile - 1) / kTile;
+}
+
+// Index helpers for the [B,T,H,D] tensors and the [B,Hq,T] row statistics. Dp is D padded to
+// the register block width: the row stride of the local tile buffers.
+struct Geometry {
+  int64_t T, Hq, Hkv, D, Dp, group;
+  Geometry(const AttnShape& s)
+      : T(s.T), Hq(s.Hq), Hkv(s.Hkv), D(s.D), Dp(round_up(s.D, kNR)), group(s.Hq / s.Hkv) {}
+  int64_t q_at(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * Hq + h) * D; }
+  int64_t kv_at(int64_t b, int64_t t, int64_t g) const { return ((b * T + t) * Hkv + g) * D; }
+  int64_t stat_at(int64_t b, int64_t h, int64_t t) const { return (b * Hq + h) * T + t; }
+};
+
+// Rows and padded rows of tile `ib` of a length-T sequence.
+struct TileRange {
+  int64_t start, n, n_rows, n_cols;  // n_rows: n rounded to kMR, n_cols: n rounded to kNR
+  TileRange(int64_t T, int64_t ib)
+      : start(ib * kTile),
+        n(std::min(kTile, T - ib * kTile)),
+        n_rows(round_up(n, kMR)),
+        n_cols(round_up(n, kNR)) {}
+};
+
+// Number of keys of the tile starting at j0 (nk keys) visible to query i; >= 1 for j0 <= i.
+int64_t causal_count(int64_t i, int64_t j0, int64_t nk) {
+  return std::min(nk, i - j0 + 1);
+}
+
+// dst[r * Dp + d] = alpha * src[r * ld + d] for r < n, d < D; zero up to padded_n rows, Dp.
+void load_rows(const float* src, int64_t ld, int64_t n, int64_t padded_n, int64_t D, int64_t Dp,
+               float alpha, float* dst) {
+  for (int64_t r = 0; r < padded_n; ++r) {
+    float* out = dst + r * Dp;
+    if (r < n) {
+      const float* row = src + r * ld;
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) out[d] = alpha * row[d];
+      std::fill(out + D, out + Dp, 0.0f);
+    } else {
+      std::fill(out, out + Dp, 0.0f);
+    }
+  }
+}
+
+// dst[d * kTile + c] = src[c * ld + d] for c < n, d < D; zero for c < padded_n, d < Dp.
+void load_transposed(const float* src, int64_t ld, int64_t n, int64_t padded_n, int64_t D,
+                     int64_t Dp, float* dst) {
+  for (int64_t d = D; d < Dp; ++d) std::fill_n(dst + d * kTile, padded_n, 0.0f);
+  for (int64_t c = 0; c < padded_n; ++c) {
+    if (c < n) {
+      const float* row = src + c * ld;
+      for (int64_t d = 0; d < D; ++d) dst[d * kTile + c] = row[d];
+    } else {
+      for (int64_t d = 0; d < D; ++d) dst[d * kTile + c] = 0.0f;
+    }
+  }
+}
+
+// C[m,n] = (or +=) op(A)[m,k] * B[k,n], all row-major; op(A)[i][p] is A[i * lda + p], or
+// A[p * lda + i] when TransA. Requires m % kMR == 0 and n % kNR == 0.
+template <bool TransA, bool Accumulate>
+void gemm_tile(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B,
+               int64_t ldb, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < m; i += kMR)
+    for (int64_t j = 0; j < n; j += kNR) {
+      float acc[kMR][kNR] = {};
+      for (int64_t p = 0; p < k; ++p) {
+        const float* b = B + p * ldb + j;
+        for (int64_t ii = 0; ii < kMR; ++ii) {
+          const float a = TransA ? A[p * lda + i + ii] : A[(i + ii) * lda + p];
+#pragma omp simd
+          for (int64_t jj = 0; jj < kNR; ++jj) acc[ii][jj] += a * b[jj];
+        }
+      }
+      for (int64_t ii = 0; ii < kMR; ++ii) {
+        float* c = C + (i + ii) * ldc + j;
+#pragma omp simd
+        for (int64_t jj = 0; jj < kNR; ++jj) c[jj] = Accumulate ? c[jj] + acc[ii][jj] : acc[ii][jj];
+      }
+    }
+}
+
+// ---- forward ----------------------------------------------------------------------------
+
+struct ForwardScratch {
+  std::vector<float> Qs, KT, Vs, S, O, m, l;
+  explicit ForwardScratch(int64_t Dp)
+      : Qs(kTile * Dp),
+        KT(Dp * kTile),
+        Vs(kTile * Dp),
+        S(kTile * kTile),
+        O(kTile * Dp),
+        m(kTile),
+        l(kTile) {}
+};
+
+// One query tile of one (b, h): its out rows and lse.
+void forward_tile(const float* q, const float* k, const float* v, float* out, float* lse,
+                  const Geometry& G, float scale, int64_t b, int64_t h, int64_t ib,
+                  ForwardScratch& ws) {
+  const int64_t D = G.D, Dp = G.Dp, g = h / G.group;
+  const TileRange Q(G.T, ib);
+  // The scale is folded into the query copy.
+  load_rows(q + G.q_at(b, Q.start, h), G.Hq * D, Q.n, Q.n_rows, D, Dp, scale, ws.Qs.data());
+  std::fill(ws.O.begin(), ws.O.end(), 0.0f);
+  std::fill(ws.m.begin(), ws.m.end(), kLowest);
+  std::fill(ws.l.begin(), ws.l.end(), 0.0f);
+  for (int64_t jb = 0; jb <= ib; ++jb) {
+    const TileRange K(G.T, jb);
+    load_transposed(k + G.kv_at(b, K.start, g), G.Hkv * D, K.n, K.n_cols, D, Dp, ws.KT.data());
+    load_rows(v + G.kv_at(b, K.start, g), G.Hkv * D, K.n, K.n_cols, D, Dp, 1.0f, ws.Vs.data());
+    gemm_tile<false, false>(Q.n_rows, K.n_cols, Dp, ws.Qs.data(), Dp, ws.KT.data(), kTile,
+                            ws.S.data(), kTile);
+    // S becomes P (unnormalised, relative to the running max); padding rows of S are zero.
+    for (int64_t r = 0; r < Q.n; ++r) {
+      const int64_t nc = causal_count(Q.start + r, K.start, K.n);
+      float* s = ws.S.data() + r * kTile;
+      float mx = ws.m[r];
+      for (int64_t c = 0; c < nc; ++c) mx = std::max(mx, s[c]);
+      const float corr = std::exp(ws.m[r] - mx);
+      float sum = 0.0f;
+      for (int64_t c = 0; c < nc; ++c) {
+        s[c] = std::exp(s[c] - mx);
+        sum += s[c];
+      }
+      std::fill(s + nc, s + K.n_cols, 0.0f);
+      ws.l[r] = ws.l[r] * corr + sum;
+      ws.m[r] = mx;
+      if (corr != 1.0f) {
+        float* o = ws.O.data() + r * Dp;
+#pragma omp simd
+        for (int64_t d = 0; d < Dp; ++d) o[d] *= corr;
+      }
+    }
+    gemm_tile<false, true>(Q.n_rows, Dp, K.n_cols, ws.S.data(), kTile, ws.Vs.data(), Dp,
+                           ws.O.data(), Dp);
+  }
+  for (int64_t r = 0; r < Q.n; ++r) {
+    const float inv = 1.0f / ws.l[r];
+    const float* o = ws.O.data() + r * Dp;
+    float* dst = out + G.q_at(b, Q.start + r, h);
+#pragma omp simd
+    for (int64_t d = 0; d < D; ++d) dst[d] = o[d] * inv;
+    lse[G.stat_at(b, h, Q.start + r)] = ws.m[r] + std::log(ws.l[r]);
+  }
+}
+
+// ---- backward ---------------------------------------------------------------------------
+
+// Read-only inputs of the backward plus the per-row Dvec = rowsum(dout * out).
+struct BackwardArgs {
+  const float *dout, *q, *k, *v, *lse, *dvec;
+  Geometry G;
+  float scale;
+};
+
+// Per-thread tile buffers: the current query tile (Qs, dOs), key tile (KT, VT, Ks), the
+// score tiles (P, dS) and the gradient accumulators.
+struct BackwardScratch {
+  std::vector<float> Qs, dOs, KT, VT, Ks, P, dS, dK, dV, dQ;
+  explicit BackwardScratch(int64_t Dp)
+      : Qs(kTile * Dp),
+        dOs(kTile * Dp),
+        KT(Dp * kTile),
+        VT(Dp * kTile),
+        Ks(kTile * Dp),
+        P(kTile * kTile),
+        dS(kTile * kTile),
+        dK(kTile * Dp),
+        dV(kTile * Dp),
+        dQ(kTile * Dp) {}
+};
+
+void load_query_tile(const BackwardArgs& a, int64_t b, int64_t h, const TileRange& Q,
+                     BackwardScratch& ws) {
+  const Geometry& G = a.G;
+  load_rows(a.q + G.q_at(b, Q.start, h), G.Hq * G.D, Q.n, Q.n_rows, G.D, G.Dp, 1.0f, ws.Qs.data());
+  load_rows(a.dout + G.q_at(b, Q.start, h), G.Hq * G.D, Q.n, Q.n_rows, G.D, G.Dp, 1.0f,
+            ws.dOs.data());
+}
+
+void load_key_tile(const BackwardArgs& a, int64_t b, int64_t g, const TileRange& K,
+                   BackwardScratch& ws) {
+  const Geometry& G = a.G;
+  const int64_t ld = G.Hkv * G.D;
+  load_transposed(a.k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, ws.KT.data());
+  load_transposed(a.v + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, ws.VT.data());
+  load_rows(a.k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, 1.0f, ws.Ks.data());
+}
+
+// For the loaded query tile (head h) against the loaded key tile: P = exp(scale Q K^T - lse)
+// and dS = scale * P * (dO V^T - Dvec), zero where masked or padded.
+void probs_and_dscores(const BackwardArgs& a, int64_t b, int64_t h, const TileRange& Q,
+                       const TileRange& K, BackwardScratch& ws) {
+  const Geometry& G = a.G;
+  gemm_tile<false, false>(Q.n_rows, K.n_cols, G.Dp, ws.Qs.data(), G.Dp, ws.KT.data(), kTile,
+                          ws.P.data(), kTile);
+  gemm_tile<false, false>(Q.n_rows, K.n_cols, G.Dp, ws.dOs.data(), G.Dp, ws.VT.data(), kTile,
+                          ws.dS.data(), kTile);
+  // Padding rows (r >= Q.n) are zero already: their Qs and dOs rows are zero.
+  for (int64_t r = 0; r < Q.n; ++r) {
+    const int64_t i = Q.start + r, nc = causal_count(i, K.start, K.n);
+    const float L = a.lse[G.stat_at(b, h, i)], Di = a.dvec[G.stat_at(b, h, i)];
+    float* p = ws.P.data() + r * kTile;
+    float* ds = ws.dS.data() + r * kTile;
+    for (int64_t c = 0; c < nc; ++c) {
+      p[c] = std::exp(a.scale * p[c] - L);
+      ds[c] = a.scale * p[c] * (ds[c] - Di);
+    }
+    std::fill(p + nc, p + K.n_cols, 0.0f);
+    std::fill(ds + nc, ds + K.n_cols, 0.0f);
+  }
+}
+
+// dV += P^T dO and dK += dS^T Q into the key-tile accumulators.
+void accumulate_dkdv(const BackwardArgs& a, const TileRange& Q, const TileRange& K,
+                     BackwardScratch& ws) {
+  const int64_t Dp = a.G.Dp;
+  gemm_tile<true, true>(K.n_cols, Dp, Q.n_rows, ws.P.data(), kTile, ws.dOs.data(), Dp, ws.dV.data(),
+                        Dp);
+  gemm_tile<true, true>(K.n_cols, Dp, Q.n_rows, ws.dS.data(), kTile, ws.Qs.data(), Dp, ws.dK.data(),
+                        Dp);
+}
+
+// ws.dQ = (or +=) dS K for the query tile.
+template <bool Accumulate>
+void product_dq(const BackwardArgs& a, const TileRange& Q, const TileRange& K,
+                BackwardScratch& ws) {
+  const int64_t Dp = a.G.Dp;
+  gemm_tile<false, Accumulate>(Q.n_rows, Dp, K.n_cols, ws.dS.data(), kTile, ws.Ks.data(), Dp,
+                               ws.dQ.data(), Dp);
+}
+
+// Writes (Add = false) or adds (Add = true) the first n rows, D columns of a local tile to
+// the strided rows of a global tensor.
+template <bool Add>
+void store_rows(const float* tile, int64_t Dp, int64_t n, int64_t D, float* dst, int64_t ld) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* src = tile + r * Dp;
+    float* out = dst + r * ld;
+#pragma omp simd
+    for (int64_t d = 0; d < D; ++d) out[d] = Add ? out[d] + src[d] : src[d];
+  }
+}
+
+}  // namespace
+
+void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
+                       const AttnShape& s) {
+  const Geometry G(s);
+  const int64_t nt = num_tiles(s.T), B = s.B, Hq = s.Hq;
+#pragma omp parallel
+  {
+    ForwardScratch ws(G.Dp);
+    // Later query tiles see more keys; hand them out first.
+#pragma omp for collapse(3) schedule(dynamic, 1)
+    for (int64_t t = 0; t < nt; ++t)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < Hq; ++h)
+          forward_tile(q, k, v, out, lse, G, s.scale, b, h, nt - 1 - t, ws);
+  }
+}
+
+void attention_backward(const float* dout, const float* q, const float* k, const float* v,
+                        const float* out, const float* lse, float* dq, float* dk, float* dv,
+                        const AttnShape& s) {
+  const Geometry G(s);
+  const int64_t B = s.B, T = s.T, Hq = s.Hq, Hkv = s.Hkv, D = s.D, nt = num_tiles(T);
+  const int64_t q_ld = Hq * D, kv_ld = Hkv * D;
+
+  std::vector<float> dvec(B * Hq * T);
+#pragma omp parallel for collapse(3) schedule(static)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < Hq; ++h) {
+        const float* x = dout + G.q_at(b, t, h);
+        const float* y = out + G.q_at(b, t, h);
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t d = 0; d < D; ++d) acc += x[d] * y[d];
+        dvec[G.stat_at(b, h, t)] = acc;
+      }
+  const BackwardArgs a{dout, q, k, v, lse, dvec.data(), G, s.scale};
+
+  // Fused (one pass per (b, kv head); that item owns the dq rows of its query heads, so dq
+  // is race-free) costs ~5 tile products per tile pair but offers only B*Hkv work items.
+  // Split (dk/dv per key tile, then dq per query tile) costs ~7 but parallelises finely.
+  // Pick whichever has the shorter critical path.
+  int64_t threads = 1;
+#ifdef _OPENMP
+  threads = omp_get_max_threads();
+#endif
+  const int64_t items = B * Hkv, rounds = (items + threads - 1) / threads;
+  const bool fused = rounds * 5 * threads <= 7 * items;
+
+  if (fused) {
+#pragma omp parallel
+    {
+      BackwardScratch ws(G.Dp);
+#pragma omp for collapse(2) schedule(dynamic, 1)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t g = 0; g < Hkv; ++g) {
+          const int64_t h_begin = g * G.group, h_end = h_begin + G.group;
+          for (int64_t t = 0; t < T; ++t)
+            std::fill_n(dq + G.q_at(b, t, h_begin), G.group * D, 0.0f);
+          for (int64_t jb = 0; jb < nt; ++jb) {
+            const TileRange K(T, jb);
+            load_key_tile(a, b, g, K, ws);
+            std::fill(ws.dK.begin(), ws.dK.end(), 0.0f);
+            std::fill(ws.dV.begin(), ws.dV.end(), 0.0f);
+            for (int64_t h = h_begin; h < h_end; ++h)
+              for (int64_t ib = jb; ib < nt; ++ib) {
+                const TileRange Q(T, ib);
+                load_query_tile(a, b, h, Q, ws);
+                probs_and_dscores(a, b, h, Q, K, ws);
+                accumulate_dkdv(a, Q, K, ws);
+                product_dq<false>(a, Q, K, ws);
+                store_rows<true>(ws.dQ.data(), G.Dp, Q.n, D, dq + G.q_at(b, Q.start, h), q_ld);
+              }
+            store_rows<false>(ws.dK.data(), G.Dp, K.n, D, dk + G.kv_at(b, K.start, g), kv_ld);
+            store_rows<false>(ws.dV.data(), G.Dp, K.n, D, dv + G.kv_at(b, K.start, g), kv_ld);
+          }
+        }
+    }
+    return;
+  }
+
+#pragma omp parallel
+  {
+    BackwardScratch ws(G.Dp);
+    // dk, dv: one work item per key tile; earlier key tiles are seen by more queries.
+#pragma omp for collapse(3) schedule(dynamic, 1)
+    for (int64_t jb = 0; jb < nt; ++jb)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t g = 0; g < Hkv; ++g) {
+          const TileRange K(T, jb);
+          load_key_tile(a, b, g, K, ws);
+          std::fill(ws.dK.begin(), ws.dK.end(), 0.0f);
+          std::fill(ws.dV.begin(), ws.dV.end(), 0.0f);
+          for (int64_t h = g * G.group; h < (g + 1) * G.group; ++h)
+            for (int64_t ib = jb; ib < nt; ++ib) {
+              const TileRange Q(T, ib);
+              load_query_tile(a, b, h, Q, ws);
+              probs_and_dscores(a, b, h, Q, K, ws);
+              accumulate_dkdv(a, Q, K, ws);
+            }
+          store_rows<false>(ws.dK.data(), G.Dp, K.n, D, dk + G.kv_at(b, K.start, g), kv_ld);
+          store_rows<false>(ws.dV.data(), G.Dp, K.n, D, dv + G.kv_at(b, K.start, g), kv_ld);
+        }
+        // dq: one work item per query tile; later query tiles see more keys.
+#pragma omp for collapse(3) schedule(dynamic, 1)
+    for (int64_t t = 0; t < nt; ++t)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < Hq; ++h) {
+          const int64_t ib = nt - 1 - t, g = h / G.group;
+          const TileRange Q(T, ib);
+          load_query_tile(a, b, h, Q, ws);
+          std::fill(ws.dQ.begin(), ws.dQ.end(), 0.0f);
+          for (int64_t jb = 0; jb <= ib; ++jb) {
+            const TileRange K(T, jb);
+            load_key_tile(a, b, g, K, ws);
+            probs_and_dscores(a, b, h, Q, K, ws);
+            product_dq<true>(a, Q, K, ws);
+          }
+          store_rows<false>(ws.dQ.data(), G.Dp, Q.n, D, dq + G.q_at(b, Q.start, h), q_ld);
+        }
+  }
+}
+
+}  // namespace tessera::kernels

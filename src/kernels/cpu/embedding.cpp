@@ -1,0 +1,33 @@
+// Token/position embedding lookup and its scatter-add backward.
+#include "kernels/kernels.hpp"
+
+namespace tessera::kernels {
+
+void embedding_forward(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* src = table + int64_t(ids[n]) * C;
+    float* dst = out + n * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) dst[c] = src[c];
+  }
+}
+
+void embedding_backward(const int32_t* ids, const float* dout, float* dtable, int64_t N,
+                        int64_t C) {
+  // Rows may repeat, so threads split the columns, not the rows: race-free and deterministic.
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int64_t c0 = 0; c0 < C; c0 += 16) {
+      const int64_t c1 = c0 + 16 < C ? c0 + 16 : C;
+      for (int64_t n = 0; n < N; ++n) {
+        float* dst = dtable + int64_t(ids[n]) * C;
+        const float* src = dout + n * C;
+        for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+      }
+    }
+  }
+}
+
+}  // namespace tessera::kernels

@@ -1,0 +1,49 @@
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/cuda_kernels.hpp"
+
+namespace tessera::kernels::cuda {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, float lr,
+                             float beta1, float beta2, float eps, float decay, float step_size,
+                             float inv_sqrt_bc2) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float gi = g[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+  }
+}
+
+}  // namespace
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+}
+
+void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) {
+  const double bc1 = 1.0 - std::pow(double(a.beta1), double(a.step));
+  const double bc2 = 1.0 - std::pow(double(a.beta2), double(a.step));
+  const int threads = 256;
+  const int blocks = int(std::min<int64_t>((n + threads - 1) / threads, 65535));
+  adamw_kernel<<<blocks, threads>>>(p, g, m, v, n, a.lr, a.beta1, a.beta2, a.eps,
+                                    1.0f - a.lr * a.weight_decay, float(a.lr / bc1),
+                                    float(1.0 / std::sqrt(bc2)));
+  check(cudaGetLastError(), "adamw kernel launch");
+}
+
+}  // namespace tessera::kernels::cuda

@@ -1,0 +1,68 @@
+#include "model/attention.hpp"
+
+#include <cmath>
+
+#include "kernels/kernels.hpp"
+
+namespace tessera {
+namespace {
+enum ScratchId { kDAtt = 0, kDq, kDk, kDv };
+}
+
+Attention::Attention(ParamStore& store, const std::string& name, const ModelConfig& cfg)
+    : cfg_(cfg) {
+  const int64_t C = cfg.d_model, qd = cfg.heads * cfg.head_dim, kvd = cfg.kv_heads * cfg.head_dim;
+  const bool bias = cfg.has_bias();
+  const float resid_std = cfg.init_std / std::sqrt(2.0f * float(cfg.layers));
+  q_ = Linear(store, name + ".q", C, qd, bias, cfg.init_std);
+  k_ = Linear(store, name + ".k", C, kvd, bias, cfg.init_std);
+  v_ = Linear(store, name + ".v", C, kvd, bias, cfg.init_std);
+  o_ = Linear(store, name + ".o", qd, C, bias, resid_std);
+}
+
+void Attention::forward(StepContext& ctx, const float* x, float* y) {
+  const int64_t B = ctx.batch, T = cfg_.seq_len, N = B * T, D = cfg_.head_dim;
+  const int64_t Hq = cfg_.heads, Hkv = cfg_.kv_heads;
+  Saved& s = slots_.at(ctx.slot);
+  if (s.q.numel() != N * Hq * D) {
+    s.q = Buffer(ctx.alloc, Shape{N, Hq * D}, DType::f32, Charge::activations);
+    s.k = Buffer(ctx.alloc, Shape{N, Hkv * D}, DType::f32, Charge::activations);
+    s.v = Buffer(ctx.alloc, Shape{N, Hkv * D}, DType::f32, Charge::activations);
+    s.att = Buffer(ctx.alloc, Shape{N, Hq * D}, DType::f32, Charge::activations);
+    s.lse = Buffer(ctx.alloc, Shape{B * Hq, T}, DType::f32, Charge::activations);
+  }
+  q_.forward(x, s.q.f32(), N);
+  k_.forward(x, s.k.f32(), N);
+  v_.forward(x, s.v.f32(), N);
+  if (cfg_.arch == Arch::llama) {
+    kernels::rope(s.q.f32(), B, T, Hq, D, 0, cfg_.rope_theta, false);
+    kernels::rope(s.k.f32(), B, T, Hkv, D, 0, cfg_.rope_theta, false);
+  }
+  const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
+  kernels::attention_forward(s.q.f32(), s.k.f32(), s.v.f32(), s.att.f32(), s.lse.f32(), shape);
+  o_.forward(s.att.f32(), y, N, /*accumulate=*/true);
+}
+
+void Attention::backward(StepContext& ctx, const float* x, const float* dy, float* dx) {
+  const int64_t B = ctx.batch, T = cfg_.seq_len, N = B * T, D = cfg_.head_dim;
+  const int64_t Hq = cfg_.heads, Hkv = cfg_.kv_heads;
+  Saved& s = slots_.at(ctx.slot);
+  float* d_att = ctx.scratch.get(kDAtt, N * Hq * D);
+  float* dq = ctx.scratch.get(kDq, N * Hq * D);
+  float* dk = ctx.scratch.get(kDk, N * Hkv * D);
+  float* dv = ctx.scratch.get(kDv, N * Hkv * D);
+
+  o_.backward(s.att.f32(), dy, d_att, N);
+  const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
+  kernels::attention_backward(d_att, s.q.f32(), s.k.f32(), s.v.f32(), s.att.f32(), s.lse.f32(),
+                              dq, dk, dv, shape);
+  if (cfg_.arch == Arch::llama) {
+    kernels::rope(dq, B, T, Hq, D, 0, cfg_.rope_theta, true);
+    kernels::rope(dk, B, T, Hkv, D, 0, cfg_.rope_theta, true);
+  }
+  q_.backward(x, dq, dx, N);
+  k_.backward(x, dk, dx, N, /*accumulate_dx=*/true);
+  v_.backward(x, dv, dx, N, /*accumulate_dx=*/true);
+}
+
+}  // namespace tessera

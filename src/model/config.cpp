@@ -1,0 +1,63 @@
+#include "model/config.hpp"
+
+#include "core/deck.hpp"
+#include "core/error.hpp"
+
+namespace tessera {
+
+ModelConfig ModelConfig::from_deck(const Deck& deck) {
+  ModelConfig c;
+  c.arch = deck.str("model.arch") == "gpt2" ? Arch::gpt2 : Arch::llama;
+  c.layers = deck.integer("model.layers");
+  c.d_model = deck.integer("model.d_model");
+  c.heads = deck.integer("model.heads");
+  c.kv_heads = deck.integer("model.kv_heads");
+  if (c.kv_heads == 0) c.kv_heads = c.heads;
+  c.vocab = deck.integer("model.vocab");
+  c.seq_len = deck.integer("model.seq_len");
+  c.norm_eps = float(deck.real("model.norm_eps"));
+  c.rope_theta = float(deck.real("model.rope_theta"));
+  c.init_std = float(deck.real("model.init_std"));
+
+  TESSERA_REQUIRE(c.d_model % c.heads == 0, "model.d_model = ", c.d_model,
+                  " is not divisible by model.heads = ", c.heads,
+                  "; the head dimension d_model/heads must be an integer");
+  c.head_dim = c.d_model / c.heads;
+  TESSERA_REQUIRE(c.heads % c.kv_heads == 0, "model.heads = ", c.heads,
+                  " is not divisible by model.kv_heads = ", c.kv_heads,
+                  "; each key/value head must serve the same number of query heads");
+  TESSERA_REQUIRE(c.arch != Arch::gpt2 || c.kv_heads == c.heads,
+                  "model.kv_heads = ", c.kv_heads, " differs from model.heads = ", c.heads,
+                  " but gpt2 has no grouped-query attention; use model.arch = llama");
+  TESSERA_REQUIRE(c.arch != Arch::llama || c.head_dim % 2 == 0, "RoPE needs an even head dimension, ",
+                  "but d_model/heads = ", c.head_dim);
+
+  c.ffn_hidden = deck.integer("model.ffn_hidden");
+  if (c.ffn_hidden == 0)
+    c.ffn_hidden = c.arch == Arch::gpt2 ? 4 * c.d_model : (8 * c.d_model / 3 + 63) / 64 * 64;
+
+  const int64_t mult = deck.integer("model.vocab_multiple");
+  c.vocab_padded = (c.vocab + mult - 1) / mult * mult;
+
+  const std::string tie = deck.str("model.tie_embeddings");
+  c.tie_embeddings = tie == "auto" ? c.arch == Arch::gpt2 : tie == "true";
+  TESSERA_REQUIRE(c.arch != Arch::gpt2 || c.tie_embeddings,
+                  "model.tie_embeddings = false is not supported for gpt2, whose output head is "
+                  "the token embedding; use auto or true");
+  return c;
+}
+
+int64_t ModelConfig::param_count() const {
+  const int64_t C = d_model, F = ffn_hidden, qd = heads * head_dim, kvd = kv_heads * head_dim;
+  const bool b = has_bias();
+  int64_t per_layer = C * qd + 2 * C * kvd + qd * C;                 // q, k, v, o
+  per_layer += (arch == Arch::llama ? 3 : 2) * C * F;                // MLP
+  per_layer += 2 * C * (b ? 2 : 1);                                  // two norms
+  if (b) per_layer += qd + 2 * kvd + C + F + C;                      // biases
+  int64_t n = layers * per_layer + vocab_padded * C + C * (b ? 2 : 1);
+  if (arch == Arch::gpt2) n += seq_len * C;
+  if (!tie_embeddings) n += vocab_padded * C;
+  return n;
+}
+
+}  // namespace tessera

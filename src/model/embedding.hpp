@@ -1,0 +1,30 @@
+// Token embedding (and gpt2's learned position embedding).
+#pragma once
+
+#include "model/config.hpp"
+#include "model/param.hpp"
+#include "model/step_context.hpp"
+
+namespace tessera {
+
+class Embedding {
+ public:
+  Embedding(ParamStore& store, const ModelConfig& cfg);
+
+  // ids[B*T] -> x[B*T, C] (slot-owned). ids must stay valid until backward.
+  const float* forward(StepContext& ctx, const int32_t* ids);
+  void backward(StepContext& ctx, const float* dx);
+  Param& token_table() { return *tok_; }
+
+ private:
+  struct Saved {
+    const int32_t* ids = nullptr;
+    Buffer x;
+  };
+  const ModelConfig& cfg_;
+  Param* tok_ = nullptr;
+  Param* pos_ = nullptr;
+  Slots<Saved> slots_;
+};
+
+}  // namespace tessera

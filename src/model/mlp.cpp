@@ -1,0 +1,57 @@
+#include "model/mlp.hpp"
+
+#include <cmath>
+
+#include "kernels/kernels.hpp"
+
+namespace tessera {
+namespace {
+enum ScratchId { kDAct = 4, kDGate, kDUp };
+}
+
+Mlp::Mlp(ParamStore& store, const std::string& name, const ModelConfig& cfg)
+    : cfg_(cfg), swiglu_(cfg.arch == Arch::llama) {
+  const int64_t C = cfg.d_model, F = cfg.ffn_hidden;
+  const bool bias = cfg.has_bias();
+  const float resid_std = cfg.init_std / std::sqrt(2.0f * float(cfg.layers));
+  if (swiglu_) gate_ = Linear(store, name + ".gate", C, F, bias, cfg.init_std);
+  up_ = Linear(store, name + ".up", C, F, bias, cfg.init_std);
+  down_ = Linear(store, name + ".down", F, C, bias, resid_std);
+}
+
+void Mlp::forward(StepContext& ctx, const float* x, float* y) {
+  const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_hidden;
+  Saved& s = slots_.at(ctx.slot);
+  if (s.up.numel() != N * F) {
+    if (swiglu_) s.gate = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
+    s.up = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
+    s.act = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
+  }
+  up_.forward(x, s.up.f32(), N);
+  if (swiglu_) {
+    gate_.forward(x, s.gate.f32(), N);
+    kernels::swiglu_forward(s.gate.f32(), s.up.f32(), s.act.f32(), N * F);
+  } else {
+    kernels::gelu_forward(s.up.f32(), s.act.f32(), N * F);
+  }
+  down_.forward(s.act.f32(), y, N, /*accumulate=*/true);
+}
+
+void Mlp::backward(StepContext& ctx, const float* x, const float* dy, float* dx) {
+  const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_hidden;
+  Saved& s = slots_.at(ctx.slot);
+  float* d_act = ctx.scratch.get(kDAct, N * F);
+  float* d_up = ctx.scratch.get(kDUp, N * F);
+  down_.backward(s.act.f32(), dy, d_act, N);
+  if (swiglu_) {
+    float* d_gate = ctx.scratch.get(kDGate, N * F);
+    kernels::swiglu_backward(d_act, s.gate.f32(), s.up.f32(), d_gate, d_up, N * F);
+    gate_.backward(x, d_gate, dx, N);
+    up_.backward(x, d_up, dx, N, /*accumulate_dx=*/true);
+  } else {
+    kernels::gelu_backward(d_act, s.up.f32(), d_up, N * F);
+    up_.backward(x, d_up, dx, N);
+  }
+}
+
+}  // namespace tessera

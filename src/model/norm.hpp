@@ -1,0 +1,30 @@
+// RMSNorm (llama) or LayerNorm with bias (gpt2). Stateless apart from its parameters: the
+// caller keeps x and the row statistics for backward.
+#pragma once
+
+#include <string>
+
+#include "model/param.hpp"
+
+namespace tessera {
+
+class Norm {
+ public:
+  Norm() = default;
+  Norm(ParamStore& store, const std::string& name, int64_t C, bool layernorm, float eps);
+
+  // mean is unused (may be null) for RMSNorm.
+  void forward(const float* x, float* y, float* mean, float* rstd, int64_t N) const;
+  // dx overwritten; parameter gradients accumulated.
+  void backward(const float* x, const float* dy, const float* mean, const float* rstd, float* dx,
+                int64_t N) const;
+  bool layernorm() const { return b_ != nullptr; }
+
+ private:
+  Param* w_ = nullptr;
+  Param* b_ = nullptr;
+  int64_t C_ = 0;
+  float eps_ = 1e-5f;
+};
+
+}  // namespace tessera

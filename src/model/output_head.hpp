@@ -1,0 +1,37 @@
+// Final norm, output projection and cross-entropy. In training the loss gradient is taken in
+// the same pass as the loss (the logits buffer becomes dlogits), and the projection's
+// backward runs immediately, so only dx of the final norm's output is kept per micro-batch,
+// never the logits.
+#pragma once
+
+#include "model/config.hpp"
+#include "model/norm.hpp"
+#include "model/step_context.hpp"
+
+namespace tessera {
+
+class OutputHead {
+ public:
+  // tied: the output weight is the token embedding table.
+  OutputHead(ParamStore& store, const ModelConfig& cfg, Param* tied);
+
+  // Returns the sum over tokens of -log p(target). In training also accumulates the output
+  // weight's gradient (scaled by ctx.loss_scale) and saves what backward needs.
+  double forward(StepContext& ctx, const float* x, const int32_t* targets);
+  // dx[N,C] overwritten: the gradient reaching the last block's output.
+  void backward(StepContext& ctx, float* dx);
+  // logits[N, V] of the unpadded vocabulary (forward only, nothing saved).
+  void logits(StepContext& ctx, const float* x, float* out);
+
+ private:
+  struct Saved {
+    const float* x = nullptr;
+    Buffer mean, rstd, dxn;
+  };
+  const ModelConfig& cfg_;
+  Norm norm_;
+  Param* w_ = nullptr;
+  Slots<Saved> slots_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,50 @@
+// What every layer's forward and backward receive: the allocator, the parallel groups, the
+// activation slot of the micro-batch in flight, and a shared scratch space for temporaries
+// that do not outlive one call.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/process_grid.hpp"
+#include "tensor/tensor.hpp"
+
+namespace tessera {
+
+// Scratch buffers shared by all layers, keyed by a small integer; each grows to the largest
+// request once and is then reused, so steady-state steps allocate nothing.
+class Scratch {
+ public:
+  explicit Scratch(Allocator& alloc) : alloc_(alloc) {}
+  float* get(int id, int64_t n);
+
+ private:
+  Allocator& alloc_;
+  std::vector<Buffer> buffers_;
+};
+
+struct StepContext {
+  Allocator& alloc;
+  ParallelContext& par;
+  Scratch& scratch;
+  int slot = 0;            // activation slot of this micro-batch
+  int64_t batch = 0;       // sequences in this micro-batch
+  bool training = true;    // false: forward only, nothing saved for backward, no gradients
+  float loss_scale = 1.0f; // d(total loss)/d(summed token losses): 1 / tokens per global batch
+};
+
+// Per-slot saved state of one layer: slot i is created on first use and then reused, so the
+// number of slots follows the schedule (1 for the serial path, up to the pipeline depth).
+template <class Saved>
+class Slots {
+ public:
+  Saved& at(int slot) {
+    if (slot >= int(slots_.size())) slots_.resize(size_t(slot) + 1);
+    return slots_[size_t(slot)];
+  }
+
+ private:
+  std::vector<Saved> slots_;
+};
+
+}  // namespace tessera

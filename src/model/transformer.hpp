@@ -1,0 +1,37 @@
+// The decoder-only transformer: embedding, L blocks, output head, with explicit forward and
+// backward per micro-batch slot. The same object runs every layout; parallel dimensions
+// change what each layer holds and which groups it talks to, not this control flow.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/block.hpp"
+#include "model/embedding.hpp"
+#include "model/output_head.hpp"
+
+namespace tessera {
+
+class Transformer {
+ public:
+  Transformer(const ModelConfig& cfg, ParamStore& store);
+
+  // ids, targets: [batch, T]; both must stay valid until backward of the same slot.
+  // Returns the summed token loss of the micro-batch.
+  double forward(StepContext& ctx, const int32_t* ids, const int32_t* targets);
+  void backward(StepContext& ctx);
+  // logits[batch, T, V] for ids (forward only).
+  void logits(StepContext& ctx, const int32_t* ids, float* out);
+
+  const ModelConfig& config() const { return cfg_; }
+
+ private:
+  const float* trunk(StepContext& ctx, const int32_t* ids);
+
+  ModelConfig cfg_;
+  Embedding embed_;
+  std::vector<std::unique_ptr<Block>> blocks_;
+  OutputHead head_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,36 @@
+#include "perf/flops.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "kernels/kernels.hpp"
+
+namespace tessera {
+
+double matmul_params(const ModelConfig& c) {
+  const double C = double(c.d_model), F = double(c.ffn_hidden);
+  const double qd = double(c.heads * c.head_dim), kvd = double(c.kv_heads * c.head_dim);
+  const double per_layer = C * qd + 2 * C * kvd + qd * C + (c.arch == Arch::llama ? 3 : 2) * C * F;
+  return double(c.layers) * per_layer + double(c.vocab) * C;
+}
+
+double model_flops_per_token(const ModelConfig& c) {
+  return 6.0 * matmul_params(c) +
+         12.0 * double(c.layers) * double(c.seq_len) * double(c.heads * c.head_dim);
+}
+
+double measure_gemm_flops() {
+  constexpr int64_t n = 1536;
+  std::vector<float> a(size_t(n * n), 0.5f), b(size_t(n * n), 0.25f), c(size_t(n * n));
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    kernels::matmul(a.data(), b.data(), c.data(), n, n, n, false, false);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0) best = std::min(best, s);  // rep 0 warms up
+  }
+  return 2.0 * double(n) * double(n) * double(n) / best;
+}
+
+}  // namespace tessera

@@ -1,0 +1,114 @@
+#include "tensor/tensor.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <sstream>
+#include <stdexcept>
+
+namespace tessera {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32:
+    case DType::i32:
+      return 4;
+    case DType::bf16:
+    case DType::f16:
+    case DType::u16:
+      return 2;
+  }
+  return 0;
+}
+
+const char* charge_name(Charge c) {
+  static const char* names[kChargeCount] = {"params",      "grads", "optimizer",
+                                            "activations", "comm",  "workspace"};
+  return names[int(c)];
+}
+
+Shape::Shape(std::initializer_list<int64_t> d) {
+  if (d.size() > 4) throw std::logic_error("Shape: more than 4 dimensions");
+  for (int64_t x : d) dims[ndim++] = x;
+}
+
+int64_t Shape::numel() const {
+  if (ndim == 0) return 0;
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) n *= dims[i];
+  return n;
+}
+
+std::string Shape::str() const {
+  std::ostringstream os;
+  os << "[";
+  for (int i = 0; i < ndim; ++i) os << (i ? ", " : "") << dims[i];
+  os << "]";
+  return os.str();
+}
+
+Tensor Tensor::rows(int64_t begin, int64_t count) const {
+  Tensor t = *this;
+  const int64_t row = numel() / shape[0];
+  t.data = static_cast<char*>(data) + begin * row * int64_t(dtype_size(dtype));
+  t.shape.dims[0] = count;
+  return t;
+}
+
+Tensor Tensor::reshaped(Shape s) const {
+  if (s.numel() != numel()) throw std::logic_error("reshape " + shape.str() + " -> " + s.str());
+  Tensor t = *this;
+  t.shape = s;
+  return t;
+}
+
+void* Allocator::allocate(size_t bytes, Charge c) {
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded ? rounded : 64);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  live_[int(c)] += bytes;
+  peak_[int(c)] = std::max(peak_[int(c)], live_[int(c)]);
+  peak_total_ = std::max(peak_total_, live_total());
+  return p;
+}
+
+void Allocator::release(void* p, size_t bytes, Charge c) {
+  std::free(p);
+  live_[int(c)] -= bytes;
+}
+
+size_t Allocator::live_total() const {
+  size_t s = 0;
+  for (size_t x : live_) s += x;
+  return s;
+}
+
+Buffer::Buffer(Allocator& alloc, Shape shape, DType dtype, Charge charge)
+    : alloc_(&alloc), charge_(charge), bytes_(size_t(shape.numel()) * dtype_size(dtype)) {
+  view_.data = alloc.allocate(bytes_, charge);
+  view_.dtype = dtype;
+  view_.space = Space::host;
+  view_.shape = shape;
+}
+
+Buffer::~Buffer() {
+  if (alloc_ && view_.data) alloc_->release(view_.data, bytes_, charge_);
+}
+
+Buffer::Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    if (alloc_ && view_.data) alloc_->release(view_.data, bytes_, charge_);
+    alloc_ = o.alloc_;
+    charge_ = o.charge_;
+    bytes_ = o.bytes_;
+    view_ = o.view_;
+    o.alloc_ = nullptr;
+    o.view_.data = nullptr;
+  }
+  return *this;
+}
+
+}  // namespace tessera

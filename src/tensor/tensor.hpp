@@ -1,0 +1,88 @@
+// Typed views over memory, and the allocator that charges every byte to a category so a
+// run can report its memory per category (params, grads, optimizer, activations, comm,
+// workspace) with high-water marks.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+namespace tessera {
+
+enum class DType { f32, bf16, f16, i32, u16 };
+enum class Space { host, cuda };
+enum class Charge { params, grads, optimizer, activations, comm, workspace };
+constexpr int kChargeCount = 6;
+
+size_t dtype_size(DType t);
+const char* charge_name(Charge c);
+
+// Up to four dimensions, row-major.
+struct Shape {
+  std::array<int64_t, 4> dims{0, 0, 0, 0};
+  int ndim = 0;
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> d);
+  int64_t numel() const;
+  int64_t operator[](int i) const { return dims[i]; }
+  bool operator==(const Shape& o) const { return ndim == o.ndim && dims == o.dims; }
+  std::string str() const;  // "[2, 3]"
+};
+
+// A non-owning view. Owners are Buffers (below) or the caller.
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  Space space = Space::host;
+  Shape shape;
+
+  int64_t numel() const { return shape.numel(); }
+  float* f32() const { return static_cast<float*>(data); }
+  int32_t* i32() const { return static_cast<int32_t*>(data); }
+  // Rows [begin, begin+count) of the outermost dimension.
+  Tensor rows(int64_t begin, int64_t count) const;
+  Tensor reshaped(Shape s) const;
+};
+
+// Tracks live and peak bytes per category for one rank.
+class Allocator {
+ public:
+  void* allocate(size_t bytes, Charge c);
+  void release(void* p, size_t bytes, Charge c);
+  size_t live(Charge c) const { return live_[int(c)]; }
+  size_t peak(Charge c) const { return peak_[int(c)]; }
+  size_t live_total() const;
+  size_t peak_total() const { return peak_total_; }
+
+ private:
+  std::array<size_t, kChargeCount> live_{}, peak_{};
+  size_t peak_total_ = 0;
+};
+
+// An owning allocation, charged to a category, 64-byte aligned, zero-filled.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Allocator& alloc, Shape shape, DType dtype, Charge charge);
+  ~Buffer();
+  Buffer(Buffer&& o) noexcept;
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  const Tensor& view() const { return view_; }
+  float* f32() const { return view_.f32(); }
+  int32_t* i32() const { return view_.i32(); }
+  int64_t numel() const { return view_.numel(); }
+  bool empty() const { return view_.data == nullptr; }
+
+ private:
+  Allocator* alloc_ = nullptr;
+  Charge charge_ = Charge::workspace;
+  size_t bytes_ = 0;
+  Tensor view_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,108 @@
+#include "train/trainer.hpp"
+
+#include <chrono>
+
+#include "core/error.hpp"
+#include "kernels/kernels.hpp"
+
+namespace tessera {
+
+BatchGeometry BatchGeometry::from_deck(const Deck& deck, int64_t dp) {
+  BatchGeometry g;
+  g.dp = dp;
+  g.micro_batch = deck.integer("train.micro_batch");
+  g.global_batch = deck.integer("train.global_batch");
+  if (g.global_batch == 0) g.global_batch = g.micro_batch * dp;
+  TESSERA_REQUIRE(g.global_batch % (g.micro_batch * dp) == 0, "train.global_batch = ",
+                  g.global_batch, " is not a multiple of train.micro_batch x dp = ",
+                  g.micro_batch, " x ", dp, " = ", g.micro_batch * dp);
+  g.accum = g.global_batch / (g.micro_batch * dp);
+  return g;
+}
+
+Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
+    : cfg_(ModelConfig::from_deck(deck)),
+      geo_(BatchGeometry::from_deck(deck, grid.dp().size())),
+      grid_(grid),
+      par_{grid.dp()},
+      scratch_(alloc_),
+      seed_(uint64_t(deck.integer("train.seed"))),
+      steps_(deck.integer("train.steps")),
+      data_(deck.str("data.path"), cfg_.seq_len) {
+  TESSERA_REQUIRE(deck.str("data.tokenizer") != "byte" || cfg_.vocab >= 256,
+                  "model.vocab = ", cfg_.vocab,
+                  " is too small for data.tokenizer = byte, which needs 256");
+  model_ = std::make_unique<Transformer>(cfg_, store_);
+  store_.finalize(alloc_);
+  store_.initialize(seed_);
+  AdamWConfig oc;
+  oc.beta1 = float(deck.real("optim.beta1"));
+  oc.beta2 = float(deck.real("optim.beta2"));
+  oc.eps = float(deck.real("optim.eps"));
+  oc.weight_decay = float(deck.real("optim.weight_decay"));
+  oc.decay_embeddings = deck.boolean("optim.decay_embeddings");
+  optim_ = std::make_unique<AdamW>(store_, alloc_, oc);
+  schedule_ = {deck.real("optim.lr"), deck.real("optim.min_lr"), deck.integer("optim.warmup"),
+               steps_};
+  grad_clip_ = deck.real("optim.grad_clip");
+  const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
+  tokens_ = Buffer(alloc_, Shape{B, T + 1}, DType::i32, Charge::workspace);
+  inputs_ = Buffer(alloc_, Shape{B, T}, DType::i32, Charge::workspace);
+  targets_ = Buffer(alloc_, Shape{B, T}, DType::i32, Charge::workspace);
+}
+
+StepContext Trainer::context(bool training) {
+  StepContext ctx{alloc_, par_, scratch_};
+  ctx.batch = geo_.micro_batch;
+  ctx.training = training;
+  ctx.loss_scale = float(1.0 / double(geo_.global_batch * cfg_.seq_len));
+  return ctx;
+}
+
+void Trainer::sample(int64_t step, int64_t g, int32_t* out) const {
+  data_.sample(seed_, uint64_t((step - 1) * geo_.global_batch + g), out);
+}
+
+StepResult Trainer::step(int64_t s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
+  const int dp_rank = grid_.dp().rank();
+  StepContext ctx = context(true);
+  timer_.enter(Phase::other);
+  store_.zero_grads();
+  double loss_sum = 0;
+  for (int64_t m = 0; m < geo_.accum; ++m) {
+    timer_.enter(Phase::data);
+    // Global sample order within a step: micro-batch m of rank r holds samples
+    // [(m * dp + r) * B, (m * dp + r + 1) * B).
+    const int64_t first = (m * geo_.dp + dp_rank) * B;
+    for (int64_t b = 0; b < B; ++b) {
+      int32_t* row = tokens_.i32() + b * (T + 1);
+      sample(s, first + b, row);
+      for (int64_t t = 0; t < T; ++t) {
+        inputs_.i32()[b * T + t] = row[t];
+        targets_.i32()[b * T + t] = row[t + 1];
+      }
+    }
+    timer_.enter(Phase::forward);
+    loss_sum += model_->forward(ctx, inputs_.i32(), targets_.i32());
+    timer_.enter(Phase::backward);
+    model_->backward(ctx);
+  }
+  timer_.enter(Phase::grad_sync);
+  grid_.dp().all_reduce(store_.grads(), store_.numel());
+  grid_.dp().all_reduce(&loss_sum, 1);
+  timer_.enter(Phase::optimizer);
+  StepResult r;
+  r.step = s;
+  r.loss = loss_sum / double(geo_.global_batch * T);
+  r.grad_norm = grad_norm(store_);
+  clip_grads(store_, r.grad_norm, grad_clip_);
+  r.lr = schedule_.at(s);
+  optim_->step(r.lr, s);
+  timer_.stop();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace tessera

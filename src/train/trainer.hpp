@@ -1,0 +1,69 @@
+// One training run's state and its step: data -> micro-batches forward/backward ->
+// gradient reduction over data-parallel ranks -> clipping -> AdamW. The same code runs with
+// one rank (the serial reference) or many.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/process_grid.hpp"
+#include "core/deck.hpp"
+#include "core/timer.hpp"
+#include "io/text_dataset.hpp"
+#include "model/transformer.hpp"
+#include "optim/adamw.hpp"
+#include "optim/lr_schedule.hpp"
+
+namespace tessera {
+
+struct BatchGeometry {
+  int64_t micro_batch = 0;   // sequences per micro-batch per rank
+  int64_t global_batch = 0;  // sequences per step over all ranks
+  int64_t accum = 0;         // micro-batches per step per rank
+  int64_t dp = 1;
+  static BatchGeometry from_deck(const Deck& deck, int64_t dp);
+};
+
+struct StepResult {
+  int64_t step = 0;
+  double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const Deck& deck, ProcessGrid& grid);
+
+  // Runs optimizer step number step (1-based).
+  StepResult step(int64_t step);
+  // The tokens of global sample g of step s: out[seq_len + 1].
+  void sample(int64_t step, int64_t g, int32_t* out) const;
+
+  const ModelConfig& config() const { return cfg_; }
+  const BatchGeometry& batch() const { return geo_; }
+  ParamStore& params() { return store_; }
+  Transformer& model() { return *model_; }
+  Allocator& allocator() { return alloc_; }
+  const PhaseTimer& timer() const { return timer_; }
+  StepContext context(bool training);
+  int64_t steps() const { return steps_; }
+
+ private:
+  ModelConfig cfg_;
+  BatchGeometry geo_;
+  ProcessGrid& grid_;
+  ParallelContext par_;
+  Allocator alloc_;
+  Scratch scratch_;
+  ParamStore store_;
+  std::unique_ptr<Transformer> model_;
+  std::unique_ptr<AdamW> optim_;
+  LrSchedule schedule_;
+  double grad_clip_ = 0;
+  uint64_t seed_ = 0;
+  int64_t steps_ = 0;
+  TextDataset data_;
+  Buffer tokens_, inputs_, targets_;  // one micro-batch
+  PhaseTimer timer_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,163 @@
+#!/usr/bin/python3
+"""Check a tessera reference dump against the independent PyTorch model (float64).
+
+usage: /usr/bin/python3 check_reference.py DUMP.h5 [--tol 1e-5]
+Exit status 0 only if every check passes.
+"""
+import argparse
+import os
+import sys
+
+import h5py
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from reference_model import Reference, lr_at  # noqa: E402
+
+TINY = 1e-30
+
+
+def read_config(f):
+    cfg = {}
+    for k, v in f.attrs.items():
+        if isinstance(v, bytes):
+            v = v.decode()
+        elif isinstance(v, np.ndarray) and v.size == 1:
+            v = v.reshape(()).item()
+        if isinstance(v, np.generic):
+            v = v.item()
+        if isinstance(v, bytes):
+            v = v.decode()
+        cfg[k] = v
+    return cfg
+
+
+def read_group(g):
+    return {name: g[name][()] for name in g.keys()}
+
+
+class Checker:
+    def __init__(self):
+        self.failed = 0
+        self.total = 0
+
+    def tensor(self, name, got, ref, tol, scale=None):
+        """Relative L2 error of got (tessera) against ref (reference), or against scale if given."""
+        got = np.asarray(got, dtype=np.float64)
+        ref = np.asarray(ref, dtype=np.float64)
+        if got.shape != ref.shape:
+            return self.result(False, f"{name:44s} shape {got.shape} != reference {ref.shape}")
+        diff = got - ref
+        err = np.linalg.norm(diff) / max(np.linalg.norm(ref) if scale is None else scale, TINY)
+        maxabs = np.abs(diff).max() if diff.size else 0.0
+        ok = bool(err <= tol)  # NaN fails
+        kind = "rel" if scale is None else "err/global"
+        return self.result(ok, f"{name:44s} {str(got.shape):18s} {kind} {err:.3e} maxabs {maxabs:.3e} (tol {tol:.0e})")
+
+    def result(self, ok, text):
+        self.total += 1
+        self.failed += not ok
+        print(("PASS " if ok else "FAIL ") + text)
+        return ok
+
+
+def grad_norms(model):
+    """({name: ||grad||}, global norm) of the current gradients."""
+    norms = {n: float(torch.linalg.vector_norm(p.grad)) for n, p in model.named().items()}
+    return norms, float(np.sqrt(sum(v * v for v in norms.values())))
+
+
+# A tensor whose reference gradient is below this fraction of the global norm has an
+# identically zero gradient (gpt2's attn.k.bias: softmax ignores a shift shared by all keys).
+# Its gradient in float32 is pure rounding noise, so it is judged relative to the global
+# norm, and its trained weights (noise amplified by Adam's normalisation) by a bound.
+ZERO_GRAD = 1e-9
+
+
+def check_batch(f, cfg, ck, tol):
+    """(a) logits, loss and gradients on /check/tokens at the /init weights."""
+    model = Reference(cfg, torch.float64)
+    model.load(read_group(f["init"]))
+    tokens = torch.as_tensor(f["check/tokens"][()].astype(np.int64))
+    loss = model.loss(tokens[:, :-1], tokens[:, 1:])
+    loss.backward()
+    with torch.no_grad():
+        logits = model(tokens[:, :-1])
+    print(f"-- check batch: tokens {tuple(tokens.shape)}")
+    ck.tensor("logits", f["check/logits"][()], logits.numpy(), tol)
+    ck.tensor("loss", f["check/loss"][()], loss.item(), tol)
+    grads = f["check/grad"]
+    norms, total = grad_norms(model)
+    for name, p in model.named().items():
+        if name not in grads:
+            ck.result(False, f"grad/{name}: missing from dump")
+            continue
+        scale = total if norms[name] <= ZERO_GRAD * total else None
+        ck.tensor("grad/" + name, grads[name][()], p.grad.numpy(), tol, scale)
+    for name in sorted(set(grads.keys()) - set(model.named())):
+        ck.result(False, f"grad/{name}: not a parameter of the reference model")
+
+
+def check_training(f, cfg, ck, tol):
+    """(b) S AdamW steps from /init on /train/tokens, compared step by step."""
+    model = Reference(cfg, torch.float64)
+    model.load(read_group(f["init"]))
+    opt = model.optimizer(cfg["lr"], cfg["beta1"], cfg["beta2"], cfg["eps"],
+                          cfg["weight_decay"], cfg["decay_embeddings"])
+    tokens = f["train/tokens"][()].astype(np.int64)
+    want_loss, want_lr, want_norm = (f["train/" + k][()] for k in ("loss", "lr", "grad_norm"))
+    steps = tokens.shape[0]
+    print(f"-- training: {steps} steps, tokens {tokens.shape[1:]}")
+    init = {n: p.detach().clone().numpy() for n, p in model.named().items()}
+    max_ratio = dict.fromkeys(init, 0.0)  # largest ||grad|| / global norm over the steps
+    lr_sum = 0.0
+    for s in range(steps):
+        lr = lr_at(s + 1, cfg["lr"], cfg["min_lr"], cfg["warmup"], cfg["total_steps"])
+        lr_sum += lr
+        loss, norm = model.train_step(opt, tokens[s], lr, cfg["grad_clip"])
+        norms, total = grad_norms(model)
+        for n, v in norms.items():
+            max_ratio[n] = max(max_ratio[n], v / max(total, TINY))
+        ck.tensor(f"step {s} lr", want_lr[s], lr, 1e-12)
+        ck.tensor(f"step {s} loss", want_loss[s], loss, tol)
+        ck.tensor(f"step {s} grad_norm", want_norm[s], norm, 10 * tol)
+    final = f["train/final"]
+    for name, p in model.named().items():
+        if name not in final:
+            ck.result(False, f"final/{name}: missing from dump")
+            continue
+        got = final[name][()]
+        if max_ratio[name] <= ZERO_GRAD:  # moved by rounding noise only: at most ~lr a step
+            drift = np.abs(got.astype(np.float64) - init[name]).max() if got.shape == init[name].shape else np.inf
+            ck.result(bool(drift <= 2 * lr_sum), f"{'final/' + name:44s} {str(got.shape):18s} "
+                      f"zero-gradient tensor: max drift {drift:.3e} <= 2*sum(lr) {2 * lr_sum:.3e}")
+            continue
+        ck.tensor("final/" + name, got, p.detach().numpy(), 10 * tol)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dump")
+    ap.add_argument("--tol", type=float, default=1e-5)
+    args = ap.parse_args()
+    torch.set_num_threads(max(1, min(8, os.cpu_count() or 1)))
+    ck = Checker()
+    with h5py.File(args.dump, "r") as f:
+        cfg = read_config(f)
+        print("config: " + " ".join(f"{k}={cfg[k]}" for k in sorted(cfg)))
+        try:
+            check_batch(f, cfg, ck, args.tol)
+            check_training(f, cfg, ck, args.tol)
+        except (KeyError, ValueError) as e:  # malformed dump: missing group, wrong shapes
+            ck.result(False, f"dump unreadable: {type(e).__name__}: {e}")
+    print(f"{ck.total - ck.failed} of {ck.total} checks passed")
+    if ck.failed:
+        print(f"reference: FAIL ({ck.failed} checks failed)")
+        return 1
+    print("reference: PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
