@@ -1,0 +1,110 @@
+// tessera-refdump: writes what the PyTorch reference needs to check tessera's serial model:
+// the initial weights, logits/loss/gradients on one batch, and train.steps AdamW steps with
+// their batches, losses, learning rates and gradient norms. Format: check_reference.py.
+//   tessera-refdump OUT.h5 DECK.in [--section.key=value ...]
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "app/errors.hpp"
+#include "core/deck.hpp"
+#include "io/h5.hpp"
+#include "train/trainer.hpp"
+
+namespace tessera {
+namespace {
+
+void write_config(H5File& f, const Deck& deck, const ModelConfig& c, int64_t steps) {
+  f.attr("arch", std::string(c.arch_name()));
+  f.attr("layers", c.layers);
+  f.attr("d_model", c.d_model);
+  f.attr("heads", c.heads);
+  f.attr("kv_heads", c.kv_heads);
+  f.attr("ffn_hidden", c.ffn_hidden);
+  f.attr("vocab", c.vocab);
+  f.attr("vocab_padded", c.vocab_padded);
+  f.attr("seq_len", c.seq_len);
+  f.attr("norm_eps", double(c.norm_eps));
+  f.attr("rope_theta", double(c.rope_theta));
+  f.attr("tie_embeddings", int64_t(c.tie_embeddings));
+  f.attr("init_std", double(c.init_std));
+  for (const char* k : {"lr", "min_lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip"})
+    f.attr(k, deck.real(std::string("optim.") + k));
+  f.attr("warmup", deck.integer("optim.warmup"));
+  f.attr("total_steps", steps);
+  f.attr("decay_embeddings", int64_t(deck.boolean("optim.decay_embeddings")));
+}
+
+void write_params(H5File& f, ParamStore& store, const std::string& group, bool grads) {
+  for (Param* p : store.params()) {
+    std::vector<int64_t> shape(p->global.dims.begin(), p->global.dims.begin() + p->global.ndim);
+    f.write(group + "/" + p->name, shape, grads ? p->grad.f32() : p->value.f32());
+  }
+}
+
+void dump(const std::string& out, const std::vector<std::string>& deck_args) {
+  const Deck deck = Deck::from_args(deck_args);
+  ProcessGrid grid(MPI_COMM_WORLD);
+  TESSERA_REQUIRE(grid.world().size() == 1, "tessera-refdump runs on one rank");
+  Trainer trainer(deck, grid);
+  const ModelConfig& c = trainer.config();
+  const int64_t T = c.seq_len, B = trainer.batch().micro_batch, G = trainer.batch().global_batch;
+  const int64_t S = trainer.steps();
+
+  H5File f = H5File::create(out);
+  write_config(f, deck, c, S);
+  write_params(f, trainer.params(), "/init", false);
+
+  // One batch at the initial weights: logits, mean loss, gradients.
+  std::vector<int32_t> tokens(size_t(B * (T + 1))), ids(size_t(B * T)), targets(size_t(B * T));
+  for (int64_t b = 0; b < B; ++b) {
+    trainer.sample(1, b, tokens.data() + b * (T + 1));
+    for (int64_t t = 0; t < T; ++t) {
+      ids[size_t(b * T + t)] = tokens[size_t(b * (T + 1) + t)];
+      targets[size_t(b * T + t)] = tokens[size_t(b * (T + 1) + t + 1)];
+    }
+  }
+  StepContext ctx = trainer.context(true);
+  ctx.loss_scale = float(1.0 / double(B * T));
+  std::vector<float> logits(size_t(B * T * c.vocab));
+  trainer.model().logits(ctx, ids.data(), logits.data());
+  trainer.params().zero_grads();
+  const double loss = trainer.model().forward(ctx, ids.data(), targets.data()) / double(B * T);
+  trainer.model().backward(ctx);
+  f.write("/check/tokens", {B, T + 1}, tokens.data());
+  f.write("/check/logits", {B, T, c.vocab}, logits.data());
+  f.write("/check/loss", {}, &loss);
+  write_params(f, trainer.params(), "/check/grad", true);
+
+  // S optimizer steps: the batches they saw and what they measured.
+  std::vector<int32_t> step_tokens(size_t(S * G * (T + 1)));
+  std::vector<double> losses, lrs, norms;
+  for (int64_t s = 1; s <= S; ++s) {
+    for (int64_t g = 0; g < G; ++g)
+      trainer.sample(s, g, step_tokens.data() + ((s - 1) * G + g) * (T + 1));
+    const StepResult r = trainer.step(s);
+    losses.push_back(r.loss);
+    lrs.push_back(r.lr);
+    norms.push_back(r.grad_norm);
+  }
+  f.write("/train/tokens", {S, G, T + 1}, step_tokens.data());
+  f.write("/train/loss", {S}, losses.data());
+  f.write("/train/lr", {S}, lrs.data());
+  f.write("/train/grad_norm", {S}, norms.data());
+  write_params(f, trainer.params(), "/train/final", false);
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  std::vector<std::string> args(argv, argv + argc);
+  return tessera::run_reporting_errors("tessera-refdump", [&] {
+    TESSERA_REQUIRE(args.size() >= 3, "usage: tessera-refdump OUT.h5 DECK.in [--section.key=value ...]");
+    const std::string out = args[1];
+    args.erase(args.begin() + 1);
+    tessera::dump(out, args);
+  });
+}
