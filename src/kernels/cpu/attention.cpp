@@ -7,7 +7,9 @@
 // Tiles are copied into zero-padded thread-local buffers so that every product is a small
 // dense GEMM over whole register blocks.
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -20,9 +22,36 @@
 namespace tessera::kernels {
 namespace {
 
-constexpr int64_t kTile = 64;         // query and key tile length
-constexpr int64_t kMR = 4, kNR = 16;  // GEMM register block; kTile % kNR == 0
+constexpr int64_t kTile = 64;  // query and key tile length
+#if defined(__AVX512F__)
+constexpr int64_t kMR = 8, kNR = 16;
+#elif defined(__AVX__)
+constexpr int64_t kMR = 4, kNR = 16;
+#else
+constexpr int64_t kMR = 4, kNR = 8;
+#endif  // GEMM register block; kTile % kNR == 0
 constexpr float kLowest = std::numeric_limits<float>::lowest();
+
+// exp(x) with relative error ~2e-7; x is clamped to [-87.3, 88] (so exp of a very negative
+// x is ~1e-38 rather than 0). Unlike std::exp it inlines and vectorises inside `omp simd`
+// loops, and never produces infinities, so it also holds under -ffast-math.
+inline float fast_exp(float x) {
+  x = std::min(std::max(x, -87.3f), 88.0f);
+  // x = n ln2 + r with |r| <= ln2/2; ln2 is split in two for an exact n * ln2_hi.
+  const float t = x * 1.44269504f;
+  const int32_t n = static_cast<int32_t>(t + (t >= 0.0f ? 0.5f : -0.5f));
+  const float fn = static_cast<float>(n);
+  const float r = (x - fn * 0.693359375f) + fn * 2.12194440e-4f;
+  // Cephes expf polynomial for exp(r) on [-ln2/2, ln2/2].
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * std::bit_cast<float>((n + 127) << 23);
+}
 
 int64_t round_up(int64_t x, int64_t m) {
   return (x + m - 1) / m * m;
@@ -66,7 +95,7 @@ void load_rows(const float* src, int64_t ld, int64_t n, int64_t padded_n, int64_
       const float* row = src + r * ld;
 #pragma omp simd
       for (int64_t d = 0; d < D; ++d) out[d] = alpha * row[d];
-      std::fill(out + D, out + Dp, 0.0f);
+      if (Dp > D) std::fill(out + D, out + Dp, 0.0f);
     } else {
       std::fill(out, out + Dp, 0.0f);
     }
@@ -76,13 +105,13 @@ void load_rows(const float* src, int64_t ld, int64_t n, int64_t padded_n, int64_
 // dst[d * kTile + c] = src[c * ld + d] for c < n, d < D; zero for c < padded_n, d < Dp.
 void load_transposed(const float* src, int64_t ld, int64_t n, int64_t padded_n, int64_t D,
                      int64_t Dp, float* dst) {
-  for (int64_t d = D; d < Dp; ++d) std::fill_n(dst + d * kTile, padded_n, 0.0f);
-  for (int64_t c = 0; c < padded_n; ++c) {
-    if (c < n) {
-      const float* row = src + c * ld;
-      for (int64_t d = 0; d < D; ++d) dst[d * kTile + c] = row[d];
+  for (int64_t d = 0; d < Dp; ++d) {
+    float* out = dst + d * kTile;
+    if (d < D) {
+      for (int64_t c = 0; c < n; ++c) out[c] = src[c * ld + d];
+      if (padded_n > n) std::fill(out + n, out + padded_n, 0.0f);
     } else {
-      for (int64_t d = 0; d < D; ++d) dst[d * kTile + c] = 0.0f;
+      std::fill(out, out + padded_n, 0.0f);
     }
   }
 }
@@ -97,12 +126,14 @@ void gemm_tile(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, con
       float acc[kMR][kNR] = {};
       for (int64_t p = 0; p < k; ++p) {
         const float* b = B + p * ldb + j;
+#pragma GCC unroll 8
         for (int64_t ii = 0; ii < kMR; ++ii) {
           const float a = TransA ? A[p * lda + i + ii] : A[(i + ii) * lda + p];
 #pragma omp simd
           for (int64_t jj = 0; jj < kNR; ++jj) acc[ii][jj] += a * b[jj];
         }
       }
+#pragma GCC unroll 8
       for (int64_t ii = 0; ii < kMR; ++ii) {
         float* c = C + (i + ii) * ldc + j;
 #pragma omp simd
@@ -147,14 +178,16 @@ void forward_tile(const float* q, const float* k, const float* v, float* out, fl
       const int64_t nc = causal_count(Q.start + r, K.start, K.n);
       float* s = ws.S.data() + r * kTile;
       float mx = ws.m[r];
+#pragma omp simd reduction(max : mx)
       for (int64_t c = 0; c < nc; ++c) mx = std::max(mx, s[c]);
-      const float corr = std::exp(ws.m[r] - mx);
+      const float corr = fast_exp(ws.m[r] - mx);
       float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
       for (int64_t c = 0; c < nc; ++c) {
-        s[c] = std::exp(s[c] - mx);
+        s[c] = fast_exp(s[c] - mx);
         sum += s[c];
       }
-      std::fill(s + nc, s + K.n_cols, 0.0f);
+      if (nc < K.n_cols) std::fill(s + nc, s + K.n_cols, 0.0f);
       ws.l[r] = ws.l[r] * corr + sum;
       ws.m[r] = mx;
       if (corr != 1.0f) {
@@ -234,12 +267,15 @@ void probs_and_dscores(const BackwardArgs& a, int64_t b, int64_t h, const TileRa
     const float L = a.lse[G.stat_at(b, h, i)], Di = a.dvec[G.stat_at(b, h, i)];
     float* p = ws.P.data() + r * kTile;
     float* ds = ws.dS.data() + r * kTile;
+#pragma omp simd
     for (int64_t c = 0; c < nc; ++c) {
-      p[c] = std::exp(a.scale * p[c] - L);
+      p[c] = fast_exp(a.scale * p[c] - L);
       ds[c] = a.scale * p[c] * (ds[c] - Di);
     }
-    std::fill(p + nc, p + K.n_cols, 0.0f);
-    std::fill(ds + nc, ds + K.n_cols, 0.0f);
+    if (nc < K.n_cols) {
+      std::fill(p + nc, p + K.n_cols, 0.0f);
+      std::fill(ds + nc, ds + K.n_cols, 0.0f);
+    }
   }
 }
 

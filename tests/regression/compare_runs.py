@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""Compares the per-step losses and gradient norms of two tessera runs (metrics.jsonl).
+
+usage: compare_runs.py REFERENCE_DIR RUN_DIR [--rtol 1e-5]
+Exit 0 and 'runs: MATCH' when every step agrees to rtol; 'runs: DIFFER' otherwise.
+"""
+import argparse
+import json
+import sys
+
+
+def load(path):
+    with open(path + "/metrics.jsonl") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("reference")
+    ap.add_argument("run")
+    ap.add_argument("--rtol", type=float, default=1e-5)
+    a = ap.parse_args()
+    ref, run = load(a.reference), load(a.run)
+    bad = 0
+    if len(ref) != len(run) or not ref:
+        print(f"step counts differ or empty: {len(ref)} vs {len(run)}")
+        bad += 1
+    for r, s in zip(ref, run):
+        for key, tol in (("loss", a.rtol), ("grad_norm", 10 * a.rtol)):
+            rel = abs(r[key] - s[key]) / max(abs(r[key]), 1e-30)
+            ok = rel <= tol
+            bad += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} step {r['step']:3d} {key:9s} "
+                  f"{r[key]:.9g} vs {s[key]:.9g} rel {rel:.2e} (tol {tol:.0e})")
+    print("runs: MATCH" if bad == 0 else f"runs: DIFFER ({bad} values)")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Layout invariance: a run on NP ranks reproduces the serial run's losses and grad norms.
+# usage: same_as_serial.sh WORKDIR "MPIEXEC..." NP PYTHON TESSERA DECK [overrides...]
+# The serial run uses the same deck and overrides with micro-batches accumulated on one rank.
+set -euo pipefail
+work=$1 mpiexec=$2 np=$3 python=$4 tessera=$5
+shift 5
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work" && mkdir -p "$work"
+OMP_NUM_THREADS=1 "$tessera" "$@" --output.dir="$work/serial" --hardware.peak_flops=1e9 \
+  --output.echo_deck=false > "$work/serial.log"
+OMP_NUM_THREADS=1 $mpiexec "$np" "$tessera" "$@" --output.dir="$work/np$np" \
+  --hardware.peak_flops=1e9 --output.echo_deck=false > "$work/np$np.log"
+"$python" "$here/compare_runs.py" "$work/serial" "$work/np$np"
