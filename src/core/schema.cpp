@@ -94,6 +94,7 @@ std::vector<KeySpec> build_schema() {
 std::string format_bound(double x) {
   if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
   std::ostringstream os;
+  os.precision(15);
   os << x;
   return os.str();
 }
