@@ -89,7 +89,8 @@ void cross_entropy_fused(float* logits, const int32_t* targets, float* losses, i
 // One AdamW step with decoupled weight decay on n elements (PyTorch's torch.optim.AdamW).
 struct AdamWArgs {
   float lr, beta1, beta2, eps, weight_decay;
-  int64_t step;  // 1-based, for bias correction
+  int64_t step;             // 1-based, for bias correction
+  float grad_scale = 1.0f;  // g is used as grad_scale * g (gradient clipping, fused)
 };
 void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a);
 

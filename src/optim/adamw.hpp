@@ -17,8 +17,9 @@ class AdamW {
  public:
   AdamW(ParamStore& store, Allocator& alloc, AdamWConfig cfg);
 
-  // One update with learning rate lr; step is 1-based.
-  void step(double lr, int64_t step);
+  // One update with learning rate lr; step is 1-based. Gradients are used multiplied by
+  // grad_scale (the clipping factor), without a separate pass over them.
+  void step(double lr, int64_t step, float grad_scale = 1.0f);
   bool decays(const Param& p) const;
 
   float* m() const { return m_.f32(); }
@@ -32,8 +33,8 @@ class AdamW {
 
 // L2 norm of all gradients in the store (fp64 accumulation).
 double grad_norm(const ParamStore& store);
-// Scales gradients so their norm is at most clip (torch.nn.utils.clip_grad_norm_'s rule);
-// clip <= 0 does nothing.
-void clip_grads(ParamStore& store, double norm, double clip);
+// The factor that brings the gradient norm down to clip (torch.nn.utils.clip_grad_norm_'s
+// rule: clip / (norm + 1e-6) when that is below 1); 1 when clip <= 0.
+float clip_factor(double norm, double clip);
 
 }  // namespace tessera

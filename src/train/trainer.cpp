@@ -97,9 +97,8 @@ StepResult Trainer::step(int64_t s) {
   r.step = s;
   r.loss = loss_sum / double(geo_.global_batch * T);
   r.grad_norm = grad_norm(store_);
-  clip_grads(store_, r.grad_norm, grad_clip_);
   r.lr = schedule_.at(s);
-  optim_->step(r.lr, s);
+  optim_->step(r.lr, s, clip_factor(r.grad_norm, grad_clip_));
   timer_.stop();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;

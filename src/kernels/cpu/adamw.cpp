@@ -13,8 +13,9 @@ void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWA
   const float decay = 1.0f - a.lr * a.weight_decay;
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    m[i] = a.beta1 * m[i] + (1.0f - a.beta1) * g[i];
-    v[i] = a.beta2 * v[i] + (1.0f - a.beta2) * g[i] * g[i];
+    const float gi = a.grad_scale * g[i];
+    m[i] = a.beta1 * m[i] + (1.0f - a.beta1) * gi;
+    v[i] = a.beta2 * v[i] + (1.0f - a.beta2) * gi * gi;
     const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + a.eps;
     p[i] = p[i] * decay - step_size * m[i] / denom;
   }

@@ -10,7 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <limits>
+#include <cstring>
 #include <vector>
 
 #include "kernels/kernels.hpp"
@@ -23,34 +23,68 @@ namespace tessera::kernels {
 namespace {
 
 constexpr int64_t kTile = 64;  // query and key tile length
+// Register block of the tile GEMMs (kMR rows x kNR columns of accumulators), sized to the
+// vector register file; kTile must be a multiple of both.
 #if defined(__AVX512F__)
 constexpr int64_t kMR = 8, kNR = 16;
 #elif defined(__AVX__)
 constexpr int64_t kMR = 4, kNR = 16;
 #else
 constexpr int64_t kMR = 4, kNR = 8;
-#endif  // GEMM register block; kTile % kNR == 0
-constexpr float kLowest = std::numeric_limits<float>::lowest();
+#endif
 
-// exp(x) with relative error ~2e-7; x is clamped to [-87.3, 88] (so exp of a very negative
-// x is ~1e-38 rather than 0). Unlike std::exp it inlines and vectorises inside `omp simd`
-// loops, and never produces infinities, so it also holds under -ffast-math.
-inline float fast_exp(float x) {
-  x = std::min(std::max(x, -87.3f), 88.0f);
-  // x = n ln2 + r with |r| <= ln2/2; ln2 is split in two for an exact n * ln2_hi.
-  const float t = x * 1.44269504f;
-  const int32_t n = static_cast<int32_t>(t + (t >= 0.0f ? 0.5f : -0.5f));
-  const float fn = static_cast<float>(n);
-  const float r = (x - fn * 0.693359375f) + fn * 2.12194440e-4f;
+// Eight-lane float/int vectors (GCC/Clang vector extension), lowered to whatever vector
+// registers the target has. The softmax exponentials use them because GCC does not vectorise
+// a clamped exp written as a plain loop.
+using vfloat = float __attribute__((vector_size(32)));
+using vint = int32_t __attribute__((vector_size(32)));
+constexpr int64_t kLanes = 8;  // kNR is a multiple of it
+
+inline vfloat vload(const float* p) {
+  vfloat v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void vstore(float* p, vfloat v) {
+  std::memcpy(p, &v, sizeof v);
+}
+inline vfloat vsplat(float x) {
+  return vfloat{} + x;
+}
+// mask ? a : b per lane; mask lanes are 0 or -1 (what vector comparisons return).
+inline vfloat vselect(vint mask, vfloat a, vfloat b) {
+  return std::bit_cast<vfloat>((mask & std::bit_cast<vint>(a)) | (~mask & std::bit_cast<vint>(b)));
+}
+// Lanes c0 .. c0 + 7 that are < n.
+inline vint lanes_below(int64_t c0, int64_t n) {
+  const vint lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  return lane < (vint{} + static_cast<int32_t>(n - c0));
+}
+inline float hsum(vfloat v) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < kLanes; ++i) s += v[i];
+  return s;
+}
+
+// exp(x) per lane with relative error ~1e-7; x is clamped to [-87.3, 88], so exp of a very
+// negative x is ~1e-38 rather than 0 (callers zero masked lanes themselves).
+inline vfloat vexp(vfloat x) {
+  x = vselect(x < vsplat(-87.3f), vsplat(-87.3f), x);
+  x = vselect(x > vsplat(88.0f), vsplat(88.0f), x);
+  // x = n ln2 + r with n = round(x / ln2), |r| <= ln2/2 (the +128 keeps the value being
+  // truncated positive); ln2 is split in two so that n * ln2_hi is exact.
+  const vint n = __builtin_convertvector(x * 1.44269504f + 128.5f, vint) - 128;
+  const vfloat fn = __builtin_convertvector(n, vfloat);
+  const vfloat r = (x - fn * 0.693359375f) + fn * 2.12194440e-4f;
   // Cephes expf polynomial for exp(r) on [-ln2/2, ln2/2].
-  float p = 1.9875691500e-4f;
+  vfloat p = vsplat(1.9875691500e-4f);
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  return p * std::bit_cast<float>((n + 127) << 23);
+  return p * std::bit_cast<vfloat>((n + 127) << 23);
 }
 
 int64_t round_up(int64_t x, int64_t m) {
@@ -165,7 +199,6 @@ void forward_tile(const float* q, const float* k, const float* v, float* out, fl
   // The scale is folded into the query copy.
   load_rows(q + G.q_at(b, Q.start, h), G.Hq * D, Q.n, Q.n_rows, D, Dp, scale, ws.Qs.data());
   std::fill(ws.O.begin(), ws.O.end(), 0.0f);
-  std::fill(ws.m.begin(), ws.m.end(), kLowest);
   std::fill(ws.l.begin(), ws.l.end(), 0.0f);
   for (int64_t jb = 0; jb <= ib; ++jb) {
     const TileRange K(G.T, jb);
@@ -177,20 +210,19 @@ void forward_tile(const float* q, const float* k, const float* v, float* out, fl
     for (int64_t r = 0; r < Q.n; ++r) {
       const int64_t nc = causal_count(Q.start + r, K.start, K.n);
       float* s = ws.S.data() + r * kTile;
-      float mx = ws.m[r];
+      float mx = jb == 0 ? s[0] : ws.m[r];  // running max; nc >= 1
 #pragma omp simd reduction(max : mx)
-      for (int64_t c = 0; c < nc; ++c) mx = std::max(mx, s[c]);
-      const float corr = fast_exp(ws.m[r] - mx);
-      float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t c = 0; c < nc; ++c) {
-        s[c] = fast_exp(s[c] - mx);
-        sum += s[c];
+      for (int64_t c = 0; c < nc; ++c) mx = s[c] > mx ? s[c] : mx;
+      const float corr = jb == 0 ? 0.0f : std::exp(ws.m[r] - mx);
+      vfloat sum = {};
+      for (int64_t c0 = 0; c0 < K.n_cols; c0 += kLanes) {
+        const vfloat e = vselect(lanes_below(c0, nc), vexp(vload(s + c0) - mx), vfloat{});
+        vstore(s + c0, e);
+        sum += e;
       }
-      if (nc < K.n_cols) std::fill(s + nc, s + K.n_cols, 0.0f);
-      ws.l[r] = ws.l[r] * corr + sum;
+      ws.l[r] = ws.l[r] * corr + hsum(sum);
       ws.m[r] = mx;
-      if (corr != 1.0f) {
+      if (jb > 0 && corr != 1.0f) {
         float* o = ws.O.data() + r * Dp;
 #pragma omp simd
         for (int64_t d = 0; d < Dp; ++d) o[d] *= corr;
@@ -264,17 +296,14 @@ void probs_and_dscores(const BackwardArgs& a, int64_t b, int64_t h, const TileRa
   // Padding rows (r >= Q.n) are zero already: their Qs and dOs rows are zero.
   for (int64_t r = 0; r < Q.n; ++r) {
     const int64_t i = Q.start + r, nc = causal_count(i, K.start, K.n);
-    const float L = a.lse[G.stat_at(b, h, i)], Di = a.dvec[G.stat_at(b, h, i)];
+    const float L = a.lse[G.stat_at(b, h, i)], Di = a.dvec[G.stat_at(b, h, i)], scale = a.scale;
     float* p = ws.P.data() + r * kTile;
     float* ds = ws.dS.data() + r * kTile;
-#pragma omp simd
-    for (int64_t c = 0; c < nc; ++c) {
-      p[c] = fast_exp(a.scale * p[c] - L);
-      ds[c] = a.scale * p[c] * (ds[c] - Di);
-    }
-    if (nc < K.n_cols) {
-      std::fill(p + nc, p + K.n_cols, 0.0f);
-      std::fill(ds + nc, ds + K.n_cols, 0.0f);
+    for (int64_t c0 = 0; c0 < K.n_cols; c0 += kLanes) {
+      const vint keep = lanes_below(c0, nc);
+      const vfloat e = vselect(keep, vexp(vload(p + c0) * scale - L), vfloat{});
+      vstore(p + c0, e);
+      vstore(ds + c0, vselect(keep, scale * e * (vload(ds + c0) - Di), vfloat{}));
     }
   }
 }

@@ -15,10 +15,10 @@ void check(cudaError_t e, const char* what) {
 
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, float lr,
                              float beta1, float beta2, float eps, float decay, float step_size,
-                             float inv_sqrt_bc2) {
+                             float inv_sqrt_bc2, float grad_scale) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const float gi = g[i];
+    const float gi = grad_scale * g[i];
     const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
     const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     m[i] = mi;
@@ -42,7 +42,7 @@ void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWA
   const int blocks = int(std::min<int64_t>((n + threads - 1) / threads, 65535));
   adamw_kernel<<<blocks, threads>>>(p, g, m, v, n, a.lr, a.beta1, a.beta2, a.eps,
                                     1.0f - a.lr * a.weight_decay, float(a.lr / bc1),
-                                    float(1.0 / std::sqrt(bc2)));
+                                    float(1.0 / std::sqrt(bc2)), a.grad_scale);
   check(cudaGetLastError(), "adamw kernel launch");
 }
 
