@@ -136,6 +136,9 @@ Deck Deck::from_args(const std::vector<std::string>& args) {
   std::vector<std::string> overrides;
   std::string deck_path;
   for (size_t i = 1; i < args.size(); ++i) {
+    TESSERA_REQUIRE(args[i].rfind("--", 0) == 0 || args[i].rfind("-", 0) != 0,
+                    "command-line argument '", args[i],
+                    "' is not understood; overrides are written --section.key=value");
     if (args[i].rfind("--", 0) == 0) {
       overrides.push_back(args[i]);
     } else {
@@ -172,7 +175,10 @@ Deck Deck::from_text(const std::string& ini_text, const std::vector<std::string>
   }
   try {
     std::vector<std::string> args(overrides);
-    collect(po::command_line_parser(args).options(desc).allow_unregistered().run(),
+    // No prefix guessing: --train.step must not silently mean --train.steps.
+    const int style = po::command_line_style::default_style &
+                      ~po::command_line_style::allow_guessing;
+    collect(po::command_line_parser(args).options(desc).style(style).allow_unregistered().run(),
             "command line", given);
   } catch (const po::error& e) {
     TESSERA_REQUIRE(false, "cannot parse command line: ", e.what());
@@ -184,7 +190,9 @@ Deck Deck::from_text(const std::string& ini_text, const std::vector<std::string>
     if (it == given.end()) {
       TESSERA_REQUIRE(!k.required, "required deck key ", k.name(), " is missing from '",
                       origin, "' (", k.help, ")");
-      d.values_[k.name()] = k.default_value;
+      // Defaults go through the same canonicalisation as given values.
+      d.values_[k.name()] = k.default_value.empty() ? k.default_value
+                                                    : validate(k, k.default_value, "default");
     } else {
       d.values_[k.name()] = validate(k, it->second.first, it->second.second);
     }
@@ -229,12 +237,16 @@ namespace {
 std::string json_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
     }
-    out += c;
   }
   return out;
 }

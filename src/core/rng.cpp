@@ -19,7 +19,7 @@ Philox4x32 philox(Philox4x32 c, std::array<uint32_t, 2> k) {
 }
 
 uint64_t hash_name(std::string_view name) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;
   for (unsigned char ch : name) {
     h ^= ch;
     h *= 1099511628211ull;

@@ -4,6 +4,8 @@
 // The forward walks 64x64 query/key tiles with an online softmax and saves only out and lse.
 // The backward recomputes each probability tile P = exp(S - lse) and applies
 //   dV += P^T dO,  dS = P * (dO V^T - rowsum(dO * out)),  dQ += scale dS K,  dK += scale dS^T Q.
+// Both passes compute S as (scale Q) K^T with the same code, so the backward recomputes
+// exactly the scores that the forward's lse normalised.
 // Tiles are copied into zero-padded thread-local buffers so that every product is a small
 // dense GEMM over whole register blocks.
 #include <algorithm>
@@ -32,13 +34,18 @@ constexpr int64_t kMR = 4, kNR = 16;
 #else
 constexpr int64_t kMR = 4, kNR = 8;
 #endif
+static_assert(kTile % kNR == 0 && kNR % kMR == 0);
 
-// Eight-lane float/int vectors (GCC/Clang vector extension), lowered to whatever vector
-// registers the target has. The softmax exponentials use them because GCC does not vectorise
-// a clamped exp written as a plain loop.
-using vfloat = float __attribute__((vector_size(32)));
-using vint = int32_t __attribute__((vector_size(32)));
-constexpr int64_t kLanes = 8;  // kNR is a multiple of it
+// Float/int vectors of the target's width (GCC/Clang vector extension). The softmax
+// exponentials use them because GCC does not vectorise a clamped exp written as a plain loop.
+#if defined(__AVX__)
+constexpr int64_t kLanes = 8;
+#else
+constexpr int64_t kLanes = 4;
+#endif
+static_assert(kNR % kLanes == 0);
+using vfloat = float __attribute__((vector_size(4 * kLanes)));
+using vint = int32_t __attribute__((vector_size(4 * kLanes)));
 
 inline vfloat vload(const float* p) {
   vfloat v;
@@ -55,15 +62,21 @@ inline vfloat vsplat(float x) {
 inline vfloat vselect(vint mask, vfloat a, vfloat b) {
   return std::bit_cast<vfloat>((mask & std::bit_cast<vint>(a)) | (~mask & std::bit_cast<vint>(b)));
 }
-// Lanes c0 .. c0 + 7 that are < n.
+// Lanes c0 .. c0 + kLanes - 1 that are < n.
 inline vint lanes_below(int64_t c0, int64_t n) {
-  const vint lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  vint lane;
+  for (int32_t i = 0; i < kLanes; ++i) lane[i] = i;
   return lane < (vint{} + static_cast<int32_t>(n - c0));
 }
 inline float hsum(vfloat v) {
   float s = 0.0f;
   for (int64_t i = 0; i < kLanes; ++i) s += v[i];
   return s;
+}
+inline float hmax(vfloat v) {
+  float m = v[0];
+  for (int64_t i = 1; i < kLanes; ++i) m = std::max(m, v[i]);
+  return m;
 }
 
 // exp(x) per lane with relative error ~1e-7; x is clamped to [-87.3, 88], so exp of a very
@@ -98,7 +111,7 @@ int64_t num_tiles(int64_t T) {
 // the register block width: the row stride of the local tile buffers.
 struct Geometry {
   int64_t T, Hq, Hkv, D, Dp, group;
-  Geometry(const AttnShape& s)
+  explicit Geometry(const AttnShape& s)
       : T(s.T), Hq(s.Hq), Hkv(s.Hkv), D(s.D), Dp(round_up(s.D, kNR)), group(s.Hq / s.Hkv) {}
   int64_t q_at(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * Hq + h) * D; }
   int64_t kv_at(int64_t b, int64_t t, int64_t g) const { return ((b * T + t) * Hkv + g) * D; }
@@ -210,9 +223,12 @@ void forward_tile(const float* q, const float* k, const float* v, float* out, fl
     for (int64_t r = 0; r < Q.n; ++r) {
       const int64_t nc = causal_count(Q.start + r, K.start, K.n);
       float* s = ws.S.data() + r * kTile;
-      float mx = jb == 0 ? s[0] : ws.m[r];  // running max; nc >= 1
-#pragma omp simd reduction(max : mx)
-      for (int64_t c = 0; c < nc; ++c) mx = s[c] > mx ? s[c] : mx;
+      vfloat vmx = vsplat(jb == 0 ? s[0] : ws.m[r]);  // running max; nc >= 1
+      for (int64_t c0 = 0; c0 < K.n_cols; c0 += kLanes) {
+        const vfloat x = vload(s + c0);
+        vmx = vselect(lanes_below(c0, nc) & (x > vmx), x, vmx);
+      }
+      const float mx = hmax(vmx);
       const float corr = jb == 0 ? 0.0f : std::exp(ws.m[r] - mx);
       vfloat sum = {};
       for (int64_t c0 = 0; c0 < K.n_cols; c0 += kLanes) {
@@ -250,8 +266,8 @@ struct BackwardArgs {
   float scale;
 };
 
-// Per-thread tile buffers: the current query tile (Qs, dOs), key tile (KT, VT, Ks), the
-// score tiles (P, dS) and the gradient accumulators.
+// Per-thread tile buffers: the current query tile (Qs = scale * q, dOs), key tile (KT, VT,
+// Ks), the score tiles (P, dS) and the gradient accumulators.
 struct BackwardScratch {
   std::vector<float> Qs, dOs, KT, VT, Ks, P, dS, dK, dV, dQ;
   explicit BackwardScratch(int64_t Dp)
@@ -270,7 +286,8 @@ struct BackwardScratch {
 void load_query_tile(const BackwardArgs& a, int64_t b, int64_t h, const TileRange& Q,
                      BackwardScratch& ws) {
   const Geometry& G = a.G;
-  load_rows(a.q + G.q_at(b, Q.start, h), G.Hq * G.D, Q.n, Q.n_rows, G.D, G.Dp, 1.0f, ws.Qs.data());
+  load_rows(a.q + G.q_at(b, Q.start, h), G.Hq * G.D, Q.n, Q.n_rows, G.D, G.Dp, a.scale,
+            ws.Qs.data());
   load_rows(a.dout + G.q_at(b, Q.start, h), G.Hq * G.D, Q.n, Q.n_rows, G.D, G.Dp, 1.0f,
             ws.dOs.data());
 }
@@ -285,7 +302,7 @@ void load_key_tile(const BackwardArgs& a, int64_t b, int64_t g, const TileRange&
 }
 
 // For the loaded query tile (head h) against the loaded key tile: P = exp(scale Q K^T - lse)
-// and dS = scale * P * (dO V^T - Dvec), zero where masked or padded.
+// and dS = P * (dO V^T - Dvec) (without the factor scale), zero where masked or padded.
 void probs_and_dscores(const BackwardArgs& a, int64_t b, int64_t h, const TileRange& Q,
                        const TileRange& K, BackwardScratch& ws) {
   const Geometry& G = a.G;
@@ -296,19 +313,19 @@ void probs_and_dscores(const BackwardArgs& a, int64_t b, int64_t h, const TileRa
   // Padding rows (r >= Q.n) are zero already: their Qs and dOs rows are zero.
   for (int64_t r = 0; r < Q.n; ++r) {
     const int64_t i = Q.start + r, nc = causal_count(i, K.start, K.n);
-    const float L = a.lse[G.stat_at(b, h, i)], Di = a.dvec[G.stat_at(b, h, i)], scale = a.scale;
+    const float L = a.lse[G.stat_at(b, h, i)], Di = a.dvec[G.stat_at(b, h, i)];
     float* p = ws.P.data() + r * kTile;
     float* ds = ws.dS.data() + r * kTile;
     for (int64_t c0 = 0; c0 < K.n_cols; c0 += kLanes) {
       const vint keep = lanes_below(c0, nc);
-      const vfloat e = vselect(keep, vexp(vload(p + c0) * scale - L), vfloat{});
+      const vfloat e = vselect(keep, vexp(vload(p + c0) - L), vfloat{});
       vstore(p + c0, e);
-      vstore(ds + c0, vselect(keep, scale * e * (vload(ds + c0) - Di), vfloat{}));
+      vstore(ds + c0, vselect(keep, e * (vload(ds + c0) - Di), vfloat{}));
     }
   }
 }
 
-// dV += P^T dO and dK += dS^T Q into the key-tile accumulators.
+// dV += P^T dO and dK += dS^T (scale Q) into the key-tile accumulators.
 void accumulate_dkdv(const BackwardArgs& a, const TileRange& Q, const TileRange& K,
                      BackwardScratch& ws) {
   const int64_t Dp = a.G.Dp;
@@ -318,7 +335,7 @@ void accumulate_dkdv(const BackwardArgs& a, const TileRange& Q, const TileRange&
                         Dp);
 }
 
-// ws.dQ = (or +=) dS K for the query tile.
+// ws.dQ = (or +=) dS K for the query tile; the factor scale is applied when it is stored.
 template <bool Accumulate>
 void product_dq(const BackwardArgs& a, const TileRange& Q, const TileRange& K,
                 BackwardScratch& ws) {
@@ -327,15 +344,16 @@ void product_dq(const BackwardArgs& a, const TileRange& Q, const TileRange& K,
                                ws.dQ.data(), Dp);
 }
 
-// Writes (Add = false) or adds (Add = true) the first n rows, D columns of a local tile to
-// the strided rows of a global tensor.
+// Writes (Add = false) or adds (Add = true) alpha times the first n rows, D columns of a
+// local tile to the strided rows of a global tensor.
 template <bool Add>
-void store_rows(const float* tile, int64_t Dp, int64_t n, int64_t D, float* dst, int64_t ld) {
+void store_rows(const float* tile, int64_t Dp, int64_t n, int64_t D, float alpha, float* dst,
+                int64_t ld) {
   for (int64_t r = 0; r < n; ++r) {
     const float* src = tile + r * Dp;
     float* out = dst + r * ld;
 #pragma omp simd
-    for (int64_t d = 0; d < D; ++d) out[d] = Add ? out[d] + src[d] : src[d];
+    for (int64_t d = 0; d < D; ++d) out[d] = Add ? out[d] + alpha * src[d] : alpha * src[d];
   }
 }
 
@@ -411,10 +429,11 @@ void attention_backward(const float* dout, const float* q, const float* k, const
                 probs_and_dscores(a, b, h, Q, K, ws);
                 accumulate_dkdv(a, Q, K, ws);
                 product_dq<false>(a, Q, K, ws);
-                store_rows<true>(ws.dQ.data(), G.Dp, Q.n, D, dq + G.q_at(b, Q.start, h), q_ld);
+                store_rows<true>(ws.dQ.data(), G.Dp, Q.n, D, s.scale, dq + G.q_at(b, Q.start, h),
+                                 q_ld);
               }
-            store_rows<false>(ws.dK.data(), G.Dp, K.n, D, dk + G.kv_at(b, K.start, g), kv_ld);
-            store_rows<false>(ws.dV.data(), G.Dp, K.n, D, dv + G.kv_at(b, K.start, g), kv_ld);
+            store_rows<false>(ws.dK.data(), G.Dp, K.n, D, 1.0f, dk + G.kv_at(b, K.start, g), kv_ld);
+            store_rows<false>(ws.dV.data(), G.Dp, K.n, D, 1.0f, dv + G.kv_at(b, K.start, g), kv_ld);
           }
         }
     }
@@ -440,11 +459,12 @@ void attention_backward(const float* dout, const float* q, const float* k, const
               probs_and_dscores(a, b, h, Q, K, ws);
               accumulate_dkdv(a, Q, K, ws);
             }
-          store_rows<false>(ws.dK.data(), G.Dp, K.n, D, dk + G.kv_at(b, K.start, g), kv_ld);
-          store_rows<false>(ws.dV.data(), G.Dp, K.n, D, dv + G.kv_at(b, K.start, g), kv_ld);
+          store_rows<false>(ws.dK.data(), G.Dp, K.n, D, 1.0f, dk + G.kv_at(b, K.start, g), kv_ld);
+          store_rows<false>(ws.dV.data(), G.Dp, K.n, D, 1.0f, dv + G.kv_at(b, K.start, g), kv_ld);
         }
-        // dq: one work item per query tile; later query tiles see more keys.
+
 #pragma omp for collapse(3) schedule(dynamic, 1)
+    // dq: one work item per query tile; later query tiles see more keys.
     for (int64_t t = 0; t < nt; ++t)
       for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < Hq; ++h) {
@@ -458,7 +478,7 @@ void attention_backward(const float* dout, const float* q, const float* k, const
             probs_and_dscores(a, b, h, Q, K, ws);
             product_dq<true>(a, Q, K, ws);
           }
-          store_rows<false>(ws.dQ.data(), G.Dp, Q.n, D, dq + G.q_at(b, Q.start, h), q_ld);
+          store_rows<false>(ws.dQ.data(), G.Dp, Q.n, D, s.scale, dq + G.q_at(b, Q.start, h), q_ld);
         }
   }
 }

@@ -1,0 +1,613 @@
+// Tests every CPU kernel of kernels/kernels.hpp except attention (see test_attention.cpp)
+// against naive loops in double precision. Backward kernels are checked against central
+// differences of the double-precision forward, so the reference gradients do not share a
+// derivation with the code under test. fp32 results must agree to a relative ~1e-5.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.hpp"
+
+namespace tessera::kernels {
+namespace {
+
+using DVec = std::vector<double>;
+using FVec = std::vector<float>;
+
+constexpr double kRel = 1e-5;  // relative tolerance of fp32 results
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+FVec randn(int64_t n, uint32_t seed, double stddev = 1.0, double mean = 0.0) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<double> dist(mean, stddev);
+  FVec v(static_cast<size_t>(n));
+  for (float& x : v) x = float(dist(gen));
+  return v;
+}
+
+DVec to_double(const FVec& v) {
+  return DVec(v.begin(), v.end());
+}
+
+double max_abs(const DVec& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// Every element: |got - want| <= rtol * |want| + atol; atol < 0 means rtol * max|want|, i.e.
+// an error relative to the tensor's scale for elements that cancel to near zero.
+void expect_close(const float* got, const DVec& want, double rtol, double atol,
+                  const std::string& what) {
+  if (atol < 0) atol = rtol * max_abs(want);
+  int reported = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double err = std::abs(double(got[i]) - want[i]);
+    if (!(err <= rtol * std::abs(want[i]) + atol)) {
+      ADD_FAILURE() << what << "[" << i << "] = " << got[i] << ", expected " << want[i]
+                    << " (error " << err << ", rtol " << rtol << ", atol " << atol << ")";
+      if (++reported == 5) return;
+    }
+  }
+}
+void expect_close(const FVec& got, const DVec& want, double rtol, double atol,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  expect_close(got.data(), want, rtol, atol, what);
+}
+
+// d/dx of sum(dy * f(x)) by central differences in double precision.
+DVec numeric_vjp(const std::function<DVec(const DVec&)>& f, DVec x, const DVec& dy,
+                 double h = 1e-5) {
+  DVec grad(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double x0 = x[i];
+    x[i] = x0 + h;
+    const DVec fp = f(x);
+    x[i] = x0 - h;
+    const DVec fm = f(x);
+    x[i] = x0;
+    double g = 0;
+    for (size_t j = 0; j < dy.size(); ++j) g += dy[j] * (fp[j] - fm[j]);
+    grad[i] = g / (2 * h);
+  }
+  return grad;
+}
+
+// ---- GEMM -------------------------------------------------------------------------------
+
+struct GemmCase {
+  int64_t M, N, K;
+  bool ta, tb;
+  float alpha, beta;
+};
+
+void check_matmul(const GemmCase& c, uint32_t seed) {
+  const FVec A = randn(c.M * c.K, seed), B = randn(c.K * c.N, seed + 1);
+  const FVec C0 = randn(c.M * c.N, seed + 2);
+  FVec C = C0;
+  matmul(A.data(), B.data(), C.data(), c.M, c.N, c.K, c.ta, c.tb, c.alpha, c.beta);
+  // op(A)[i][k]: A is [M,K], or [K,M] when transposed; op(B)[k][j]: B is [K,N] or [N,K].
+  auto a = [&](int64_t i, int64_t k) { return double(c.ta ? A[k * c.M + i] : A[i * c.K + k]); };
+  auto b = [&](int64_t k, int64_t j) { return double(c.tb ? B[j * c.K + k] : B[k * c.N + j]); };
+  const std::string what = "C(M" + std::to_string(c.M) + " N" + std::to_string(c.N) + " K" +
+                           std::to_string(c.K) + (c.ta ? " At" : " A") + (c.tb ? " Bt)" : " B)");
+  int reported = 0;
+  for (int64_t i = 0; i < c.M; ++i)
+    for (int64_t j = 0; j < c.N; ++j) {
+      double acc = 0, mag = 0;  // mag: the error scale of an fp32 dot product
+      for (int64_t k = 0; k < c.K; ++k) {
+        acc += a(i, k) * b(k, j);
+        mag += std::abs(a(i, k) * b(k, j));
+      }
+      const double want = c.alpha * acc + c.beta * C0[i * c.N + j];
+      const double scale = std::abs(c.alpha) * mag + std::abs(c.beta * C0[i * c.N + j]);
+      const double got = C[i * c.N + j];
+      if (!(std::abs(got - want) <= kRel * scale) && reported++ < 5)
+        ADD_FAILURE() << what << "[" << i << "," << j << "] = " << got << ", expected " << want;
+    }
+}
+
+TEST(KernelMatmul, AllTransposeCombinationsWithAlphaBeta) {
+  uint32_t seed = 10;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      check_matmul({7, 5, 9, ta, tb, 1.0f, 0.0f}, seed += 3);
+      check_matmul({7, 5, 9, ta, tb, 0.5f, -1.5f}, seed += 3);
+      check_matmul({1, 13, 3, ta, tb, -2.0f, 1.0f}, seed += 3);
+      check_matmul({67, 45, 130, ta, tb, 1.25f, 0.75f}, seed += 3);
+    }
+}
+
+TEST(KernelMatmul, BetaZeroIgnoresOldC) {
+  // C may hold garbage (a reused scratch buffer): beta = 0 must overwrite, not scale it.
+  const int64_t M = 6, N = 4, K = 5;
+  const FVec A = randn(M * K, 1), B = randn(K * N, 2);
+  FVec C(M * N, kNaN);
+  matmul(A.data(), B.data(), C.data(), M, N, K, false, false);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double want = 0;
+      for (int64_t k = 0; k < K; ++k) want += double(A[i * K + k]) * B[k * N + j];
+      EXPECT_NEAR(C[i * N + j], want, 1e-5 * (1 + std::abs(want))) << i << "," << j;
+    }
+}
+
+TEST(KernelMatmul, EmptyOutputIsANoOp) {
+  FVec C = {1.0f, 2.0f};
+  matmul(nullptr, nullptr, C.data(), 0, 2, 3, false, false, 1.0f, 0.0f);
+  matmul(nullptr, nullptr, C.data(), 2, 0, 3, false, false, 1.0f, 0.0f);
+  EXPECT_EQ(C, (FVec{1.0f, 2.0f}));
+}
+
+// ---- elementwise and reductions -----------------------------------------------------------
+
+TEST(KernelElementwise, FillCopyAddScale) {
+  const int64_t n = 1003;  // not a multiple of any vector width
+  FVec x(n, kNaN);
+  fill(x.data(), 2.5f, n);
+  for (float v : x) ASSERT_EQ(v, 2.5f);
+
+  const FVec a = randn(n, 3), b = randn(n, 4);
+  FVec y(n, kNaN);
+  copy(a.data(), y.data(), n);
+  EXPECT_EQ(y, a);
+
+  add_inplace(y.data(), b.data(), n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], a[i] + b[i]) << i;
+
+  y = a;
+  scale_inplace(y.data(), -0.375f, n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], a[i] * -0.375f) << i;
+
+  // n = 0 touches nothing.
+  fill(x.data(), 7.0f, 0);
+  EXPECT_EQ(x[0], 2.5f);
+}
+
+TEST(KernelElementwise, SumSquaresIsAccumulatedInDouble) {
+  const int64_t n = 100003;
+  FVec x = randn(n, 5, 3.0);
+  x[17] = 1e4f;  // one large value next to many small ones: fp32 accumulation would lose digits
+  double want = 0;
+  for (float v : x) want += double(v) * double(v);
+  EXPECT_NEAR(sum_squares(x.data(), n), want, 1e-12 * want);
+  EXPECT_EQ(sum_squares(x.data(), 0), 0.0);
+}
+
+TEST(KernelElementwise, BiasAdd) {
+  for (int64_t C : {1, 19, 64}) {
+    const int64_t N = 37;
+    const FVec y0 = randn(N * C, 6), b = randn(C, 7);
+    FVec y = y0;
+    bias_add(y.data(), b.data(), N, C);
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t c = 0; c < C; ++c) ASSERT_EQ(y[r * C + c], y0[r * C + c] + b[c]);
+  }
+}
+
+TEST(KernelElementwise, BiasBackwardAccumulatesColumnSums) {
+  for (int64_t C : {1, 19, 64}) {
+    const int64_t N = 37;
+    const FVec dy = randn(N * C, 8);
+    FVec db = randn(C, 9);
+    DVec want = to_double(db);
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t c = 0; c < C; ++c) want[c] += dy[r * C + c];
+    bias_backward(dy.data(), db.data(), N, C);
+    expect_close(db, want, kRel, -1, "db C=" + std::to_string(C));
+  }
+}
+
+// ---- normalisation -----------------------------------------------------------------------
+
+constexpr float kEps = 1e-5f;
+
+DVec rmsnorm_ref(const DVec& x, const DVec& w, int64_t N, int64_t C, DVec* rstd = nullptr) {
+  DVec y(x.size());
+  if (rstd) rstd->assign(N, 0);
+  for (int64_t r = 0; r < N; ++r) {
+    double ms = 0;
+    for (int64_t c = 0; c < C; ++c) ms += x[r * C + c] * x[r * C + c];
+    const double s = 1.0 / std::sqrt(ms / double(C) + kEps);
+    if (rstd) (*rstd)[r] = s;
+    for (int64_t c = 0; c < C; ++c) y[r * C + c] = x[r * C + c] * s * w[c];
+  }
+  return y;
+}
+
+DVec layernorm_ref(const DVec& x, const DVec& w, const DVec& b, int64_t N, int64_t C,
+                   DVec* mean = nullptr, DVec* rstd = nullptr) {
+  DVec y(x.size());
+  if (mean) mean->assign(N, 0);
+  if (rstd) rstd->assign(N, 0);
+  for (int64_t r = 0; r < N; ++r) {
+    double m = 0, var = 0;
+    for (int64_t c = 0; c < C; ++c) m += x[r * C + c];
+    m /= double(C);
+    for (int64_t c = 0; c < C; ++c) var += (x[r * C + c] - m) * (x[r * C + c] - m);
+    var /= double(C);  // biased, as torch.nn.LayerNorm
+    const double s = 1.0 / std::sqrt(var + kEps);
+    if (mean) (*mean)[r] = m;
+    if (rstd) (*rstd)[r] = s;
+    for (int64_t c = 0; c < C; ++c) y[r * C + c] = (x[r * C + c] - m) * s * w[c] + b[c];
+  }
+  return y;
+}
+
+TEST(KernelNorm, RmsnormForwardAndBackward) {
+  const int64_t N = 6, C = 37;
+  const FVec x = randn(N * C, 11, 1.5), w = randn(C, 12, 0.5, 1.0), dy = randn(N * C, 13);
+  FVec y(N * C, kNaN), rstd(N, kNaN);
+  rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), N, C, kEps);
+  DVec rstd_ref;
+  const DVec xd = to_double(x), wd = to_double(w), dyd = to_double(dy);
+  expect_close(y, rmsnorm_ref(xd, wd, N, C, &rstd_ref), kRel, -1, "rmsnorm y");
+  expect_close(rstd, rstd_ref, kRel, 0, "rmsnorm rstd");
+
+  FVec dx(N * C, kNaN), dw(C, 0.25f);  // dx overwritten, dw accumulated
+  rmsnorm_backward(dy.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), N, C);
+  const DVec dx_ref =
+      numeric_vjp([&](const DVec& xx) { return rmsnorm_ref(xx, wd, N, C); }, xd, dyd);
+  DVec dw_ref = numeric_vjp([&](const DVec& ww) { return rmsnorm_ref(xd, ww, N, C); }, wd, dyd);
+  for (double& v : dw_ref) v += 0.25;
+  expect_close(dx, dx_ref, kRel, -1, "rmsnorm dx");
+  expect_close(dw, dw_ref, kRel, -1, "rmsnorm dw");
+}
+
+TEST(KernelNorm, LayernormForwardAndBackward) {
+  const int64_t N = 6, C = 37;
+  // A common offset per row: the variance must not be computed as E[x^2] - E[x]^2 in fp32.
+  const FVec x = randn(N * C, 21, 1.5, 10.0), w = randn(C, 22, 0.5, 1.0), b = randn(C, 23);
+  const FVec dy = randn(N * C, 24);
+  FVec y(N * C, kNaN), mean(N, kNaN), rstd(N, kNaN);
+  layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), N, C, kEps);
+  DVec mean_ref, rstd_ref;
+  const DVec xd = to_double(x), wd = to_double(w), bd = to_double(b), dyd = to_double(dy);
+  expect_close(y, layernorm_ref(xd, wd, bd, N, C, &mean_ref, &rstd_ref), kRel, -1, "layernorm y");
+  expect_close(mean, mean_ref, kRel, 0, "layernorm mean");
+  expect_close(rstd, rstd_ref, kRel, 0, "layernorm rstd");
+
+  FVec dx(N * C, kNaN), dw(C, 0.25f), db(C, -0.5f);
+  layernorm_backward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(), dw.data(),
+                     db.data(), N, C);
+  const DVec dx_ref =
+      numeric_vjp([&](const DVec& xx) { return layernorm_ref(xx, wd, bd, N, C); }, xd, dyd);
+  DVec dw_ref =
+      numeric_vjp([&](const DVec& ww) { return layernorm_ref(xd, ww, bd, N, C); }, wd, dyd);
+  DVec db_ref =
+      numeric_vjp([&](const DVec& bb) { return layernorm_ref(xd, wd, bb, N, C); }, bd, dyd);
+  for (double& v : dw_ref) v += 0.25;
+  for (double& v : db_ref) v -= 0.5;
+  // dx is a difference of terms of size ~|x - mean| * rstd; with the offset of 10, fp32 x
+  // itself carries a relative 6e-8 error of the offset, hence a slightly looser atol.
+  expect_close(dx, dx_ref, kRel, 3 * kRel * max_abs(dx_ref), "layernorm dx");
+  expect_close(dw, dw_ref, kRel, -1, "layernorm dw");
+  expect_close(db, db_ref, kRel, -1, "layernorm db");
+}
+
+// ---- activations -------------------------------------------------------------------------
+
+// Normal values plus the extremes where exp/tanh saturate.
+FVec activation_inputs() {
+  FVec x = randn(200, 31, 2.0);
+  for (float v :
+       {0.0f, -0.0f, 1e-6f, -1e-6f, 5.0f, -5.0f, 15.0f, -15.0f, 40.0f, -40.0f, 100.0f, -100.0f})
+    x.push_back(v);
+  return x;
+}
+
+double silu(double g) {
+  return g / (1.0 + std::exp(-g));
+}
+double gelu(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+// Elementwise derivative by central differences in double.
+double derivative(double (*f)(double), double x) {
+  const double h = 1e-6 * std::max(1.0, std::abs(x));
+  return (f(x + h) - f(x - h)) / (2 * h);
+}
+
+TEST(KernelActivation, SwigluForwardAndBackward) {
+  const FVec gate = activation_inputs();
+  const int64_t n = int64_t(gate.size());
+  const FVec up = randn(n, 32), dout = randn(n, 33);
+  FVec out(n, kNaN), dgate(n, kNaN), dup(n, kNaN);
+  swiglu_forward(gate.data(), up.data(), out.data(), n);
+  swiglu_backward(dout.data(), gate.data(), up.data(), dgate.data(), dup.data(), n);
+  DVec out_ref(n), dgate_ref(n), dup_ref(n);
+  for (int64_t i = 0; i < n; ++i) {
+    out_ref[i] = silu(gate[i]) * up[i];
+    dup_ref[i] = dout[i] * silu(gate[i]);
+    dgate_ref[i] = dout[i] * up[i] * derivative(silu, gate[i]);
+  }
+  expect_close(out, out_ref, kRel, 1e-30, "swiglu out");
+  expect_close(dup, dup_ref, kRel, 1e-30, "swiglu dup");
+  // The numeric derivative itself is good to ~1e-9.
+  expect_close(dgate, dgate_ref, kRel, 1e-8, "swiglu dgate");
+}
+
+TEST(KernelActivation, GeluTanhForwardAndBackward) {
+  const FVec x = activation_inputs();
+  const int64_t n = int64_t(x.size());
+  const FVec dy = randn(n, 34);
+  FVec y(n, kNaN), dx(n, kNaN);
+  gelu_forward(x.data(), y.data(), n);
+  gelu_backward(dy.data(), x.data(), dx.data(), n);
+  DVec y_ref(n), dx_ref(n);
+  for (int64_t i = 0; i < n; ++i) {
+    y_ref[i] = gelu(x[i]);
+    dx_ref[i] = dy[i] * derivative(gelu, x[i]);
+  }
+  // gelu(x) ~ 0 for x << 0 and the tanh is evaluated in fp32: absolute error ~1e-7 there.
+  expect_close(y, y_ref, kRel, 1e-6, "gelu y");
+  expect_close(dx, dx_ref, kRel, 1e-6, "gelu dx");
+  // Spot values of the formula (torch.nn.functional.gelu(x, approximate='tanh')).
+  const FVec xs = {1.0f, -1.0f, 3.0f};
+  FVec ys(3);
+  gelu_forward(xs.data(), ys.data(), 3);
+  EXPECT_NEAR(ys[0], 0.8411919906082768, 1e-6);
+  EXPECT_NEAR(ys[1], -0.15880800939172324, 1e-6);
+  EXPECT_NEAR(ys[2], 2.996362607918227, 1e-6);
+}
+
+// ---- RoPE --------------------------------------------------------------------------------
+
+// x[B,T,H,D], pairs (2j, 2j+1) rotated by angle (pos0 + t) * theta^(-2j/D).
+DVec rope_ref(const FVec& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t pos0,
+              double theta) {
+  DVec y(x.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t j = 0; j < D / 2; ++j) {
+          const int64_t i = ((b * T + t) * H + h) * D + 2 * j;
+          const double angle = double(pos0 + t) * std::pow(theta, -2.0 * double(j) / double(D));
+          const double c = std::cos(angle), s = std::sin(angle);
+          y[i] = x[i] * c - x[i + 1] * s;
+          y[i + 1] = x[i] * s + x[i + 1] * c;
+        }
+  return y;
+}
+
+TEST(KernelRope, MatchesTheLlamaRotation) {
+  const int64_t B = 2, T = 7, H = 3, D = 8;
+  for (double theta : {10000.0, 50.0}) {
+    const FVec x0 = randn(B * T * H * D, 41);
+    FVec x = x0;
+    rope(x.data(), B, T, H, D, 0, float(theta), false);
+    expect_close(x, rope_ref(x0, B, T, H, D, 0, theta), kRel, -1,
+                 "rope theta=" + std::to_string(theta));
+    // Position 0 is the identity; pair j = 0 at position 1 turns by exactly 1 radian.
+    for (int64_t i = 0; i < H * D; ++i) EXPECT_EQ(x[i], x0[i]);
+    const int64_t p = H * D;  // b = 0, t = 1, h = 0
+    EXPECT_NEAR(x[p], x0[p] * std::cos(1.0) - x0[p + 1] * std::sin(1.0), 1e-6);
+  }
+}
+
+TEST(KernelRope, InverseUndoesForwardAndIsTheTranspose) {
+  const int64_t B = 2, T = 9, H = 2, D = 6;
+  const FVec x0 = randn(B * T * H * D, 42), g = randn(B * T * H * D, 43);
+  FVec x = x0;
+  rope(x.data(), B, T, H, D, 0, 10000.0f, false);
+  rope(x.data(), B, T, H, D, 0, 10000.0f, true);
+  expect_close(x, to_double(x0), kRel, -1, "rope^-1 rope x");
+  // <R x, g> == <x, R^T g>: the inverse is the backward of the forward.
+  FVec rx = x0, rtg = g;
+  rope(rx.data(), B, T, H, D, 0, 10000.0f, false);
+  rope(rtg.data(), B, T, H, D, 0, 10000.0f, true);
+  double lhs = 0, rhs = 0, mag = 0;
+  for (size_t i = 0; i < x0.size(); ++i) {
+    lhs += double(rx[i]) * g[i];
+    rhs += double(x0[i]) * rtg[i];
+    mag += std::abs(double(x0[i]) * g[i]);
+  }
+  EXPECT_NEAR(lhs, rhs, kRel * mag);
+}
+
+TEST(KernelRope, PositionOffset) {
+  // Rotating tokens [pos0, pos0 + T) equals the tail of rotating [0, pos0 + T).
+  const int64_t B = 2, T = 4, H = 2, D = 8, pos0 = 5, Tfull = pos0 + T;
+  const FVec full0 = randn(B * Tfull * H * D, 44);
+  FVec full = full0, tail;
+  for (int64_t b = 0; b < B; ++b)
+    tail.insert(tail.end(), full0.begin() + (b * Tfull + pos0) * H * D,
+                full0.begin() + (b * Tfull + Tfull) * H * D);
+  const FVec tail0 = tail;
+  rope(full.data(), B, Tfull, H, D, 0, 10000.0f, false);
+  rope(tail.data(), B, T, H, D, pos0, 10000.0f, false);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < T * H * D; ++i)
+      ASSERT_NEAR(tail[b * T * H * D + i], full[(b * Tfull + pos0) * H * D + i], 1e-6)
+          << "b " << b << " i " << i;
+  expect_close(tail, rope_ref(tail0, B, T, H, D, pos0, 10000.0), kRel, -1, "rope pos0");
+}
+
+// ---- embedding ---------------------------------------------------------------------------
+
+TEST(KernelEmbedding, ForwardGathersRows) {
+  const int64_t V = 10, C = 37, N = 8;
+  const FVec table = randn(V * C, 51);
+  const std::vector<int32_t> ids = {3, 0, 9, 3, 3, 7, 0, 1};
+  FVec out(N * C, kNaN);
+  embedding_forward(ids.data(), table.data(), out.data(), N, C);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) ASSERT_EQ(out[n * C + c], table[ids[n] * C + c]);
+}
+
+TEST(KernelEmbedding, BackwardScatterAddsRepeatedIds) {
+  const int64_t V = 10, C = 37, N = 8;  // C: two full blocks of 16 columns and a partial one
+  const std::vector<int32_t> ids = {3, 0, 9, 3, 3, 7, 0, 1};
+  const FVec dout = randn(N * C, 52);
+  FVec dtable = randn(V * C, 53);
+  DVec want = to_double(dtable);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) want[ids[n] * C + c] += dout[n * C + c];
+  embedding_backward(ids.data(), dout.data(), dtable.data(), N, C);
+  expect_close(dtable, want, kRel, -1, "dtable");
+  // Rows never looked up are untouched.
+  const FVec before = randn(V * C, 53);
+  for (int64_t v : {2, 4, 5, 6, 8})
+    for (int64_t c = 0; c < C; ++c) ASSERT_EQ(dtable[v * C + c], before[v * C + c]);
+}
+
+// ---- cross-entropy -----------------------------------------------------------------------
+
+struct CeRef {
+  DVec loss, grad;
+};
+CeRef cross_entropy_ref(const FVec& logits, const std::vector<int32_t>& targets, int64_t N,
+                        int64_t V, int64_t V_valid, double grad_scale) {
+  CeRef r{DVec(N), DVec(N * V, 0.0)};
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = logits.data() + n * V;
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t v = 0; v < V_valid; ++v) mx = std::max(mx, double(row[v]));
+    double sum = 0;
+    for (int64_t v = 0; v < V_valid; ++v) sum += std::exp(row[v] - mx);
+    r.loss[n] = mx + std::log(sum) - row[targets[n]];
+    for (int64_t v = 0; v < V_valid; ++v)
+      r.grad[n * V + v] = grad_scale * (std::exp(row[v] - mx) / sum - (v == targets[n]));
+  }
+  return r;
+}
+
+void check_cross_entropy(const FVec& logits0, const std::vector<int32_t>& targets, int64_t N,
+                         int64_t V, int64_t V_valid, float grad_scale, const std::string& what) {
+  FVec logits = logits0, losses(N, kNaN);
+  cross_entropy_fused(logits.data(), targets.data(), losses.data(), N, V, V_valid, grad_scale);
+  const CeRef ref = cross_entropy_ref(logits0, targets, N, V, V_valid, grad_scale);
+  expect_close(losses, ref.loss, kRel, 1e-6, what + " loss");
+  expect_close(logits, ref.grad, kRel, 1e-7, what + " grad");
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = V_valid; v < V; ++v)
+      ASSERT_EQ(logits[n * V + v], 0.0f) << what << ": padding column " << v << " of row " << n;
+}
+
+TEST(KernelCrossEntropy, LossAndGradient) {
+  const int64_t N = 6, V = 11;
+  const FVec logits = randn(N * V, 61, 2.0);
+  const std::vector<int32_t> targets = {0, 10, 5, 5, 3, 7};
+  check_cross_entropy(logits, targets, N, V, V, 1.0f, "unpadded");
+  check_cross_entropy(logits, targets, N, V, V, 0.125f, "grad_scale");
+  // Gradient rows of softmax - onehot sum to zero.
+  FVec g = logits, losses(N);
+  cross_entropy_fused(g.data(), targets.data(), losses.data(), N, V, V, 1.0f);
+  for (int64_t n = 0; n < N; ++n) {
+    double s = 0;
+    for (int64_t v = 0; v < V; ++v) s += g[n * V + v];
+    EXPECT_NEAR(s, 0.0, 1e-6);
+  }
+}
+
+TEST(KernelCrossEntropy, PaddingColumnsDoNotChangeTheLoss) {
+  const int64_t N = 5, V = 16, V_valid = 11;
+  FVec logits = randn(N * V, 62, 2.0);
+  const std::vector<int32_t> targets = {10, 0, 4, 4, 9};
+  // Padding columns hold values that would dominate the softmax if they were counted.
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = V_valid; v < V; ++v) logits[n * V + v] = 50.0f + float(v);
+  check_cross_entropy(logits, targets, N, V, V_valid, 0.5f, "padded");
+
+  // The same loss as the unpadded rows on their own.
+  FVec padded = logits, plain, lp(N), lu(N);
+  for (int64_t n = 0; n < N; ++n)
+    plain.insert(plain.end(), logits.begin() + n * V, logits.begin() + n * V + V_valid);
+  cross_entropy_fused(padded.data(), targets.data(), lp.data(), N, V, V_valid, 1.0f);
+  cross_entropy_fused(plain.data(), targets.data(), lu.data(), N, V_valid, V_valid, 1.0f);
+  for (int64_t n = 0; n < N; ++n) {
+    EXPECT_EQ(lp[n], lu[n]) << n;
+    for (int64_t v = 0; v < V_valid; ++v) EXPECT_EQ(padded[n * V + v], plain[n * V_valid + v]);
+  }
+}
+
+TEST(KernelCrossEntropy, LargeLogitsAreStable) {
+  const int64_t N = 4, V = 9;
+  FVec logits = randn(N * V, 63, 3.0);
+  // exp of these overflows fp32 (and fp64 for the last) unless the row maximum is subtracted.
+  const float offsets[N] = {100.0f, -100.0f, 1000.0f, 1e4f};
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = 0; v < V; ++v) logits[n * V + v] += offsets[n];
+  const std::vector<int32_t> targets = {1, 2, 8, 0};
+  check_cross_entropy(logits, targets, N, V, V, 1.0f, "large");
+  // A confident correct prediction has loss ~0, a confident wrong one a loss ~ the margin.
+  FVec sharp = {0.0f, 200.0f, 0.0f, 0.0f, 200.0f, 0.0f}, loss(2);
+  const std::vector<int32_t> t2 = {1, 0};
+  cross_entropy_fused(sharp.data(), t2.data(), loss.data(), 2, 3, 3, 1.0f);
+  EXPECT_NEAR(loss[0], 0.0, 1e-6);
+  EXPECT_NEAR(loss[1], 200.0, 1e-3);
+  for (float v : sharp) EXPECT_TRUE(std::isfinite(v));
+}
+
+// ---- AdamW -------------------------------------------------------------------------------
+
+TEST(KernelAdamW, MatchesTorchOverThreeSteps) {
+  const int64_t n = 1001;
+  const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+  FVec p = randn(n, 71), m(n, 0.0f), v(n, 0.0f);
+  DVec P = to_double(p), M(n, 0.0), Vv(n, 0.0);
+  for (int64_t step = 1; step <= 3; ++step) {
+    FVec g = randn(n, 72 + uint32_t(step), 0.5);
+    g[0] = 0.0f;   // zero gradient: only the decay moves p (at step 1)
+    g[1] = 1e-6f;  // tiny gradient: eps matters
+    g[2] = 1e3f;   // large gradient: the update is bounded by ~lr
+    adamw(p.data(), g.data(), m.data(), v.data(), n,
+          {float(lr), float(b1), float(b2), float(eps), float(wd), step});
+    // torch.optim.AdamW (single tensor, amsgrad=False, maximize=False):
+    //   p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+    //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+    // Each result is compared with an error bound relative to the size of the terms that
+    // make it up (they may cancel).
+    const double bc1 = 1 - std::pow(b1, double(step)), bc2 = 1 - std::pow(b2, double(step));
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double m_scale = b1 * std::abs(M[i]) + (1 - b1) * std::abs(g[i]);
+      P[i] *= 1 - lr * wd;
+      M[i] = b1 * M[i] + (1 - b1) * g[i];
+      Vv[i] = b2 * Vv[i] + (1 - b2) * double(g[i]) * g[i];
+      const double update = lr / bc1 * M[i] / (std::sqrt(Vv[i]) / std::sqrt(bc2) + eps);
+      const double p_scale = std::abs(P[i]) + std::abs(update);
+      P[i] -= update;
+      const bool ok = std::abs(p[i] - P[i]) <= kRel * p_scale &&
+                      std::abs(m[i] - M[i]) <= kRel * m_scale &&
+                      std::abs(v[i] - Vv[i]) <= kRel * Vv[i];
+      if (!ok && bad++ < 5)
+        ADD_FAILURE() << "step " << step << " element " << i << ": p " << p[i] << " vs " << P[i]
+                      << ", m " << m[i] << " vs " << M[i] << ", v " << v[i] << " vs " << Vv[i];
+    }
+  }
+  // A constant large gradient moves p by lr per step (m_hat / sqrt(v_hat) = 1) after decay d:
+  // p3 = p0 d^3 - lr (d^2 + d + 1).
+  const double p0 = randn(n, 71)[2], d = 1 - lr * wd;
+  EXPECT_NEAR(p[2], p0 * d * d * d - lr * (d * d + d + 1), 1e-6);
+}
+
+TEST(KernelAdamW, GradScaleMultipliesTheGradient) {
+  // grad_scale (fused clipping) is exactly a step on grad_scale * g.
+  const int64_t n = 257;
+  const float scale = 0.3f;
+  const FVec p0 = randn(n, 81), g = randn(n, 82);
+  FVec scaled_g(n);
+  for (int64_t i = 0; i < n; ++i) scaled_g[i] = scale * g[i];
+  FVec p1 = p0, m1(n, 0.0f), v1(n, 0.0f), p2 = p0, m2(n, 0.0f), v2(n, 0.0f);
+  for (int64_t step = 1; step <= 2; ++step) {
+    AdamWArgs a{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step};
+    adamw(p2.data(), scaled_g.data(), m2.data(), v2.data(), n, a);
+    a.grad_scale = scale;
+    adamw(p1.data(), g.data(), m1.data(), v1.data(), n, a);
+  }
+  EXPECT_EQ(p1, p2);
+  EXPECT_EQ(m1, m2);
+  EXPECT_EQ(v1, v2);
+}
+
+}  // namespace
+}  // namespace tessera::kernels
