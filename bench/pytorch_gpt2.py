@@ -13,7 +13,8 @@ cross-entropy is taken over the first V (real) logits only (--head real: GEMM ov
 first V rows only). Attention uses F.scaled_dot_product_attention when this torch has it
 (2.0+), else explicit matmul / masked softmax / matmul (torch 1.13 on Debian 12).
 
-Optimizer: AdamW(lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on the weights
+Optimizer: AdamW(lr 3e-4, betas (0.9, 0.95), eps 1e-8, foreach=True (the multi-tensor
+kernels; torch 1.13 defaults to the per-tensor loop on CPU), weight decay 0.1 on the weights
 of linear layers only, as tessera), clip_grad_norm_(1.0). Data: random windows of T+1
 bytes of the byte-level KJV corpus (ids < 256 of the 50257 vocab).
 
@@ -23,6 +24,7 @@ Output: '# ...' info lines, then one line per measured item, machine-readable:
   STEP <i> <seconds> <tokens/s> <loss>
 """
 import argparse
+import ctypes
 import math
 import os
 import sys
@@ -45,7 +47,7 @@ def parse_args():
     p.add_argument("--head", choices=["padded", "real"], default="padded",
                    help="output GEMM over all Vp padded rows (as tessera) or the first V")
     p.add_argument("--attention", choices=["auto", "sdpa", "explicit"], default="auto")
-    p.add_argument("--foreach", choices=["auto", "true", "false"], default="auto",
+    p.add_argument("--foreach", choices=["auto", "true", "false"], default="true",
                    help="AdamW foreach (multi-tensor) implementation")
     p.add_argument("--no-gemm", action="store_true", help="skip the sgemm calibration")
     p.add_argument("--show-config", action="store_true",
@@ -179,6 +181,18 @@ def main():
     torch.mm(torch.ones(64, 64), torch.ones(64, 64))
     blas = mapped_libraries(["blas", "mkl"])
     info("BLAS mapped:", ", ".join(blas) if blas else "none found")
+    for lib in blas:
+        if "openblas" in os.path.basename(lib):
+            try:
+                ob = ctypes.CDLL(lib)
+                ob.openblas_get_corename.restype = ctypes.c_char_p
+                ob.openblas_get_config.restype = ctypes.c_char_p
+                info(f"OpenBLAS kernel core {ob.openblas_get_corename().decode()} "
+                     f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}), "
+                     f"{ob.openblas_get_num_threads()} thread(s); {ob.openblas_get_config().decode()}")
+            except (OSError, AttributeError) as e:
+                info(f"OpenBLAS query failed: {e}")
+            break
     info("allocator mapped:", ", ".join(mapped_libraries(["jemalloc", "tcmalloc"])) or "glibc malloc")
     if args.show_config:
         for line in torch.__config__.show().splitlines():
