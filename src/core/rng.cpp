@@ -32,15 +32,21 @@ CounterRng::CounterRng(uint64_t seed, std::string_view name) {
   key_ = {uint32_t(h), uint32_t(h >> 32)};
 }
 
-float CounterRng::normal(uint64_t index) const {
-  const uint64_t j = index / 2;
+void CounterRng::normal_pair(uint64_t j, float* out) const {
   const Philox4x32 r = philox({uint32_t(j), uint32_t(j >> 32), 0u, 0u}, key_);
   // Two uniforms in (0,1] from 64 bits each; Box-Muller gives two normals.
   const double u1 = (double((uint64_t(r[0]) << 32 | r[1]) >> 11) + 1.0) * 0x1.0p-53;
   const double u2 = double((uint64_t(r[2]) << 32 | r[3]) >> 11) * 0x1.0p-53;
   const double radius = std::sqrt(-2.0 * std::log(u1));
   const double angle = 6.283185307179586 * u2;
-  return float(index % 2 == 0 ? radius * std::cos(angle) : radius * std::sin(angle));
+  out[0] = float(radius * std::cos(angle));
+  out[1] = float(radius * std::sin(angle));
+}
+
+float CounterRng::normal(uint64_t index) const {
+  float pair[2];
+  normal_pair(index / 2, pair);
+  return pair[index % 2];
 }
 
 uint64_t CounterRng::bits(uint64_t index) const {

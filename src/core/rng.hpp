@@ -23,6 +23,8 @@ class CounterRng {
  public:
   CounterRng(uint64_t seed, std::string_view name);
   float normal(uint64_t index) const;    // N(0,1)
+  // normal(2j) and normal(2j+1) from one Philox call: out[0], out[1].
+  void normal_pair(uint64_t j, float* out) const;
   uint64_t bits(uint64_t index) const;   // 64 uniform bits
   double uniform(uint64_t index) const;  // [0,1)
 

@@ -1,5 +1,6 @@
 #include "model/param.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "core/rng.hpp"
@@ -36,19 +37,23 @@ void ParamStore::initialize(uint64_t seed) {
     const int64_t row = p.global.ndim > 1 ? n / p.global[0] : 1;
     const int64_t valid = p.init.valid_rows < 0 ? n : p.init.valid_rows * row;
     const CounterRng rng(seed, p.name);
+    switch (p.init.kind) {
+      case ParamInit::ones:
+        kernels::fill(v, 1.0f, n);
+        break;
+      case ParamInit::zeros:
+        kernels::fill(v, 0.0f, n);
+        break;
+      case ParamInit::normal:
+        // Elements 2j and 2j+1 share one Philox call (CounterRng::normal_pair).
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      switch (p.init.kind) {
-        case ParamInit::normal:
-          v[i] = i < valid ? p.init.std * rng.normal(uint64_t(i)) : 0.0f;
-          break;
-        case ParamInit::ones:
-          v[i] = 1.0f;
-          break;
-        case ParamInit::zeros:
-          v[i] = 0.0f;
-          break;
-      }
+        for (int64_t j = 0; j < (n + 1) / 2; ++j) {
+          float pair[2];
+          rng.normal_pair(uint64_t(j), pair);
+          for (int64_t i = 2 * j; i < std::min(n, 2 * j + 2); ++i)
+            v[i] = i < valid ? p.init.std * pair[i - 2 * j] : 0.0f;
+        }
+        break;
     }
   }
 }
