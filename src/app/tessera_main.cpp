@@ -3,6 +3,7 @@
 #include <mpi.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -35,9 +36,17 @@ int main(int argc, char** argv) {
       omp_set_num_threads(int(threads));
     tessera::ProcessGrid grid(MPI_COMM_WORLD);
     tessera::Trainer trainer(deck, grid);
-    tessera::RunLog log(deck, grid, trainer);
+    tessera::Checkpointer checkpoints(deck, grid.world());
+    const int64_t done = trainer.restore(checkpoints);
+    tessera::RunLog log(deck, grid, trainer, done);
     log.start();
-    for (int64_t s = 1; s <= trainer.steps(); ++s) log.step(trainer.step(s));
+    const int64_t exit_after = deck.integer("train.exit_after");
+    const int64_t last = exit_after > 0 ? std::min(trainer.steps(), done + exit_after)
+                                        : trainer.steps();
+    for (int64_t s = done + 1; s <= last; ++s) {
+      log.step(trainer.step(s));
+      if (checkpoints.due(s, last)) trainer.save(checkpoints, s);
+    }
     log.finish();
   });
 }

@@ -65,6 +65,9 @@ std::vector<KeySpec> build_schema() {
       integer("train", "global_batch", "0", 0, kMaxInt,
               "Sequences per optimizer step over all ranks; 0 means micro_batch x dp (no "
               "accumulation). Must be a multiple of micro_batch x dp."),
+      integer("train", "exit_after", "0", 0, kMaxInt,
+              "Stop after this many steps in this invocation (writing a checkpoint), to be "
+              "resumed later; 0: run to train.steps."),
       integer("train", "seed", "1234", 0, kMaxInt,
               "Seed of weight initialisation and data order."),
       // [optim]
@@ -88,6 +91,16 @@ std::vector<KeySpec> build_schema() {
            "Directory for run.json and metrics.jsonl (created if missing)."),
       integer("output", "log_every", "1", 1, kMaxInt, "Print a progress line every N steps."),
       boolean("output", "echo_deck", "true", "Print the resolved deck at start (rank 0)."),
+      // [checkpoint]
+      integer("checkpoint", "every", "0", 0, kMaxInt,
+              "Write a checkpoint every N steps (and always after the last step); 0: only at "
+              "the end."),
+      path("checkpoint", "dir", "", false,
+           "Checkpoint directory; empty means OUTPUT_DIR/checkpoints."),
+      integer("checkpoint", "keep", "2", 1, 1 << 20, "Most recent checkpoints kept on disk."),
+      {"checkpoint", "resume", KeyType::string, "none", false, 0, 0, {},
+       "none, latest (the newest checkpoint in checkpoint.dir, or a fresh start when there is "
+       "none), or the path of a checkpoint file."},
   };
 }
 

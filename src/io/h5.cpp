@@ -92,4 +92,110 @@ void H5File::read(const std::string& name, float* data) const {
                         "cannot read dataset '", name, "' from '", path_, "'");
 }
 
+// --- Token datasets ---------------------------------------------------------------------
+
+H5File H5File::create_for_large_attributes(const std::string& path) {
+  Handle fapl{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
+  H5Pset_libver_bounds(fapl.id, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id);
+  TESSERA_REQUIRE_LOCAL(id >= 0, "cannot create HDF5 file '", path, "'");
+  return H5File(id, path);
+}
+
+void H5File::write(const std::string& name, const std::vector<int64_t>& shape, const uint16_t* d) {
+  write_raw(name, shape, H5T_NATIVE_UINT16, d);
+}
+void H5File::write(const std::string& name, const std::vector<int64_t>& shape, const uint32_t* d) {
+  write_raw(name, shape, H5T_NATIVE_UINT32, d);
+}
+void H5File::write(const std::string& name, const std::vector<int64_t>& shape, const uint64_t* d) {
+  write_raw(name, shape, H5T_NATIVE_UINT64, d);
+}
+
+void H5File::append_raw(const std::string& name, hid_t type, const void* data, int64_t n) {
+  constexpr hsize_t kChunk = hsize_t(1) << 20;
+  if (H5Lexists(id_, name.c_str(), H5P_DEFAULT) <= 0) {
+    const hsize_t zero = 0, unlimited = H5S_UNLIMITED;
+    Handle space{H5Screate_simple(1, &zero, &unlimited), H5Sclose};
+    Handle dcpl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
+    H5Pset_chunk(dcpl.id, 1, &kChunk);
+    Handle set{H5Dcreate2(id_, name.c_str(), type, space.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT),
+               H5Dclose};
+    TESSERA_REQUIRE_LOCAL(set.id >= 0, "cannot create dataset '", name, "' in '", path_, "'");
+  }
+  if (n == 0) return;
+  Handle set{H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose};
+  TESSERA_REQUIRE_LOCAL(set.id >= 0, "dataset '", name, "' missing from '", path_, "'");
+  hsize_t size = 0;
+  {
+    Handle space{H5Dget_space(set.id), H5Sclose};
+    H5Sget_simple_extent_dims(space.id, &size, nullptr);
+  }
+  const hsize_t count = hsize_t(n), grown = size + count;
+  TESSERA_REQUIRE_LOCAL(H5Dset_extent(set.id, &grown) >= 0, "cannot extend dataset '", name,
+                        "' in '", path_, "'");
+  Handle file_space{H5Dget_space(set.id), H5Sclose};
+  H5Sselect_hyperslab(file_space.id, H5S_SELECT_SET, &size, nullptr, &count, nullptr);
+  Handle mem_space{H5Screate_simple(1, &count, nullptr), H5Sclose};
+  TESSERA_REQUIRE_LOCAL(
+      H5Dwrite(set.id, type, mem_space.id, file_space.id, H5P_DEFAULT, data) >= 0,
+      "cannot append to dataset '", name, "' in '", path_, "'");
+}
+
+void H5File::append(const std::string& name, const uint16_t* data, int64_t n) {
+  append_raw(name, H5T_NATIVE_UINT16, data, n);
+}
+void H5File::append(const std::string& name, const uint32_t* data, int64_t n) {
+  append_raw(name, H5T_NATIVE_UINT32, data, n);
+}
+
+void H5File::read_raw(const std::string& name, hid_t type, void* data) const {
+  Handle set{H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose};
+  TESSERA_REQUIRE_LOCAL(set.id >= 0, "dataset '", name, "' missing from '", path_, "'");
+  TESSERA_REQUIRE_LOCAL(H5Dread(set.id, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0,
+                        "cannot read dataset '", name, "' from '", path_, "'");
+}
+
+void H5File::read(const std::string& name, uint16_t* d) const {
+  read_raw(name, H5T_NATIVE_UINT16, d);
+}
+void H5File::read(const std::string& name, uint32_t* d) const {
+  read_raw(name, H5T_NATIVE_UINT32, d);
+}
+void H5File::read(const std::string& name, uint64_t* d) const {
+  read_raw(name, H5T_NATIVE_UINT64, d);
+}
+
+int64_t H5File::attr_int(const std::string& name) const {
+  Handle a{H5Aopen(id_, name.c_str(), H5P_DEFAULT), H5Aclose};
+  TESSERA_REQUIRE_LOCAL(a.id >= 0, "attribute '", name, "' missing from '", path_, "'");
+  int64_t v = 0;
+  TESSERA_REQUIRE_LOCAL(H5Aread(a.id, H5T_NATIVE_INT64, &v) >= 0, "attribute '", name,
+                        "' of '", path_, "' is not an integer");
+  return v;
+}
+
+std::string H5File::attr_string(const std::string& name) const {
+  Handle a{H5Aopen(id_, name.c_str(), H5P_DEFAULT), H5Aclose};
+  TESSERA_REQUIRE_LOCAL(a.id >= 0, "attribute '", name, "' missing from '", path_, "'");
+  Handle type{H5Aget_type(a.id), H5Tclose};
+  TESSERA_REQUIRE_LOCAL(H5Tget_class(type.id) == H5T_STRING, "attribute '", name, "' of '",
+                        path_, "' is not a string");
+  if (H5Tis_variable_str(type.id) > 0) {
+    Handle mem{H5Tcopy(H5T_C_S1), H5Tclose};
+    H5Tset_size(mem.id, H5T_VARIABLE);
+    char* s = nullptr;
+    TESSERA_REQUIRE_LOCAL(H5Aread(a.id, mem.id, &s) >= 0, "cannot read attribute '", name,
+                          "' of '", path_, "'");
+    std::string v = s ? s : "";
+    H5free_memory(s);
+    return v;
+  }
+  std::string v(H5Tget_size(type.id), '\0');
+  TESSERA_REQUIRE_LOCAL(H5Aread(a.id, type.id, v.data()) >= 0, "cannot read attribute '", name,
+                        "' of '", path_, "'");
+  v.resize(v.find('\0') == std::string::npos ? v.size() : v.find('\0'));
+  return v;
+}
+
 }  // namespace tessera

@@ -36,14 +36,15 @@ std::string human_duration(double s) {
 
 }  // namespace
 
-RunLog::RunLog(const Deck& deck, ProcessGrid& grid, Trainer& trainer)
+RunLog::RunLog(const Deck& deck, ProcessGrid& grid, Trainer& trainer, int64_t steps_done)
     : deck_(deck),
       grid_(grid),
       trainer_(trainer),
       root_(grid.world().rank() == 0),
       dir_(deck.str("output.dir")),
       log_every_(deck.integer("output.log_every")),
-      echo_(deck.boolean("output.echo_deck")) {
+      echo_(deck.boolean("output.echo_deck")),
+      steps_done_(steps_done) {
   double peak = deck.real("hardware.peak_flops");
   peak_source_ = "deck (hardware.peak_flops)";
   if (peak == 0) {
@@ -60,7 +61,7 @@ RunLog::RunLog(const Deck& deck, ProcessGrid& grid, Trainer& trainer)
   if (root_) {
     std::error_code ec;
     std::filesystem::create_directories(dir_, ec);
-    metrics_ = std::fopen((dir_ + "/metrics.jsonl").c_str(), "w");
+    metrics_ = std::fopen((dir_ + "/metrics.jsonl").c_str(), steps_done > 0 ? "a" : "w");
     ok = metrics_ != nullptr;
   }
   grid_.world().broadcast(&ok, sizeof ok, 0);
@@ -109,15 +110,17 @@ void RunLog::step(const StepResult& r) {
   double seconds = r.seconds;
   grid_.world().all_reduce(&seconds, 1, ReduceOp::max);
   elapsed_ += seconds;
-  if (r.step > 1) steady_elapsed_ += seconds, ++steady_steps_;
-  if (r.step == 1) first_loss_ = r.loss;
+  // The first step of a run allocates and warms up; it is left out of the steady state.
+  const bool first = r.step == steps_done_ + 1;
+  if (!first) steady_elapsed_ += seconds, ++steady_steps_;
+  if (first) first_loss_ = r.loss;
   last_loss_ = r.loss;
   if (!root_) return;
   const double tokens = double(trainer_.batch().global_batch * trainer_.config().seq_len);
   const double mfu = flops_per_step_ / (seconds * peak_total_);
   const double mean = steady_steps_ ? steady_elapsed_ / double(steady_steps_) : seconds;
   const double eta = mean * double(trainer_.steps() - r.step);
-  if (r.step % log_every_ == 0 || r.step == trainer_.steps() || r.step == 1) {
+  if (r.step % log_every_ == 0 || r.step == trainer_.steps() || first) {
     std::printf("step %6lld/%lld | loss %.4f | lr %.3e | grad-norm %.3f | %9.0f tok/s | "
                 "MFU %5.1f%% | %6.0f ms | ETA %s\n",
                 (long long)r.step, (long long)trainer_.steps(), r.loss, r.lr, r.grad_norm,
@@ -149,13 +152,14 @@ void RunLog::finish() {
   double total = 0;
   for (int p = 0; p < kPhaseCount; ++p) total += phase_sum[p] / n;
   std::printf("\n== summary ==\n");
-  std::printf("loss %.4f -> %.4f over %lld steps in %s\n", first_loss_, last_loss_,
-              (long long)trainer_.steps(), human_duration(elapsed_).c_str());
+  std::printf("loss %.4f -> %.4f over steps %lld..%lld in %s\n", first_loss_, last_loss_,
+              (long long)steps_done_ + 1, (long long)trainer_.steps(),
+              human_duration(elapsed_).c_str());
   if (steady_steps_ > 0) {
     const double mean = steady_elapsed_ / double(steady_steps_);
     const double tokens = double(trainer_.batch().global_batch * trainer_.config().seq_len);
-    std::printf("steady state (steps 2..%lld): %.1f ms/step, %.0f tokens/s, MFU %.1f%% of %s\n",
-                (long long)trainer_.steps(), 1e3 * mean, tokens / mean,
+    std::printf("steady state (steps %lld..%lld): %.1f ms/step, %.0f tokens/s, MFU %.1f%% of %s\n",
+                (long long)steps_done_ + 2, (long long)trainer_.steps(), 1e3 * mean, tokens / mean,
                 100 * flops_per_step_ / (mean * peak_total_), peak_source_.c_str());
   }
   std::printf("\n%-12s %12s %12s %8s\n", "phase", "mean s", "max s", "share");

@@ -15,7 +15,8 @@ namespace tessera {
 class RunLog {
  public:
   // peak_flops_per_rank: from the deck, or measured when the deck gives 0.
-  RunLog(const Deck& deck, ProcessGrid& grid, Trainer& trainer);
+  // steps_done > 0: a resumed run; metrics.jsonl is appended to, not replaced.
+  RunLog(const Deck& deck, ProcessGrid& grid, Trainer& trainer, int64_t steps_done = 0);
   ~RunLog();
 
   void start();                    // echo deck + layout, write run.json
@@ -37,6 +38,7 @@ class RunLog {
   double flops_per_step_ = 0;
   double elapsed_ = 0, steady_elapsed_ = 0;  // steady: excludes step 1 (allocation, warm-up)
   int64_t steady_steps_ = 0;
+  int64_t steps_done_ = 0;
   double first_loss_ = 0, last_loss_ = 0;
   FILE* metrics_ = nullptr;
 };

@@ -1,6 +1,7 @@
 #include "train/trainer.hpp"
 
 #include <chrono>
+#include <cstdio>
 
 #include "core/error.hpp"
 #include "kernels/kernels.hpp"
@@ -21,7 +22,8 @@ BatchGeometry BatchGeometry::from_deck(const Deck& deck, int64_t dp) {
 }
 
 Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
-    : cfg_(ModelConfig::from_deck(deck)),
+    : deck_(deck),
+      cfg_(ModelConfig::from_deck(deck)),
       geo_(BatchGeometry::from_deck(deck, grid.dp().size())),
       grid_(grid),
       par_{grid.dp()},
@@ -102,6 +104,52 @@ StepResult Trainer::step(int64_t s) {
   timer_.stop();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+std::vector<CheckpointTensor> Trainer::checkpoint_tensors() {
+  std::vector<CheckpointTensor> t;
+  for (Param* p : store_.params()) {
+    t.push_back({"params/" + p->name, p->global, p->value.f32()});
+    t.push_back({"optim/adam_m/" + p->name, p->global, optim_->m() + p->offset});
+    t.push_back({"optim/adam_v/" + p->name, p->global, optim_->v() + p->offset});
+  }
+  return t;
+}
+
+std::string Trainer::layout_json() const {
+  return cat("{\"world\": ", grid_.world().size(), ", \"dp\": ", geo_.dp, ", \"micro_batch\": ",
+             geo_.micro_batch, ", \"accumulation\": ", geo_.accum, "}");
+}
+
+void Trainer::save(Checkpointer& ckpt, int64_t step) {
+  timer_.enter(Phase::other);
+  CheckpointMeta meta;
+  meta.step = step;
+  meta.samples = step * geo_.global_batch;
+  meta.seed = int64_t(seed_);
+  meta.deck_json = deck_.to_json();
+  meta.layout_json = layout_json();
+  ckpt.save(meta, checkpoint_tensors());
+  timer_.stop();
+}
+
+int64_t Trainer::restore(Checkpointer& ckpt) {
+  const std::string path = ckpt.resume_path();
+  if (path.empty()) return 0;
+  const CheckpointMeta meta = ckpt.load(path, checkpoint_tensors());
+  TESSERA_REQUIRE(meta.samples == meta.step * geo_.global_batch, "checkpoint '", path,
+                  "' was written with ", meta.samples / std::max<int64_t>(1, meta.step),
+                  " sequences per step but train.global_batch is ", geo_.global_batch,
+                  "; the data position would not line up");
+  if (grid_.world().rank() == 0) {
+    std::printf("resumed from %s: %lld steps done, layout then %s\n", path.c_str(),
+                (long long)meta.step, meta.layout_json.c_str());
+    if (meta.seed != int64_t(seed_))
+      std::printf("note: checkpoint seed %lld differs from train.seed %lld; the data order "
+                  "follows train.seed from here\n",
+                  (long long)meta.seed, (long long)seed_);
+  }
+  return meta.step;
 }
 
 }  // namespace tessera

@@ -9,6 +9,7 @@
 #include "comm/process_grid.hpp"
 #include "core/deck.hpp"
 #include "core/timer.hpp"
+#include "io/checkpoint.hpp"
 #include "io/text_dataset.hpp"
 #include "model/transformer.hpp"
 #include "optim/adamw.hpp"
@@ -35,6 +36,11 @@ class Trainer {
 
   // Runs optimizer step number step (1-based).
   StepResult step(int64_t step);
+  // Writes the state after `step` completed steps (collective).
+  void save(Checkpointer& ckpt, int64_t step);
+  // Restores the state checkpoint.resume names; returns the steps already completed (0 for a
+  // fresh start).
+  int64_t restore(Checkpointer& ckpt);
   // The tokens of global sample g of step s: out[seq_len + 1].
   void sample(int64_t step, int64_t g, int32_t* out) const;
 
@@ -45,9 +51,12 @@ class Trainer {
   Allocator& allocator() { return alloc_; }
   const PhaseTimer& timer() const { return timer_; }
   StepContext context(bool training);
+  std::vector<CheckpointTensor> checkpoint_tensors();
+  std::string layout_json() const;
   int64_t steps() const { return steps_; }
 
  private:
+  const Deck& deck_;
   ModelConfig cfg_;
   BatchGeometry geo_;
   ProcessGrid& grid_;

@@ -9,12 +9,11 @@
 // Tiles are copied into zero-padded thread-local buffers so that every product is a small
 // dense GEMM over whole register blocks.
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
+#include "kernels/cpu/vec_math.hpp"
 #include "kernels/kernels.hpp"
 
 #ifdef _OPENMP
@@ -36,69 +35,20 @@ constexpr int64_t kMR = 4, kNR = 8;
 #endif
 static_assert(kTile % kNR == 0 && kNR % kMR == 0);
 
-// Float/int vectors of the target's width (GCC/Clang vector extension). The softmax
-// exponentials use them because GCC does not vectorise a clamped exp written as a plain loop.
-#if defined(__AVX__)
-constexpr int64_t kLanes = 8;
-#else
-constexpr int64_t kLanes = 4;
-#endif
+// Vector helpers (vec_math.hpp). The softmax exponentials use them because GCC does not
+// vectorise a clamped exp written as a plain loop.
+using vec::hmax;
+using vec::hsum;
+using vec::kLanes;
+using vec::lanes_below;
+using vec::vexp;
+using vec::vfloat;
+using vec::vint;
+using vec::vload;
+using vec::vselect;
+using vec::vsplat;
+using vec::vstore;
 static_assert(kNR % kLanes == 0);
-using vfloat = float __attribute__((vector_size(4 * kLanes)));
-using vint = int32_t __attribute__((vector_size(4 * kLanes)));
-
-inline vfloat vload(const float* p) {
-  vfloat v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void vstore(float* p, vfloat v) {
-  std::memcpy(p, &v, sizeof v);
-}
-inline vfloat vsplat(float x) {
-  return vfloat{} + x;
-}
-// mask ? a : b per lane; mask lanes are 0 or -1 (what vector comparisons return).
-inline vfloat vselect(vint mask, vfloat a, vfloat b) {
-  return std::bit_cast<vfloat>((mask & std::bit_cast<vint>(a)) | (~mask & std::bit_cast<vint>(b)));
-}
-// Lanes c0 .. c0 + kLanes - 1 that are < n.
-inline vint lanes_below(int64_t c0, int64_t n) {
-  vint lane;
-  for (int32_t i = 0; i < kLanes; ++i) lane[i] = i;
-  return lane < (vint{} + static_cast<int32_t>(n - c0));
-}
-inline float hsum(vfloat v) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < kLanes; ++i) s += v[i];
-  return s;
-}
-inline float hmax(vfloat v) {
-  float m = v[0];
-  for (int64_t i = 1; i < kLanes; ++i) m = std::max(m, v[i]);
-  return m;
-}
-
-// exp(x) per lane with relative error ~1e-7; x is clamped to [-87.3, 88], so exp of a very
-// negative x is ~1e-38 rather than 0 (callers zero masked lanes themselves).
-inline vfloat vexp(vfloat x) {
-  x = vselect(x < vsplat(-87.3f), vsplat(-87.3f), x);
-  x = vselect(x > vsplat(88.0f), vsplat(88.0f), x);
-  // x = n ln2 + r with n = round(x / ln2), |r| <= ln2/2 (the +128 keeps the value being
-  // truncated positive); ln2 is split in two so that n * ln2_hi is exact.
-  const vint n = __builtin_convertvector(x * 1.44269504f + 128.5f, vint) - 128;
-  const vfloat fn = __builtin_convertvector(n, vfloat);
-  const vfloat r = (x - fn * 0.693359375f) + fn * 2.12194440e-4f;
-  // Cephes expf polynomial for exp(r) on [-ln2/2, ln2/2].
-  vfloat p = vsplat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  return p * std::bit_cast<vfloat>((n + 127) << 23);
-}
 
 int64_t round_up(int64_t x, int64_t m) {
   return (x + m - 1) / m * m;

@@ -1,7 +1,9 @@
 // Softmax cross-entropy fused with its backward: the logits buffer is overwritten with the
-// gradient, so the full-vocabulary probabilities never need a second buffer.
+// gradient, so the full-vocabulary probabilities never need a second buffer. The row maximum
+// and exponentials are vectorised with vec_math.hpp.
 #include <cmath>
 
+#include "kernels/cpu/vec_math.hpp"
 #include "kernels/kernels.hpp"
 
 namespace tessera::kernels {
@@ -11,16 +13,11 @@ void cross_entropy_fused(float* logits, const int32_t* targets, float* losses, i
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float* row = logits + n * V;
-    float mx = row[0];
-    for (int64_t v = 1; v < V_valid; ++v) mx = row[v] > mx ? row[v] : mx;
+    const float mx = vec::max_of(row, V_valid);
     const int32_t t = targets[n];
     const float target_logit = row[t] - mx;
-    double sum = 0;
-    for (int64_t v = 0; v < V_valid; ++v) {
-      const float e = std::exp(row[v] - mx);
-      row[v] = e;
-      sum += e;
-    }
+    // row[v] = exp(row[v] - mx) <= 1, summed in double.
+    const double sum = vec::exp_shifted_sum(row, mx, row, V_valid);
     losses[n] = float(std::log(sum) - double(target_logit));
     const float inv = float(grad_scale / sum);
 #pragma omp simd

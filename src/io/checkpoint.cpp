@@ -1,0 +1,310 @@
+#include "io/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "comm/agree.hpp"
+#include "core/deck.hpp"
+#include "core/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace tessera {
+namespace {
+
+constexpr const char* kFormat = "tessera-checkpoint";
+constexpr int64_t kVersion = 1;
+
+// Closes an HDF5 handle at scope exit.
+struct H5Handle {
+  hid_t id;
+  herr_t (*close)(hid_t);
+  H5Handle(hid_t i, herr_t (*c)(hid_t)) : id(i), close(c) {}
+  ~H5Handle() {
+    if (id >= 0) close(id);
+  }
+  H5Handle(const H5Handle&) = delete;
+  H5Handle& operator=(const H5Handle&) = delete;
+};
+
+uint64_t mix(uint64_t x) {  // splitmix64 finaliser
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Rows [begin, end) of `rows` that rank r of n writes.
+std::pair<int64_t, int64_t> owned(int64_t rows, int r, int n) {
+  return {rows * r / n, rows * (r + 1) / n};
+}
+
+int64_t row_length(const Shape& s) { return s.ndim > 1 ? s.numel() / s[0] : 1; }
+int64_t row_count(const Shape& s) { return s.ndim > 1 ? s[0] : s.numel(); }
+
+void write_string_attr(hid_t obj, const char* name, const std::string& v) {
+  H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.id, std::max<size_t>(1, v.size()));
+  H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  H5Handle a(H5Acreate2(obj, name, type.id, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  TESSERA_REQUIRE_LOCAL(a.id >= 0 && H5Awrite(a.id, type.id, v.data()) >= 0,
+                        "cannot write checkpoint attribute ", name);
+}
+
+template <class T>
+void write_attr(hid_t obj, const char* name, hid_t type, T v) {
+  H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  H5Handle a(H5Acreate2(obj, name, type, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  TESSERA_REQUIRE_LOCAL(a.id >= 0 && H5Awrite(a.id, type, &v) >= 0,
+                        "cannot write checkpoint attribute ", name);
+}
+
+std::string read_string_attr(hid_t obj, const char* name, const std::string& file) {
+  TESSERA_REQUIRE_LOCAL(H5Aexists(obj, name) > 0, "checkpoint '", file, "' has no attribute '",
+                        name, "'");
+  H5Handle a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+  H5Handle type(H5Aget_type(a.id), H5Tclose);
+  std::string v(H5Tget_size(type.id), '\0');
+  TESSERA_REQUIRE_LOCAL(H5Aread(a.id, type.id, v.data()) >= 0, "cannot read attribute '", name,
+                        "' of '", file, "'");
+  v.resize(strnlen(v.data(), v.size()));
+  return v;
+}
+
+template <class T>
+T read_attr(hid_t obj, const char* name, hid_t type, const std::string& file,
+            const std::string& where) {
+  TESSERA_REQUIRE_LOCAL(H5Aexists(obj, name) > 0, "checkpoint '", file, "': ", where,
+                        " has no attribute '", name, "'");
+  H5Handle a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+  T v{};
+  TESSERA_REQUIRE_LOCAL(H5Aread(a.id, type, &v) >= 0, "checkpoint '", file, "': cannot read '",
+                        name, "' of ", where);
+  return v;
+}
+
+hid_t parallel_access(MPI_Comm comm) {
+  const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+  return fapl;
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+// Test hook: TESSERA_FAULT_INJECT=checkpoint-midwrite kills the process (SIGKILL) halfway
+// through writing a checkpoint, so tests can prove the previous one survives.
+bool fault(const char* name) {
+  const char* f = std::getenv("TESSERA_FAULT_INJECT");
+  return f && std::strcmp(f, name) == 0;
+}
+
+std::string checkpoint_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "ckpt-%08lld.h5", (long long)step);
+  return buf;
+}
+
+}  // namespace
+
+uint64_t tensor_checksum(const float* data, int64_t begin, int64_t end) {
+  uint64_t h = 0;
+  for (int64_t i = begin; i < end; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, data + (i - begin), sizeof bits);
+    h += mix((uint64_t(bits) << 32) ^ mix(uint64_t(i)));
+  }
+  return h;
+}
+
+Checkpointer::Checkpointer(const Deck& deck, Communicator& world)
+    : world_(world),
+      dir_(deck.str("checkpoint.dir")),
+      every_(deck.integer("checkpoint.every")),
+      keep_(deck.integer("checkpoint.keep")),
+      resume_(deck.str("checkpoint.resume")) {
+  if (dir_.empty()) dir_ = deck.str("output.dir") + "/checkpoints";
+}
+
+bool Checkpointer::due(int64_t step, int64_t last_step) const {
+  return step == last_step || (every_ > 0 && step % every_ == 0);
+}
+
+std::string Checkpointer::resume_path() const {
+  if (resume_ == "none") return "";
+  if (resume_ == "latest") {
+    std::ifstream in(dir_ + "/latest");
+    std::string name;
+    if (!(in >> name)) return "";  // no checkpoint yet: a fresh start
+    return dir_ + "/" + name;
+  }
+  TESSERA_REQUIRE(fs::exists(resume_), "checkpoint.resume = '", resume_,
+                  "': no such file (use none, latest, or the path of a ckpt-*.h5 file)");
+  return resume_;
+}
+
+void Checkpointer::save(const CheckpointMeta& meta, const std::vector<CheckpointTensor>& tensors) {
+  const std::string final_path = dir_ + "/" + checkpoint_name(meta.step);
+  const std::string tmp_path = final_path + ".tmp";
+  collectively(world_, [&] {
+    if (world_.rank() == 0) {
+      std::error_code ec;
+      fs::create_directories(dir_, ec);
+      TESSERA_REQUIRE_LOCAL(!ec, "cannot create checkpoint directory '", dir_, "': ", ec.message());
+    }
+  });
+  world_.barrier();
+  collectively(world_, [&] {
+    H5Handle fapl(parallel_access(world_.raw()), H5Pclose);
+    H5Handle file(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id), H5Fclose);
+    TESSERA_REQUIRE_LOCAL(file.id >= 0, "cannot create checkpoint file '", tmp_path, "'");
+    write_string_attr(file.id, "format", kFormat);
+    write_attr(file.id, "version", H5T_NATIVE_INT64, kVersion);
+    write_attr(file.id, "step", H5T_NATIVE_INT64, meta.step);
+    write_attr(file.id, "samples", H5T_NATIVE_INT64, meta.samples);
+    write_attr(file.id, "seed", H5T_NATIVE_INT64, meta.seed);
+    write_string_attr(file.id, "deck", meta.deck_json);
+    write_string_attr(file.id, "layout", meta.layout_json);
+
+    H5Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+    H5Pset_create_intermediate_group(lcpl.id, 1);
+    H5Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+    H5Pset_dxpl_mpio(dxpl.id, H5FD_MPIO_COLLECTIVE);
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      if (fault("checkpoint-midwrite") && t == tensors.size() / 2) {
+        H5Fflush(file.id, H5F_SCOPE_GLOBAL);
+        raise(SIGKILL);
+      }
+      const CheckpointTensor& ct = tensors[t];
+      std::vector<hsize_t> dims(ct.global.dims.begin(), ct.global.dims.begin() + ct.global.ndim);
+      H5Handle fspace(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
+      H5Handle set(H5Dcreate2(file.id, ct.path.c_str(), H5T_NATIVE_FLOAT, fspace.id, lcpl.id,
+                              H5P_DEFAULT, H5P_DEFAULT),
+                   H5Dclose);
+      TESSERA_REQUIRE_LOCAL(set.id >= 0, "cannot create dataset '", ct.path, "' in '", tmp_path, "'");
+      // This rank writes its share of the rows it holds.
+      const int64_t rows = row_count(ct.global), len = row_length(ct.global);
+      const auto [r0, r1] = owned(rows, world_.rank(), world_.size());
+      std::vector<hsize_t> start(dims.size(), 0), count(dims);
+      start[0] = hsize_t(r0);
+      count[0] = hsize_t(r1 - r0);
+      H5Handle mspace(H5Screate_simple(int(count.size()), count.data(), nullptr), H5Sclose);
+      if (r1 > r0) {
+        H5Sselect_hyperslab(fspace.id, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+      } else {
+        H5Sselect_none(fspace.id);
+        H5Sselect_none(mspace.id);
+      }
+      const int64_t hold0 = ct.rows < 0 ? 0 : ct.row_begin;
+      const float* src = ct.data + (r0 - hold0) * len;
+      TESSERA_REQUIRE_LOCAL(H5Dwrite(set.id, H5T_NATIVE_FLOAT, mspace.id, fspace.id, dxpl.id, src) >= 0,
+                            "cannot write dataset '", ct.path, "' to '", tmp_path, "'");
+      int64_t sum = int64_t(tensor_checksum(src, r0 * len, r1 * len));
+      world_.all_reduce(&sum, 1);
+      write_attr(set.id, "checksum", H5T_NATIVE_UINT64, uint64_t(sum));
+    }
+    TESSERA_REQUIRE_LOCAL(H5Fflush(file.id, H5F_SCOPE_GLOBAL) >= 0, "cannot flush '", tmp_path, "'");
+  });
+  // Publish: the complete file under its final name, then the pointer to it.
+  collectively(world_, [&] {
+    if (world_.rank() != 0) return;
+    fsync_path(tmp_path);
+    fs::rename(tmp_path, final_path);
+    const std::string latest = dir_ + "/latest";
+    {
+      std::ofstream out(latest + ".tmp");
+      out << checkpoint_name(meta.step) << "\n";
+      TESSERA_REQUIRE_LOCAL(out.good(), "cannot write '", latest, ".tmp'");
+    }
+    fsync_path(latest + ".tmp");
+    fs::rename(latest + ".tmp", latest);
+    fsync_path(dir_);
+    // Keep the newest keep_ checkpoints.
+    std::vector<std::string> all;
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind("ckpt-", 0) == 0 && n.size() > 3 && n.substr(n.size() - 3) == ".h5") all.push_back(n);
+    }
+    std::sort(all.begin(), all.end());
+    for (size_t i = 0; i + size_t(keep_) < all.size(); ++i) fs::remove(dir_ + "/" + all[i]);
+  });
+}
+
+CheckpointMeta Checkpointer::load(const std::string& path,
+                                  const std::vector<CheckpointTensor>& tensors) {
+  CheckpointMeta meta;
+  collectively(world_, [&] {
+    H5Handle fapl(parallel_access(world_.raw()), H5Pclose);
+    // A truncated or foreign file fails here; silence HDF5's own error stack print.
+    H5E_auto2_t func;
+    void* data;
+    H5Eget_auto2(H5E_DEFAULT, &func, &data);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.id), H5Fclose);
+    TESSERA_REQUIRE_LOCAL(file.id >= 0, "cannot open checkpoint '", path,
+                          "': not an HDF5 file, or truncated");
+    const std::string format = read_string_attr(file.id, "format", path);
+    TESSERA_REQUIRE_LOCAL(format == kFormat, "'", path, "' is not a tessera checkpoint (format '",
+                          format, "')");
+    const int64_t version = read_attr<int64_t>(file.id, "version", H5T_NATIVE_INT64, path, "file");
+    TESSERA_REQUIRE_LOCAL(version == kVersion, "checkpoint '", path, "' has version ", version,
+                          "; this tessera reads version ", kVersion);
+    meta.step = read_attr<int64_t>(file.id, "step", H5T_NATIVE_INT64, path, "file");
+    meta.samples = read_attr<int64_t>(file.id, "samples", H5T_NATIVE_INT64, path, "file");
+    meta.seed = read_attr<int64_t>(file.id, "seed", H5T_NATIVE_INT64, path, "file");
+    meta.deck_json = read_string_attr(file.id, "deck", path);
+    meta.layout_json = read_string_attr(file.id, "layout", path);
+
+    for (const CheckpointTensor& ct : tensors) {
+      TESSERA_REQUIRE_LOCAL(H5Lexists(file.id, ct.path.c_str(), H5P_DEFAULT) > 0, "checkpoint '",
+                            path, "' has no dataset '", ct.path, "'");
+      H5Handle set(H5Dopen2(file.id, ct.path.c_str(), H5P_DEFAULT), H5Dclose);
+      H5Handle fspace(H5Dget_space(set.id), H5Sclose);
+      std::vector<hsize_t> dims(size_t(std::max(0, H5Sget_simple_extent_ndims(fspace.id))));
+      H5Sget_simple_extent_dims(fspace.id, dims.data(), nullptr);
+      Shape found;
+      for (hsize_t d : dims) found.dims[found.ndim++] = int64_t(d);
+      TESSERA_REQUIRE_LOCAL(found == ct.global, "checkpoint '", path, "': dataset '", ct.path,
+                            "' has shape ", found.str(), " but the model expects ",
+                            ct.global.str());
+      const int64_t len = row_length(ct.global);
+      const int64_t r0 = ct.rows < 0 ? 0 : ct.row_begin;
+      const int64_t n = ct.rows < 0 ? row_count(ct.global) : ct.rows;
+      std::vector<hsize_t> start(dims.size(), 0), count(dims);
+      start[0] = hsize_t(r0);
+      count[0] = hsize_t(n);
+      H5Sselect_hyperslab(fspace.id, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+      H5Handle mspace(H5Screate_simple(int(count.size()), count.data(), nullptr), H5Sclose);
+      TESSERA_REQUIRE_LOCAL(
+          H5Dread(set.id, H5T_NATIVE_FLOAT, mspace.id, fspace.id, H5P_DEFAULT, ct.data) >= 0,
+          "checkpoint '", path, "': cannot read dataset '", ct.path, "' (file truncated?)");
+      const uint64_t expected =
+          read_attr<uint64_t>(set.id, "checksum", H5T_NATIVE_UINT64, path, "dataset '" + ct.path + "'");
+      // The same row split as the writer; every rank read every row it checks.
+      const auto [o0, o1] = owned(row_count(ct.global), world_.rank(), world_.size());
+      const int64_t c0 = std::max(o0, r0), c1 = std::min(o1, r0 + n);
+      int64_t sum = c1 > c0 ? int64_t(tensor_checksum(ct.data + (c0 - r0) * len, c0 * len, c1 * len)) : 0;
+      world_.all_reduce(&sum, 1);
+      TESSERA_REQUIRE_LOCAL(uint64_t(sum) == expected, "checkpoint '", path, "': dataset '", ct.path,
+                            "' is damaged (checksum mismatch); use an earlier checkpoint");
+    }
+    H5Eset_auto2(H5E_DEFAULT, func, data);
+  });
+  return meta;
+}
+
+}  // namespace tessera

@@ -1,0 +1,66 @@
+// Global checkpoints (GUIDE invariant 7): one HDF5 file per checkpoint holding every
+// parameter and optimizer state as its global tensor, written collectively by hyperslab
+// with parallel HDF5, so any layout can read any checkpoint (and h5py or PyTorch can too).
+//
+// Atomicity: the file is written as NAME.tmp, flushed, fsync'ed, renamed to NAME, and only
+// then is the `latest` pointer (a one-line text file) replaced, itself via rename. A crash at
+// any point leaves the previous checkpoint and `latest` intact.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "tensor/tensor.hpp"
+
+namespace tessera {
+
+class Deck;
+
+// One tensor as a rank sees it: its dataset path in the file, its global shape, and the rows
+// [row_begin, row_begin + rows) of dimension 0 this rank holds at `data`. Ranks holding the
+// same rows are replicas; the writer splits each tensor's rows among the ranks of `world`
+// so every row is written once.
+struct CheckpointTensor {
+  std::string path;  // e.g. "params/layers.0.attn.q.weight"
+  Shape global;
+  float* data = nullptr;
+  int64_t row_begin = 0, rows = -1;  // rows = -1: the whole tensor
+};
+
+struct CheckpointMeta {
+  int64_t step = 0;     // optimizer steps completed
+  int64_t samples = 0;  // global samples consumed (the data position)
+  int64_t seed = 0;     // seed of initialisation and data order (the RNG state: counter-based)
+  std::string deck_json, layout_json;
+};
+
+class Checkpointer {
+ public:
+  Checkpointer(const Deck& deck, Communicator& world);
+
+  const std::string& dir() const { return dir_; }
+  // True when a checkpoint is due after step (every N steps, and after the last).
+  bool due(int64_t step, int64_t last_step) const;
+  // The file checkpoint.resume names: "" to start fresh. Collective error when a named file
+  // is missing.
+  std::string resume_path() const;
+
+  void save(const CheckpointMeta& meta, const std::vector<CheckpointTensor>& tensors);
+  // Reads into the tensors and verifies each dataset's checksum; collective errors name the
+  // file and the damaged or missing dataset. Nothing on disk is modified.
+  CheckpointMeta load(const std::string& path, const std::vector<CheckpointTensor>& tensors);
+
+ private:
+  Communicator& world_;
+  std::string dir_;
+  int64_t every_, keep_;
+  std::string resume_;
+};
+
+// Checksum of elements [begin, end) of a tensor: a position-keyed hash summed with
+// wraparound, so partial sums over any split of the elements add up to the whole.
+uint64_t tensor_checksum(const float* data, int64_t begin, int64_t end);
+
+}  // namespace tessera

@@ -1,0 +1,65 @@
+// Writes a token dataset in the "tessera-dataset" format, version 1 (HDF5):
+//   /tokens        1-D, uint16 when vocab_size <= 65536 else uint32: every document's tokens,
+//                  each document followed by EOS
+//   /doc_offsets   1-D uint64 [n_docs + 1]: token offset where document i starts; the last
+//                  entry is n_tokens (document i is tokens[off[i], off[i+1]), EOS included)
+//   root attributes: format = "tessera-dataset", version = 1, tokenizer ("byte" | "gpt2"),
+//                  vocab_size, eos_id, vocab_hash (hex SHA-256 of the vocabulary files, "" for
+//                  byte), n_docs, n_tokens (int64 unless noted) and manifest, a JSON string:
+//                  {"inputs": [{"path", "bytes", "documents", "tokens"}, ...], "split_lines"}
+// The file is written as OUT.tmp and renamed to OUT when complete.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+class H5File;
+class Tokenizer;
+
+class DatasetWriter {
+ public:
+  DatasetWriter(const std::string& path, const Tokenizer& tokenizer, bool split_lines);
+  ~DatasetWriter();  // an unfinished file is removed
+  DatasetWriter(const DatasetWriter&) = delete;
+  DatasetWriter& operator=(const DatasetWriter&) = delete;
+
+  // Documents added after begin_input(path, bytes) count toward that input in the manifest.
+  void begin_input(const std::string& input_path, uint64_t bytes);
+  // Appends a document's tokens and EOS.
+  void add_document(std::span<const uint32_t> ids);
+  // Writes offsets and attributes, closes and renames to the final path.
+  void finish();
+
+  int64_t documents() const { return int64_t(offsets_.size()) - 1; }
+  int64_t tokens() const { return offsets_.back(); }
+  bool wide() const { return wide_; }  // tokens stored as uint32
+
+ private:
+  struct Input {
+    std::string path;
+    uint64_t bytes;
+    int64_t documents = 0, tokens = 0;
+  };
+  void flush();
+  std::string manifest() const;
+
+  std::string path_, tmp_path_;
+  std::string kind_, vocab_hash_;
+  int64_t vocab_size_, eos_;
+  bool split_lines_, wide_;
+  std::unique_ptr<H5File> file_;
+  std::vector<uint32_t> pending_;  // tokens not yet appended to /tokens
+  std::vector<uint64_t> offsets_{0};
+  std::vector<Input> inputs_;
+  bool finished_ = false;
+};
+
+// s as a JSON string literal, quotes included.
+std::string json_quote(std::string_view s);
+
+}  // namespace tessera

@@ -1,0 +1,27 @@
+#include "io/tokenizer_byte.hpp"
+
+#include "core/error.hpp"
+
+namespace tessera {
+
+std::vector<uint32_t> ByteTokenizer::encode(std::string_view text) {
+  std::vector<uint32_t> ids(text.size());
+  for (size_t i = 0; i < text.size(); ++i) ids[i] = uint8_t(text[i]);
+  return ids;
+}
+
+std::string ByteTokenizer::decode(std::span<const uint32_t> ids) const {
+  std::string text;
+  text.reserve(ids.size());
+  for (const uint32_t id : ids) {
+    TESSERA_REQUIRE(id <= eos_id(), "byte tokenizer: token id ", id,
+                    " is outside the vocabulary [0, 257); the ids come from another tokenizer");
+    if (id == eos_id())
+      text += "<|endoftext|>";
+    else
+      text.push_back(char(id));
+  }
+  return text;
+}
+
+}  // namespace tessera
