@@ -44,7 +44,9 @@ int main(int argc, char** argv) {
     const int64_t last = exit_after > 0 ? std::min(trainer.steps(), done + exit_after)
                                         : trainer.steps();
     for (int64_t s = done + 1; s <= last; ++s) {
-      log.step(trainer.step(s));
+      tessera::StepResult r = trainer.step(s);
+      if (trainer.eval_due(s, last)) r.val_loss = trainer.evaluate();
+      log.step(r);
       if (checkpoints.due(s, last)) trainer.save(checkpoints, s);
     }
     log.finish();

@@ -44,7 +44,8 @@ std::vector<KeySpec> build_schema() {
               "divide heads."),
       integer("model", "ffn_hidden", "0", 0, 1 << 24,
               "MLP hidden size F; 0 picks 4C (gpt2) or 8C/3 rounded up to 64 (llama)."),
-      integer("model", "vocab", "256", 2, 1 << 24, "Vocabulary size V of the tokenizer."),
+      integer("model", "vocab", "257", 2, 1 << 24,
+              "Vocabulary size V; must equal the dataset's (257 byte-level, 50257 gpt2)."),
       integer("model", "vocab_multiple", "64", 1, 1 << 16,
               "Embedding rows are padded up to a multiple of this; padding never changes the "
               "loss."),
@@ -55,9 +56,14 @@ std::vector<KeySpec> build_schema() {
              "Share the token embedding with the output head; auto: gpt2 ties, llama does not."),
       real("model", "init_std", "0.02", 0, 10, "Standard deviation of weight initialisation."),
       // [data]
-      path("data", "path", "", true, "Training text file (byte-level tokens)."),
-      choice("data", "tokenizer", "byte", {"byte"},
-             "Tokenizer: byte (one token per byte, vocab 256)."),
+      path("data", "path", "", true,
+           "Token dataset (HDF5) made by tessera-prep from text, directories or JSONL."),
+      choice("data", "tokenizer", "byte", {"byte", "gpt2"},
+             "Tokenizer the dataset must have been made with: byte (vocab 257 with EOS) or gpt2 "
+             "(BPE, vocab 50257)."),
+      real("data", "val_fraction", "0.01", 0, 0.5,
+           "Fraction of documents held out for validation (chosen by a hash of the document "
+           "index, the same on every layout)."),
       // [train]
       integer("train", "steps", "100", 1, kMaxInt, "Optimizer steps to run."),
       integer("train", "micro_batch", "4", 1, 1 << 20,
@@ -65,6 +71,11 @@ std::vector<KeySpec> build_schema() {
       integer("train", "global_batch", "0", 0, kMaxInt,
               "Sequences per optimizer step over all ranks; 0 means micro_batch x dp (no "
               "accumulation). Must be a multiple of micro_batch x dp."),
+      integer("train", "eval_every", "0", 0, kMaxInt,
+              "Validation loss every N steps (and after the last step); 0 disables."),
+      integer("train", "eval_samples", "32", 1, kMaxInt,
+              "Validation sequences per evaluation (rounded up to a multiple of micro_batch x "
+              "dp)."),
       integer("train", "exit_after", "0", 0, kMaxInt,
               "Stop after this many steps in this invocation (writing a checkpoint), to be "
               "resumed later; 0: run to train.steps."),

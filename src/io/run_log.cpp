@@ -120,17 +120,21 @@ void RunLog::step(const StepResult& r) {
   const double mfu = flops_per_step_ / (seconds * peak_total_);
   const double mean = steady_steps_ ? steady_elapsed_ / double(steady_steps_) : seconds;
   const double eta = mean * double(trainer_.steps() - r.step);
-  if (r.step % log_every_ == 0 || r.step == trainer_.steps() || first) {
-    std::printf("step %6lld/%lld | loss %.4f | lr %.3e | grad-norm %.3f | %9.0f tok/s | "
+  if (r.step % log_every_ == 0 || r.step == trainer_.steps() || first || r.val_loss >= 0) {
+    char val[32] = "";
+    if (r.val_loss >= 0) std::snprintf(val, sizeof val, " | val %.4f", r.val_loss);
+    std::printf("step %6lld/%lld | loss %.4f%s | lr %.3e | grad-norm %.3f | %9.0f tok/s | "
                 "MFU %5.1f%% | %6.0f ms | ETA %s\n",
-                (long long)r.step, (long long)trainer_.steps(), r.loss, r.lr, r.grad_norm,
+                (long long)r.step, (long long)trainer_.steps(), r.loss, val, r.lr, r.grad_norm,
                 tokens / seconds, 100 * mfu, 1e3 * seconds, human_duration(eta).c_str());
     std::fflush(stdout);
   }
+  char val[48] = "";
+  if (r.val_loss >= 0) std::snprintf(val, sizeof val, ", \"val_loss\": %.9g", r.val_loss);
   std::fprintf(metrics_,
                "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-               "\"step_time\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g}\n",
-               (long long)r.step, r.loss, r.lr, r.grad_norm, seconds, tokens / seconds, mfu);
+               "\"step_time\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g%s}\n",
+               (long long)r.step, r.loss, r.lr, r.grad_norm, seconds, tokens / seconds, mfu, val);
   std::fflush(metrics_);
 }
 

@@ -30,10 +30,16 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
       scratch_(alloc_),
       seed_(uint64_t(deck.integer("train.seed"))),
       steps_(deck.integer("train.steps")),
-      data_(deck.str("data.path"), cfg_.seq_len) {
-  TESSERA_REQUIRE(deck.str("data.tokenizer") != "byte" || cfg_.vocab >= 256,
-                  "model.vocab = ", cfg_.vocab,
-                  " is too small for data.tokenizer = byte, which needs 256");
+      data_(deck.str("data.path"), grid.world().raw(),
+            {deck.str("data.tokenizer"), cfg_.vocab, cfg_.seq_len, geo_.global_batch},
+            deck.real("data.val_fraction")),
+      eval_every_(deck.integer("train.eval_every")) {
+  const int64_t per_round = geo_.micro_batch * geo_.dp;
+  eval_samples_ = (deck.integer("train.eval_samples") + per_round - 1) / per_round * per_round;
+  TESSERA_REQUIRE(eval_every_ == 0 || data_.samples(TokenDataset::validation) > 0,
+                  "train.eval_every = ", eval_every_, " but the validation split of '",
+                  deck.str("data.path"), "' is empty; raise data.val_fraction or set "
+                  "train.eval_every = 0");
   model_ = std::make_unique<Transformer>(cfg_, store_);
   store_.finalize(alloc_);
   store_.initialize(seed_);
@@ -62,7 +68,30 @@ StepContext Trainer::context(bool training) {
 }
 
 void Trainer::sample(int64_t step, int64_t g, int32_t* out) const {
-  data_.sample(seed_, uint64_t((step - 1) * geo_.global_batch + g), out);
+  data_.train_sample(seed_, (step - 1) * geo_.global_batch + g, out);
+}
+
+bool Trainer::eval_due(int64_t step, int64_t last_step) const {
+  return eval_every_ > 0 && (step % eval_every_ == 0 || step == last_step);
+}
+
+double Trainer::evaluate() {
+  const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
+  StepContext ctx = context(false);
+  double loss_sum = 0;
+  for (int64_t first = grid_.dp().rank() * B; first < eval_samples_; first += B * geo_.dp) {
+    for (int64_t b = 0; b < B; ++b) {
+      int32_t* row = tokens_.i32() + b * (T + 1);
+      data_.validation_sample(first + b, row);
+      for (int64_t t = 0; t < T; ++t) {
+        inputs_.i32()[b * T + t] = row[t];
+        targets_.i32()[b * T + t] = row[t + 1];
+      }
+    }
+    loss_sum += model_->forward(ctx, inputs_.i32(), targets_.i32());
+  }
+  grid_.dp().all_reduce(&loss_sum, 1);
+  return loss_sum / double(eval_samples_ * T);
 }
 
 StepResult Trainer::step(int64_t s) {

@@ -10,7 +10,7 @@
 #include "core/deck.hpp"
 #include "core/timer.hpp"
 #include "io/checkpoint.hpp"
-#include "io/text_dataset.hpp"
+#include "io/token_dataset.hpp"
 #include "model/transformer.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
@@ -28,6 +28,7 @@ struct BatchGeometry {
 struct StepResult {
   int64_t step = 0;
   double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
+  double val_loss = -1;  // negative: not evaluated this step
 };
 
 class Trainer {
@@ -36,11 +37,15 @@ class Trainer {
 
   // Runs optimizer step number step (1-based).
   StepResult step(int64_t step);
+  const TokenDataset& data() const { return data_; }
   // Writes the state after `step` completed steps (collective).
   void save(Checkpointer& ckpt, int64_t step);
   // Restores the state checkpoint.resume names; returns the steps already completed (0 for a
   // fresh start).
   int64_t restore(Checkpointer& ckpt);
+  // Mean validation loss over train.eval_samples held-out sequences (collective).
+  double evaluate();
+  bool eval_due(int64_t step, int64_t last_step) const;
   // The tokens of global sample g of step s: out[seq_len + 1].
   void sample(int64_t step, int64_t g, int32_t* out) const;
 
@@ -70,7 +75,8 @@ class Trainer {
   double grad_clip_ = 0;
   uint64_t seed_ = 0;
   int64_t steps_ = 0;
-  TextDataset data_;
+  TokenDataset data_;
+  int64_t eval_every_ = 0, eval_samples_ = 0;
   Buffer tokens_, inputs_, targets_;  // one micro-batch
   PhaseTimer timer_;
 };

@@ -1,0 +1,154 @@
+// tessera-prep: text and JSONL corpora -> a token dataset (HDF5, format "tessera-dataset"
+// version 1, described in io/dataset_writer.hpp). Runs on one rank.
+//   tessera-prep --tokenizer byte|gpt2 [--vocab-dir DIR] --out OUT.h5 [--split-lines] INPUT...
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "app/errors.hpp"
+#include "core/error.hpp"
+#include "io/dataset_inputs.hpp"
+#include "io/dataset_writer.hpp"
+#include "io/prep_progress.hpp"
+#include "io/tokenizer.hpp"
+
+namespace {
+
+struct Option {
+  const char* name;
+  const char* value;  // nullptr: a flag
+  const char* help;
+};
+
+// The one description of the command line: the parser and the help text both read it.
+constexpr Option kOptions[] = {
+    {"--tokenizer", "KIND", "byte (ids = bytes, EOS 256) or gpt2 (GPT-2 BPE, EOS 50256)"},
+    {"--vocab-dir", "DIR",
+     "gpt2: directory holding encoder.json and vocab.bpe (get them with "
+     "tools/fetch-gpt2-vocab DIR)"},
+    {"--out", "OUT.h5", "the dataset to write (via OUT.h5.tmp, renamed when complete)"},
+    {"--split-lines", nullptr,
+     "in text files, each non-blank line is a document (default: blank lines separate "
+     "documents)"},
+    {"--help", nullptr, "print this help"},
+};
+
+std::string help_text() {
+  std::string s =
+      "usage: tessera-prep --tokenizer byte|gpt2 [--vocab-dir DIR] --out OUT.h5 "
+      "[--split-lines] INPUT...\n"
+      "INPUT: text files, .jsonl files (one object per line with a \"text\" string) or\n"
+      "directories (every regular file inside, recursively, sorted by path). Each document's\n"
+      "tokens are followed by EOS. A progress bar is drawn on stderr when it is a terminal.\n";
+  for (const Option& o : kOptions) {
+    const std::string head = std::string(o.name) + (o.value ? std::string(" ") + o.value : "");
+    char line[512];
+    std::snprintf(line, sizeof line, "  %-22s %s\n", head.c_str(), o.help);
+    s += line;
+  }
+  return s;
+}
+
+struct Args {
+  std::map<std::string, std::string> options;  // name -> value ("" for flags)
+  std::vector<std::string> inputs;
+};
+
+Args parse(const std::vector<std::string>& argv) {
+  Args args;
+  bool options_done = false;
+  for (size_t i = 1; i < argv.size(); ++i) {
+    std::string a = argv[i];
+    if (options_done || a.size() < 2 || a.compare(0, 2, "--") != 0) {
+      args.inputs.push_back(a);
+      continue;
+    }
+    if (a == "--") {
+      options_done = true;
+      continue;
+    }
+    std::string value;
+    bool inline_value = false;
+    if (const size_t eq = a.find('='); eq != std::string::npos) {
+      value = a.substr(eq + 1), a = a.substr(0, eq), inline_value = true;
+    }
+    const Option* opt = nullptr;
+    for (const Option& o : kOptions)
+      if (a == o.name) opt = &o;
+    TESSERA_REQUIRE(opt, "unknown option '", a, "'; see tessera-prep --help");
+    if (opt->value && !inline_value) {
+      TESSERA_REQUIRE(i + 1 < argv.size(), "option ", a, " needs a value ", opt->value);
+      value = argv[++i];
+    }
+    TESSERA_REQUIRE(opt->value || !inline_value, "option ", a, " takes no value");
+    args.options[a] = value;
+  }
+  return args;
+}
+
+void prep(const Args& args) {
+  const auto get = [&](const char* name) {
+    const auto it = args.options.find(name);
+    return it == args.options.end() ? std::string() : it->second;
+  };
+  TESSERA_REQUIRE(args.options.count("--tokenizer"),
+                  "no tokenizer given; pass --tokenizer byte or --tokenizer gpt2");
+  TESSERA_REQUIRE(args.options.count("--out"), "no output given; pass --out OUT.h5");
+  TESSERA_REQUIRE(!args.inputs.empty(),
+                  "no inputs given; pass text files, .jsonl files or directories");
+  const bool split_lines = args.options.count("--split-lines") > 0;
+  const std::vector<tessera::InputFile> files = tessera::expand_inputs(args.inputs);
+  const std::unique_ptr<tessera::Tokenizer> tokenizer =
+      tessera::make_tokenizer(get("--tokenizer"), get("--vocab-dir"));
+
+  uint64_t total = 0;
+  for (const tessera::InputFile& f : files) total += f.bytes;
+  tessera::DatasetWriter writer(get("--out"), *tokenizer, split_lines);
+  tessera::PrepProgress progress(total);
+  uint64_t before = 0;
+  for (const tessera::InputFile& f : files) {
+    writer.begin_input(f.path, f.bytes);
+    tessera::for_each_document(
+        f, split_lines,
+        [&](std::string_view text) { writer.add_document(tokenizer->encode(text)); },
+        [&](uint64_t done) { progress.update(before + done); });
+    before += f.bytes;
+  }
+  writer.finish();
+  progress.finish();
+  const double secs = progress.seconds(), mb = 1e-6 * double(total);
+  std::printf(
+      "tessera-prep: wrote %s: %lld documents, %lld tokens (%s, %s) from %zu files, %.2f MB "
+      "in %.2f s (%.1f MB/s)\n",
+      get("--out").c_str(), (long long)writer.documents(), (long long)writer.tokens(),
+      tokenizer->kind().c_str(), writer.wide() ? "uint32" : "uint16", files.size(), mb, secs,
+      mb / std::max(secs, 1e-9));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const std::vector<std::string> argv_strings(argv, argv + argc);
+  for (const std::string& a : argv_strings) {
+    if (a == "--help" || a == "-h") {
+      if (rank == 0) std::fputs(help_text().c_str(), stdout);
+      MPI_Finalize();
+      return 0;
+    }
+  }
+  return tessera::run_reporting_errors("tessera-prep", [&] {
+    TESSERA_REQUIRE(size == 1, "tessera-prep runs on one rank, not ", size,
+                    "; start it without mpirun");
+    prep(parse(argv_strings));
+  });
+}
