@@ -112,6 +112,17 @@ std::vector<KeySpec> build_schema() {
       {"checkpoint", "resume", KeyType::string, "none", false, 0, 0, {},
        "none, latest (the newest checkpoint in checkpoint.dir, or a fresh start when there is "
        "none), or the path of a checkpoint file."},
+      // [sample]
+      {"sample", "prompt", KeyType::string, "In the beginning", false, 0, 0, {},
+       "tessera-sample: text the generation continues."},
+      integer("sample", "length", "200", 1, 1 << 20, "tessera-sample: tokens to generate."),
+      real("sample", "temperature", "0.8", 0, 100,
+           "tessera-sample: softmax temperature; 0 picks the most likely token."),
+      integer("sample", "top_k", "40", 0, 1 << 24,
+              "tessera-sample: sample among the k most likely tokens; 0 means all."),
+      integer("sample", "seed", "0", 0, kMaxInt, "tessera-sample: seed of the sampling."),
+      path("sample", "vocab_dir", "", false,
+           "tessera-sample with data.tokenizer = gpt2: directory of encoder.json and vocab.bpe."),
   };
 }
 
