@@ -1,37 +1,83 @@
 #include "comm/process_grid.hpp"
 
+#include <cstdio>
 #include <sstream>
 
 namespace tessera {
+namespace {
 
-ProcessGrid::ProcessGrid(MPI_Comm world) : world_(world, "world") {
-  MPI_Comm dup;
-  MPI_Comm_dup(world, &dup);
-  dp_ = Communicator(dup, "dp");
+GridLayout make_layout(MPI_Comm world, GridDegrees d, const std::string& order) {
+  int size = 1;
+  MPI_Comm_size(world, &size);
+  if (d.dp == 0) d.dp = GridLayout::infer_dp(size, d.tp, d.cp, d.pp);
+  return GridLayout(d, order, size);
+}
+
+}  // namespace
+
+ProcessGrid::ProcessGrid(MPI_Comm world, GridDegrees degrees, const std::string& order)
+    : world_(world, "world"), layout_(make_layout(world, degrees, order)) {
+  const int me = world_.rank();
+  const GridLayout::Coord c = layout_.coord(me);
+  for (Group g : kAllGroups) {
+    // Within the dp group ranks are numbered by Coord::dp (ep fastest), whatever the order.
+    const int key = g == Group::dp ? c.dp : me;
+    MPI_Comm comm;
+    MPI_Comm_split(world, layout_.group_index(me, g), key, &comm);
+    groups_[size_t(g)] = Communicator(comm, to_string(g));
+  }
 
   // Nodes: ranks sharing memory; a node's id is the smallest world rank on it.
   MPI_Comm shared;
-  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_.rank(), MPI_INFO_NULL, &shared);
-  int leader = world_.rank();
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &shared);
+  int leader = me;
   MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, shared);
   MPI_Comm_free(&shared);
   node_of_rank_.assign(size_t(world_.size()), 0);
   MPI_Allgather(&leader, 1, MPI_INT, node_of_rank_.data(), 1, MPI_INT, world);
-  // Renumber leaders 0..nodes-1 in rank order.
-  std::vector<int> id(size_t(world_.size()), -1);
+  std::vector<int> id(size_t(world_.size()), -1);  // renumber leaders 0..nodes-1
   nodes_ = 0;
   for (int& n : node_of_rank_) {
     if (id[size_t(n)] < 0) id[size_t(n)] = nodes_++;
     n = id[size_t(n)];
   }
-  node_ = node_of_rank_[size_t(world_.rank())];
 }
 
 std::string ProcessGrid::describe() const {
   std::ostringstream os;
-  os << "layout: " << world_.size() << " rank(s) on " << nodes_ << " node(s); dp = "
-     << dp_.size() << "\n  dp group 0: ranks";
-  for (int r = 0; r < world_.size(); ++r) os << " " << r << "@node" << node_of_rank_[size_t(r)];
+  os << "layout: " << layout_.describe() << " on " << nodes_ << " node(s)";
+  constexpr size_t kShown = 8;  // groups listed per kind; the rest are summarised
+  for (Group g : kAllGroups) {
+    const auto groups = layout_.all_groups(g);
+    if (groups.front().size() == 1 && g != Group::dp) continue;  // trivial groups: not shown
+    os << "\n  " << to_string(g) << " (" << groups.size() << " x " << groups.front().size()
+       << "):";
+    for (size_t i = 0; i < groups.size() && i < kShown; ++i) {
+      os << " [";
+      for (size_t j = 0; j < groups[i].size(); ++j)
+        os << (j ? " " : "") << groups[i][j] << "@n" << node_of_rank_[size_t(groups[i][j])];
+      os << "]";
+    }
+    if (groups.size() > kShown) os << " ... (" << groups.size() - kShown << " more)";
+  }
+  return os.str();
+}
+
+std::string ProcessGrid::traffic_table() const {
+  std::ostringstream os;
+  char line[128];
+  std::snprintf(line, sizeof line, "%-15s %8s %14s %10s   (rank 0)\n", "group", "calls", "bytes",
+                "seconds");
+  os << line;
+  auto row = [&](const Communicator& c) {
+    const TrafficStats& s = c.stats();
+    if (c.size() == 1 && s.calls == 0) return;
+    std::snprintf(line, sizeof line, "%-15s %8lld %14lld %10.3f\n", c.name().c_str(),
+                  (long long)s.calls, (long long)s.bytes, s.seconds);
+    os << line;
+  };
+  row(world_);
+  for (const Communicator& c : groups_) row(c);
   return os.str();
 }
 

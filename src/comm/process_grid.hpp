@@ -1,31 +1,42 @@
-// The process grid: MPI_COMM_WORLD split into the groups each parallel dimension needs.
-// Today every rank is a data-parallel replica (world = dp); tensor, pipeline, context and
-// expert groups join this grid as those dimensions land.
+// The process grid: MPI_COMM_WORLD split into one communicator per group of the layout
+// (GUIDE §4; the rank arithmetic is in grid_layout.hpp). Each parallel dimension's layers
+// receive the groups they talk to through a ParallelContext; nothing is global.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "comm/grid_layout.hpp"
 
 namespace tessera {
 
 class ProcessGrid {
  public:
-  explicit ProcessGrid(MPI_Comm world);
+  // degrees.dp = 0 means auto: world / (tp * cp * pp).
+  ProcessGrid(MPI_Comm world, GridDegrees degrees = {1, 1, 1, 0, 1},
+              const std::string& order = GridLayout::kDefaultOrder);
 
   Communicator& world() { return world_; }
-  Communicator& dp() { return dp_; }
-  int node() const { return node_; }  // index of this rank's shared-memory node
+  Communicator& group(Group g) { return groups_[size_t(g)]; }
+  Communicator& dp() { return group(Group::dp); }
+  const GridLayout& layout() const { return layout_; }
+  GridLayout::Coord coord() const { return layout_.coord(world_.rank()); }
+  int node() const { return node_of_rank_[size_t(world_.rank())]; }
   int nodes() const { return nodes_; }
 
-  // One line per group: its global ranks and the node each is on (rank 0 prints it).
+  // The layout for the log: every group with its global ranks and the node of each.
   std::string describe() const;
+  // Traffic per group (calls, bytes, seconds) as a table, this rank's counts.
+  std::string traffic_table() const;
 
  private:
-  Communicator world_, dp_;
-  int node_ = 0, nodes_ = 1;
+  Communicator world_;
+  GridLayout layout_;
+  std::array<Communicator, kAllGroups.size()> groups_;
   std::vector<int> node_of_rank_;
+  int nodes_ = 1;
 };
 
 // What a layer needs to know about parallelism: its groups. Passed explicitly, never global.

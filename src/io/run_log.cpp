@@ -94,9 +94,8 @@ void RunLog::start() {
   std::fflush(stdout);
 
   std::ofstream run(dir_ + "/run.json");
-  run << "{\n  \"deck\": " << deck_.to_json() << ",\n  \"layout\": {\"world\": "
-      << grid_.world().size() << ", \"dp\": " << g.dp << ", \"nodes\": " << grid_.nodes()
-      << "},\n  \"model\": {\"parameters\": " << c.param_count()
+  run << "{\n  \"deck\": " << deck_.to_json() << ",\n  \"layout\": " << trainer_.layout_json()
+      << ",\n  \"nodes\": " << grid_.nodes() << ",\n  \"model\": {\"parameters\": " << c.param_count()
       << ", \"flops_per_token\": " << model_flops_per_token(c)
       << ", \"ffn_hidden\": " << c.ffn_hidden << ", \"vocab_padded\": " << c.vocab_padded
       << "},\n  \"batch\": {\"global\": " << g.global_batch << ", \"micro\": " << g.micro_batch
@@ -174,10 +173,7 @@ void RunLog::finish() {
   for (int c = 0; c < kChargeCount; ++c)
     std::printf("%-12s %14s\n", charge_name(Charge(c)), human_bytes(mem[c]).c_str());
   std::printf("%-12s %14s\n", "total", human_bytes(mem[kChargeCount]).c_str());
-  const TrafficStats& dp = grid_.dp().stats();
-  std::printf("\n%-12s %10s %14s %10s   (rank 0)\n", "group", "calls", "bytes", "seconds");
-  std::printf("%-12s %10lld %14s %10.3f\n", "dp", (long long)dp.calls,
-              human_bytes(double(dp.bytes)).c_str(), dp.seconds);
+  std::printf("\n%s", grid_.traffic_table().c_str());
   std::fflush(stdout);
 }
 

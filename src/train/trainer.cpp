@@ -146,8 +146,11 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors() {
 }
 
 std::string Trainer::layout_json() const {
-  return cat("{\"world\": ", grid_.world().size(), ", \"dp\": ", geo_.dp, ", \"micro_batch\": ",
-             geo_.micro_batch, ", \"accumulation\": ", geo_.accum, "}");
+  const GridDegrees& d = grid_.layout().degrees();
+  return cat("{\"world\": ", grid_.world().size(), ", \"tp\": ", d.tp, ", \"cp\": ", d.cp,
+             ", \"ep\": ", d.ep, ", \"dp\": ", d.dp, ", \"pp\": ", d.pp, ", \"order\": \"",
+             grid_.layout().order_string(), "\", \"micro_batch\": ", geo_.micro_batch,
+             ", \"accumulation\": ", geo_.accum, "}");
 }
 
 void Trainer::save(Checkpointer& ckpt, int64_t step) {
