@@ -71,6 +71,33 @@ void Communicator::all_reduce(int64_t* buf, int64_t n, ReduceOp op) {
   reduce_impl(buf, n, MPI_INT64_T, 8, op);
 }
 
+Request Communicator::all_reduce_async(float* buf, int64_t n) {
+  if (size_ == 1) return {};
+  const double t0 = MPI_Wtime();
+  MPI_Request r;
+  MPI_Iallreduce(MPI_IN_PLACE, buf, int(n), MPI_FLOAT, MPI_SUM, comm_, &r);
+  stats_.calls += 1;
+  stats_.bytes += n * 4;
+  stats_.seconds += MPI_Wtime() - t0;
+  return Request(r, &stats_);
+}
+
+bool Request::test() {
+  if (req_ == MPI_REQUEST_NULL) return true;
+  const double t0 = MPI_Wtime();
+  int flag = 0;
+  MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
+  if (stats_) stats_->seconds += MPI_Wtime() - t0;
+  return flag != 0;
+}
+
+void Request::wait() {
+  if (req_ == MPI_REQUEST_NULL) return;
+  const double t0 = MPI_Wtime();
+  MPI_Wait(&req_, MPI_STATUS_IGNORE);
+  if (stats_) stats_->seconds += MPI_Wtime() - t0;
+}
+
 void Communicator::broadcast(void* buf, int64_t bytes, int root) {
   if (size_ == 1) return;
   const double t0 = MPI_Wtime();

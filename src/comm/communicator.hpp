@@ -17,6 +17,21 @@ struct TrafficStats {
 
 enum class ReduceOp { sum, max, min };
 
+// A non-blocking operation in flight. MPI progresses it only inside MPI calls, so callers
+// poll test() while they compute and wait() when they need the result.
+class Request {
+ public:
+  Request() = default;
+  Request(MPI_Request r, TrafficStats* stats) : req_(r), stats_(stats) {}
+  bool test();  // true when complete
+  void wait();
+  bool done() const { return req_ == MPI_REQUEST_NULL; }
+
+ private:
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  TrafficStats* stats_ = nullptr;
+};
+
 class Communicator {
  public:
   Communicator() = default;
@@ -37,6 +52,8 @@ class Communicator {
   void all_reduce(float* buf, int64_t n, ReduceOp op = ReduceOp::sum);
   void all_reduce(double* buf, int64_t n, ReduceOp op = ReduceOp::sum);
   void all_reduce(int64_t* buf, int64_t n, ReduceOp op = ReduceOp::sum);
+  // Starts a sum all-reduce in place (n < 2^31 elements).
+  Request all_reduce_async(float* buf, int64_t n);
   void broadcast(void* buf, int64_t bytes, int root);
   void barrier();
 

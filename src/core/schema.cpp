@@ -91,6 +91,12 @@ std::vector<KeySpec> build_schema() {
       real("optim", "weight_decay", "0.1", 0, 10, "Decoupled weight decay of linear weights."),
       real("optim", "grad_clip", "1.0", 0, kInf, "Global gradient-norm clip; 0 disables."),
       boolean("optim", "decay_embeddings", "false", "Apply weight decay to embeddings too."),
+      // [parallel]
+      real("parallel", "bucket_mb", "25", 1e-6, 1e6,
+           "Data parallel: gradients are all-reduced in buckets of about this many MiB."),
+      boolean("parallel", "overlap", "true",
+              "Data parallel: start each bucket's all-reduce during the last micro-batch's "
+              "backward as soon as its gradients are final; false reduces after backward."),
       // [hardware]
       choice("hardware", "device", "cpu", {"cpu"}, "Compute device of each rank."),
       integer("hardware", "threads", "0", 0, 4096,

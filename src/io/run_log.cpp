@@ -174,6 +174,10 @@ void RunLog::finish() {
     std::printf("%-12s %14s\n", charge_name(Charge(c)), human_bytes(mem[c]).c_str());
   std::printf("%-12s %14s\n", "total", human_bytes(mem[kChargeCount]).c_str());
   std::printf("\n%s", grid_.traffic_table().c_str());
+  if (grid_.dp().size() > 1)
+    std::printf("gradient buckets: %d of ~%g MiB; %d started during backward (last step)\n",
+                trainer_.buckets().buckets(), deck_.real("parallel.bucket_mb"),
+                trainer_.buckets().started_early());
   std::fflush(stdout);
 }
 

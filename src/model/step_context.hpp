@@ -23,6 +23,8 @@ class Scratch {
   std::vector<Buffer> buffers_;
 };
 
+class GradBuckets;
+
 struct StepContext {
   Allocator& alloc;
   ParallelContext& par;
@@ -31,6 +33,7 @@ struct StepContext {
   int64_t batch = 0;       // sequences in this micro-batch
   bool training = true;    // false: forward only, nothing saved for backward, no gradients
   float loss_scale = 1.0f; // d(total loss)/d(summed token losses): 1 / tokens per global batch
+  GradBuckets* grads = nullptr;  // told when parameters' gradients are final (data parallel)
 };
 
 // Per-slot saved state of one layer: slot i is created on first use and then reused, so the

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "parallel/dp/grad_buckets.hpp"
+
 namespace tessera {
 namespace {
 enum ScratchId { kGradA = 14, kGradB };
@@ -16,7 +18,25 @@ Transformer::Transformer(const ModelConfig& cfg, ParamStore& store)
           b.push_back(std::make_unique<Block>(store, "layers." + std::to_string(i), cfg_));
         return b;
       }()),
-      head_(store, cfg_, cfg_.tie_embeddings ? &embed_.token_table() : nullptr) {}
+      head_(store, cfg_, cfg_.tie_embeddings ? &embed_.token_table() : nullptr) {
+  index_parameters(store);
+}
+
+void Transformer::index_parameters(ParamStore& store) {
+  const std::vector<Param*> params = store.params();
+  auto part_of = [&](const std::string& name) -> int {
+    if (name.rfind("embed.", 0) == 0) return 0;
+    if (name.rfind("layers.", 0) == 0) return 1 + std::stoi(name.substr(7));
+    return int(cfg_.layers) + 1;
+  };
+  ranges_.assign(size_t(cfg_.layers + 2), {0, 0});
+  for (int i = int(params.size()) - 1; i >= 0; --i) ranges_[size_t(part_of(params[size_t(i)]->name))].first = i;
+  for (int i = 0; i < int(params.size()); ++i) ranges_[size_t(part_of(params[size_t(i)]->name))].second = i + 1;
+}
+
+void Transformer::grads_ready(StepContext& ctx, int part) const {
+  if (ctx.grads) ctx.grads->ready(ranges_[size_t(part)].first, ranges_[size_t(part)].second);
+}
 
 const float* Transformer::trunk(StepContext& ctx, const int32_t* ids) {
   const float* x = embed_.forward(ctx, ids);
@@ -33,11 +53,14 @@ void Transformer::backward(StepContext& ctx) {
   float* grad = ctx.scratch.get(kGradA, n);
   float* next = ctx.scratch.get(kGradB, n);
   head_.backward(ctx, grad);
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
-    (*it)->backward(ctx, grad, next);
+  grads_ready(ctx, int(cfg_.layers) + 1);
+  for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
+    blocks_[size_t(l)]->backward(ctx, grad, next);
     std::swap(grad, next);
+    grads_ready(ctx, int(l) + 1);
   }
   embed_.backward(ctx, grad);
+  grads_ready(ctx, 0);
 }
 
 void Transformer::logits(StepContext& ctx, const int32_t* ids, float* out) {

@@ -28,7 +28,13 @@ class Transformer {
  private:
   const float* trunk(StepContext& ctx, const int32_t* ids);
 
+  // Registration-index ranges [first, last) of the parameters of the embedding, each block
+  // and the head: backward reports each range final as soon as its backward is done.
+  void index_parameters(ParamStore& store);
+  void grads_ready(StepContext& ctx, int part) const;
+
   ModelConfig cfg_;
+  std::vector<std::pair<int, int>> ranges_;  // [0] embedding, [1..L] blocks, [L+1] head
   Embedding embed_;
   std::vector<std::unique_ptr<Block>> blocks_;
   OutputHead head_;

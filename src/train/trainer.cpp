@@ -50,6 +50,8 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
   oc.weight_decay = float(deck.real("optim.weight_decay"));
   oc.decay_embeddings = deck.boolean("optim.decay_embeddings");
   optim_ = std::make_unique<AdamW>(store_, alloc_, oc);
+  buckets_ = std::make_unique<GradBuckets>(store_, grid.dp(), deck.real("parallel.bucket_mb"),
+                                           deck.boolean("parallel.overlap"));
   schedule_ = {deck.real("optim.lr"), deck.real("optim.min_lr"), deck.integer("optim.warmup"),
                steps_};
   grad_clip_ = deck.real("optim.grad_clip");
@@ -99,6 +101,7 @@ StepResult Trainer::step(int64_t s) {
   const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
   const int dp_rank = grid_.dp().rank();
   StepContext ctx = context(true);
+  ctx.grads = buckets_.get();
   timer_.enter(Phase::other);
   store_.zero_grads();
   double loss_sum = 0;
@@ -118,10 +121,11 @@ StepResult Trainer::step(int64_t s) {
     timer_.enter(Phase::forward);
     loss_sum += model_->forward(ctx, inputs_.i32(), targets_.i32());
     timer_.enter(Phase::backward);
+    buckets_->arm(m == geo_.accum - 1);
     model_->backward(ctx);
   }
   timer_.enter(Phase::grad_sync);
-  grid_.dp().all_reduce(store_.grads(), store_.numel());
+  buckets_->finish();
   grid_.dp().all_reduce(&loss_sum, 1);
   timer_.enter(Phase::optimizer);
   StepResult r;

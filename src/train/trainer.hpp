@@ -14,6 +14,7 @@
 #include "model/transformer.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
+#include "parallel/dp/grad_buckets.hpp"
 
 namespace tessera {
 
@@ -55,6 +56,7 @@ class Trainer {
   Transformer& model() { return *model_; }
   Allocator& allocator() { return alloc_; }
   const PhaseTimer& timer() const { return timer_; }
+  const GradBuckets& buckets() const { return *buckets_; }
   StepContext context(bool training);
   std::vector<CheckpointTensor> checkpoint_tensors();
   std::string layout_json() const;
@@ -71,6 +73,7 @@ class Trainer {
   ParamStore store_;
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<AdamW> optim_;
+  std::unique_ptr<GradBuckets> buckets_;
   LrSchedule schedule_;
   double grad_clip_ = 0;
   uint64_t seed_ = 0;
