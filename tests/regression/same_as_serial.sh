@@ -11,4 +11,5 @@ OMP_NUM_THREADS=1 "$tessera" "$@" --output.dir="$work/serial" --hardware.peak_fl
   --output.echo_deck=false > "$work/serial.log"
 OMP_NUM_THREADS=1 $mpiexec "$np" "$tessera" "$@" --output.dir="$work/np$np" \
   --hardware.peak_flops=1e9 --output.echo_deck=false > "$work/np$np.log"
+grep -E "^gradient buckets" "$work/np$np.log" || true
 "$python" "$here/compare_runs.py" "$work/serial" "$work/np$np"
