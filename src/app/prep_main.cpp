@@ -29,13 +29,10 @@ struct Option {
 // The one description of the command line: the parser and the help text both read it.
 constexpr Option kOptions[] = {
     {"--tokenizer", "KIND", "byte (ids = bytes, EOS 256) or gpt2 (GPT-2 BPE, EOS 50256)"},
-    {"--vocab-dir", "DIR",
-     "gpt2: directory holding encoder.json and vocab.bpe (get them with "
-     "tools/fetch-gpt2-vocab DIR)"},
-    {"--out", "OUT.h5", "the dataset to write (via OUT.h5.tmp, renamed when complete)"},
+    {"--vocab-dir", "DIR", "gpt2: holds encoder.json, vocab.bpe (tools/fetch-gpt2-vocab DIR)"},
+    {"--out", "OUT.h5", "the dataset to write (as OUT.h5.tmp, renamed when complete)"},
     {"--split-lines", nullptr,
-     "in text files, each non-blank line is a document (default: blank lines separate "
-     "documents)"},
+     "text files: a document per non-blank line (default: per paragraph)"},
     {"--help", nullptr, "print this help"},
 };
 
@@ -44,8 +41,9 @@ std::string help_text() {
       "usage: tessera-prep --tokenizer byte|gpt2 [--vocab-dir DIR] --out OUT.h5 "
       "[--split-lines] INPUT...\n"
       "INPUT: text files, .jsonl files (one object per line with a \"text\" string) or\n"
-      "directories (every regular file inside, recursively, sorted by path). Each document's\n"
-      "tokens are followed by EOS. A progress bar is drawn on stderr when it is a terminal.\n";
+      "directories (every regular file inside, recursively, sorted by path). In text files\n"
+      "blank lines separate documents. Each document's tokens are followed by EOS. A progress\n"
+      "bar is drawn on stderr when it is a terminal.\n";
   for (const Option& o : kOptions) {
     const std::string head = std::string(o.name) + (o.value ? std::string(" ") + o.value : "");
     char line[512];
@@ -124,11 +122,11 @@ void prep(const Args& args) {
   progress.finish();
   const double secs = progress.seconds(), mb = 1e-6 * double(total);
   std::printf(
-      "tessera-prep: wrote %s: %lld documents, %lld tokens (%s, %s) from %zu files, %.2f MB "
+      "tessera-prep: wrote %s: %lld documents, %lld tokens (%s, %s) from %zu file%s, %.2f MB "
       "in %.2f s (%.1f MB/s)\n",
       get("--out").c_str(), (long long)writer.documents(), (long long)writer.tokens(),
-      tokenizer->kind().c_str(), writer.wide() ? "uint32" : "uint16", files.size(), mb, secs,
-      mb / std::max(secs, 1e-9));
+      tokenizer->kind().c_str(), writer.wide() ? "uint32" : "uint16", files.size(),
+      files.size() == 1 ? "" : "s", mb, secs, mb / std::max(secs, 1e-9));
 }
 
 }  // namespace

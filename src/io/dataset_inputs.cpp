@@ -92,6 +92,7 @@ void for_each_document(const InputFile& file, bool split_lines,
   while (std::getline(in, line)) {
     ++number;
     done += line.size() + (in.eof() ? 0 : 1);
+    if (number == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);  // UTF-8 BOM
     if (file.jsonl) {
       if (!is_blank(line)) document(jsonl_text(line, file.path, number));
     } else if (split_lines) {

@@ -5,6 +5,7 @@
 //  * A .jsonl file: one JSON object per line, whose "text" string is one document (other
 //    members are checked as JSON and ignored; blank lines are skipped).
 //  * A directory: every regular file inside, recursively, sorted by path.
+// A UTF-8 byte order mark at the start of a file is dropped.
 #pragma once
 
 #include <cstdint>

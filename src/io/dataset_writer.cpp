@@ -1,5 +1,6 @@
 #include "io/dataset_writer.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -18,11 +19,21 @@ std::string json_quote(std::string_view s) {
   std::string out = "\"";
   for (const char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (uint8_t(c) < 0x20) {
           char buf[8];
@@ -36,8 +47,7 @@ std::string json_quote(std::string_view s) {
   return out + "\"";
 }
 
-DatasetWriter::DatasetWriter(const std::string& path, const Tokenizer& tokenizer,
-                             bool split_lines)
+DatasetWriter::DatasetWriter(const std::string& path, const Tokenizer& tokenizer, bool split_lines)
     : path_(path),
       tmp_path_(path + ".tmp"),
       kind_(tokenizer.kind()),
@@ -47,11 +57,10 @@ DatasetWriter::DatasetWriter(const std::string& path, const Tokenizer& tokenizer
       split_lines_(split_lines),
       wide_(tokenizer.vocab_size() > 65536) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  TESSERA_REQUIRE(parent.empty() || std::filesystem::is_directory(parent),
-                  "output directory '", parent.string(), "' of '", path,
-                  "' does not exist; create it first");
+  TESSERA_REQUIRE(parent.empty() || std::filesystem::is_directory(parent), "output directory '",
+                  parent.string(), "' of '", path, "' does not exist; create it first");
   file_ = std::make_unique<H5File>(H5File::create_for_large_attributes(tmp_path_));
-  pending_.reserve(kFlushTokens + 65536);
+  pending_.reserve(kFlushTokens);
   flush();  // creates /tokens, even for an empty dataset
 }
 
@@ -67,7 +76,12 @@ void DatasetWriter::begin_input(const std::string& input_path, uint64_t bytes) {
 }
 
 void DatasetWriter::add_document(std::span<const uint32_t> ids) {
-  pending_.insert(pending_.end(), ids.begin(), ids.end());
+  for (size_t done = 0; done < ids.size();) {  // in pieces: pending_ never grows
+    const size_t n = std::min(ids.size() - done, kFlushTokens - pending_.size());
+    pending_.insert(pending_.end(), ids.begin() + done, ids.begin() + done + n);
+    done += n;
+    if (pending_.size() == kFlushTokens) flush();
+  }
   pending_.push_back(uint32_t(eos_));
   offsets_.push_back(offsets_.back() + ids.size() + 1);
   if (!inputs_.empty()) {
@@ -81,8 +95,8 @@ void DatasetWriter::flush() {
   if (wide_) {
     file_->append("tokens", pending_.data(), int64_t(pending_.size()));
   } else {
-    std::vector<uint16_t> narrow(pending_.begin(), pending_.end());
-    file_->append("tokens", narrow.data(), int64_t(narrow.size()));
+    narrow_.assign(pending_.begin(), pending_.end());
+    file_->append("tokens", narrow_.data(), int64_t(narrow_.size()));
   }
   pending_.clear();
 }

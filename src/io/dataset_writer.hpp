@@ -7,7 +7,9 @@
 //                  vocab_size, eos_id, vocab_hash (hex SHA-256 of the vocabulary files, "" for
 //                  byte), n_docs, n_tokens (int64 unless noted) and manifest, a JSON string:
 //                  {"inputs": [{"path", "bytes", "documents", "tokens"}, ...], "split_lines"}
-// The file is written as OUT.tmp and renamed to OUT when complete.
+// /tokens is chunked (2^20 elements: 2 or 4 MiB, more than HDF5's default 1 MiB chunk cache,
+// so a reader's small hyperslab reads go straight to the file) and written as it grows; the
+// file is written as OUT.tmp and renamed to OUT when complete.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +56,7 @@ class DatasetWriter {
   bool split_lines_, wide_;
   std::unique_ptr<H5File> file_;
   std::vector<uint32_t> pending_;  // tokens not yet appended to /tokens
+  std::vector<uint16_t> narrow_;   // pending_ as uint16, when !wide_
   std::vector<uint64_t> offsets_{0};
   std::vector<Input> inputs_;
   bool finished_ = false;

@@ -137,9 +137,8 @@ void H5File::append_raw(const std::string& name, hid_t type, const void* data, i
   Handle file_space{H5Dget_space(set.id), H5Sclose};
   H5Sselect_hyperslab(file_space.id, H5S_SELECT_SET, &size, nullptr, &count, nullptr);
   Handle mem_space{H5Screate_simple(1, &count, nullptr), H5Sclose};
-  TESSERA_REQUIRE_LOCAL(
-      H5Dwrite(set.id, type, mem_space.id, file_space.id, H5P_DEFAULT, data) >= 0,
-      "cannot append to dataset '", name, "' in '", path_, "'");
+  TESSERA_REQUIRE_LOCAL(H5Dwrite(set.id, type, mem_space.id, file_space.id, H5P_DEFAULT, data) >= 0,
+                        "cannot append to dataset '", name, "' in '", path_, "'");
 }
 
 void H5File::append(const std::string& name, const uint16_t* data, int64_t n) {
@@ -170,8 +169,8 @@ int64_t H5File::attr_int(const std::string& name) const {
   Handle a{H5Aopen(id_, name.c_str(), H5P_DEFAULT), H5Aclose};
   TESSERA_REQUIRE_LOCAL(a.id >= 0, "attribute '", name, "' missing from '", path_, "'");
   int64_t v = 0;
-  TESSERA_REQUIRE_LOCAL(H5Aread(a.id, H5T_NATIVE_INT64, &v) >= 0, "attribute '", name,
-                        "' of '", path_, "' is not an integer");
+  TESSERA_REQUIRE_LOCAL(H5Aread(a.id, H5T_NATIVE_INT64, &v) >= 0, "attribute '", name, "' of '",
+                        path_, "' is not an integer");
   return v;
 }
 
@@ -179,14 +178,14 @@ std::string H5File::attr_string(const std::string& name) const {
   Handle a{H5Aopen(id_, name.c_str(), H5P_DEFAULT), H5Aclose};
   TESSERA_REQUIRE_LOCAL(a.id >= 0, "attribute '", name, "' missing from '", path_, "'");
   Handle type{H5Aget_type(a.id), H5Tclose};
-  TESSERA_REQUIRE_LOCAL(H5Tget_class(type.id) == H5T_STRING, "attribute '", name, "' of '",
-                        path_, "' is not a string");
+  TESSERA_REQUIRE_LOCAL(H5Tget_class(type.id) == H5T_STRING, "attribute '", name, "' of '", path_,
+                        "' is not a string");
   if (H5Tis_variable_str(type.id) > 0) {
     Handle mem{H5Tcopy(H5T_C_S1), H5Tclose};
     H5Tset_size(mem.id, H5T_VARIABLE);
     char* s = nullptr;
-    TESSERA_REQUIRE_LOCAL(H5Aread(a.id, mem.id, &s) >= 0, "cannot read attribute '", name,
-                          "' of '", path_, "'");
+    TESSERA_REQUIRE_LOCAL(H5Aread(a.id, mem.id, &s) >= 0, "cannot read attribute '", name, "' of '",
+                          path_, "'");
     std::string v = s ? s : "";
     H5free_memory(s);
     return v;

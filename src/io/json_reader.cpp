@@ -16,7 +16,9 @@ std::string describe(std::string_view text, size_t pos) {
   return std::string("'") + char(c) + "'";
 }
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 }  // namespace
 
@@ -101,14 +103,30 @@ std::string JsonReader::read_string() {
     if (++pos_ >= text_.size()) fail("unterminated escape");
     const char e = text_[pos_++];
     switch (e) {
-      case '"': out.push_back('"'); break;
-      case '\\': out.push_back('\\'); break;
-      case '/': out.push_back('/'); break;
-      case 'b': out.push_back('\b'); break;
-      case 'f': out.push_back('\f'); break;
-      case 'n': out.push_back('\n'); break;
-      case 'r': out.push_back('\r'); break;
-      case 't': out.push_back('\t'); break;
+      case '"':
+        out.push_back('"');
+        break;
+      case '\\':
+        out.push_back('\\');
+        break;
+      case '/':
+        out.push_back('/');
+        break;
+      case 'b':
+        out.push_back('\b');
+        break;
+      case 'f':
+        out.push_back('\f');
+        break;
+      case 'n':
+        out.push_back('\n');
+        break;
+      case 'r':
+        out.push_back('\r');
+        break;
+      case 't':
+        out.push_back('\t');
+        break;
       case 'u': {
         char32_t cp = hex4();
         if (cp >= 0xD800 && cp <= 0xDBFF && text_.substr(pos_, 2) == "\\u") {
@@ -178,7 +196,9 @@ void JsonReader::skip_literal(std::string_view word) {
   pos_ += word.size();
 }
 
-void JsonReader::skip_value() { skip_value(0); }
+void JsonReader::skip_value() {
+  skip_value(0);
+}
 
 void JsonReader::skip_value(int depth) {
   if (depth > kMaxDepth) fail("JSON nested deeper than " + std::to_string(kMaxDepth));

@@ -5,9 +5,8 @@
 namespace tessera {
 
 std::vector<uint32_t> ByteTokenizer::encode(std::string_view text) {
-  std::vector<uint32_t> ids(text.size());
-  for (size_t i = 0; i < text.size(); ++i) ids[i] = uint8_t(text[i]);
-  return ids;
+  const auto* bytes = reinterpret_cast<const uint8_t*>(text.data());
+  return std::vector<uint32_t>(bytes, bytes + text.size());
 }
 
 std::string ByteTokenizer::decode(std::span<const uint32_t> ids) const {

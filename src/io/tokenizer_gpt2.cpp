@@ -42,13 +42,21 @@ std::array<char32_t, 256> byte_to_unicode() {
   return cp;
 }
 
-uint64_t pair_key(uint32_t left, uint32_t right) { return uint64_t(left) << 32 | right; }
+uint64_t pair_key(uint32_t left, uint32_t right) {
+  return uint64_t(left) << 32 | right;
+}
 
 }  // namespace
 
+Gpt2Tokenizer::Files Gpt2Tokenizer::read_files(const std::string& vocab_dir) {
+  Files files;
+  files.first = read_vocab_file(vocab_path(vocab_dir, "encoder.json"));
+  files.second = read_vocab_file(vocab_path(vocab_dir, "vocab.bpe"));
+  return files;
+}
+
 Gpt2Tokenizer::Gpt2Tokenizer(const std::string& vocab_dir)
-    : Gpt2Tokenizer(read_vocab_file(vocab_path(vocab_dir, "encoder.json")),
-                    read_vocab_file(vocab_path(vocab_dir, "vocab.bpe")), vocab_dir) {}
+    : Gpt2Tokenizer(read_files(vocab_dir), vocab_dir) {}
 
 Gpt2Tokenizer::Gpt2Tokenizer(std::string_view encoder_json, std::string_view vocab_bpe,
                              const std::string& origin) {
@@ -75,8 +83,8 @@ void Gpt2Tokenizer::load_encoder(std::string_view json, const std::string& origi
   token_text_.assign(size_t(n), std::string());
   std::vector<bool> seen(size_t(n), false);
   for (auto& [text, id] : entries) {
-    TESSERA_REQUIRE(id >= 0 && id < n && !seen[size_t(id)], "'", where, "': token id ", id,
-                    " of '", text, "' is repeated or outside [0, ", n,
+    TESSERA_REQUIRE(id >= 0 && id < n && !seen[size_t(id)], "'", where, "': token id ", id, " of '",
+                    text, "' is repeated or outside [0, ", n,
                     "); ids must number the tokens densely");
     seen[size_t(id)] = true;
     token_text_[size_t(id)] = text;

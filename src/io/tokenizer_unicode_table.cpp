@@ -430,6 +430,8 @@ static const UnicodeRange kRanges[840] = {
     // clang-format on
 };
 
-std::span<const UnicodeRange> unicode_ranges() { return kRanges; }
+std::span<const UnicodeRange> unicode_ranges() {
+  return kRanges;
+}
 
 }  // namespace tessera
