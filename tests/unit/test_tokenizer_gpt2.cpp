@@ -150,9 +150,11 @@ TEST(Gpt2Bpe, BadVocabularyFilesAreErrors) {
 
 // ---- the real GPT-2 vocabulary --------------------------------------------------------
 
+// $TESSERA_GPT2_VOCAB, else the copy tools/install-deps fetches into third_party/gpt2.
 std::string vocab_dir() {
-  const char* dir = std::getenv("TESSERA_GPT2_VOCAB");
-  return dir ? dir : "";
+  if (const char* dir = std::getenv("TESSERA_GPT2_VOCAB")) return dir;
+  const std::string fetched = TESSERA_DEFAULT_GPT2_VOCAB;
+  return std::ifstream(fetched + "/encoder.json").good() ? fetched : "";
 }
 
 #define REQUIRE_GPT2_VOCAB()                                                                \

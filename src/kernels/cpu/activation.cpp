@@ -48,8 +48,7 @@ void gelu_backward(const float* dy, const float* x, float* dx, int64_t n) {
     const vfloat v = b.load(x);
     const vfloat two_u = (2.0f * kGeluS) * (v + kGeluA * v * v * v);
     const vec::Sigmoid sig = vec::vsigmoid(two_u);
-    const vfloat d =
-        sig.s + (2.0f * kGeluS) * v * sig.s * sig.c * (1.0f + (3.0f * kGeluA) * v * v);
+    const vfloat d = sig.s + (2.0f * kGeluS) * v * sig.s * sig.c * (1.0f + (3.0f * kGeluA) * v * v);
     b.store(dx, b.load(dy) * d);
   });
 }

@@ -50,7 +50,7 @@ inline float hsum(vfloat v) {
   for (int64_t i = 0; i < kLanes; ++i) s += v[i];
   return s;
 }
-inline double hsum(vdouble v) {
+inline double hsum(const vdouble& v) {  // by reference: vdouble may be wider than the ABI's vectors
   double s = 0.0;
   for (int64_t i = 0; i < kLanes; ++i) s += v[i];
   return s;
