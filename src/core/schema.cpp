@@ -110,8 +110,10 @@ std::vector<KeySpec> build_schema() {
       boolean("output", "echo_deck", "true", "Print the resolved deck at start (rank 0)."),
       // [checkpoint]
       integer("checkpoint", "every", "0", 0, kMaxInt,
-              "Write a checkpoint every N steps (and always after the last step); 0: only at "
+              "Write a checkpoint every N steps (and after the last step, see at_end); 0: only at "
               "the end."),
+      boolean("checkpoint", "at_end", "true",
+              "Write a checkpoint after the last step of each invocation."),
       path("checkpoint", "dir", "", false,
            "Checkpoint directory; empty means OUTPUT_DIR/checkpoints."),
       integer("checkpoint", "keep", "2", 1, 1 << 20, "Most recent checkpoints kept on disk."),

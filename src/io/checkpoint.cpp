@@ -136,12 +136,13 @@ Checkpointer::Checkpointer(const Deck& deck, Communicator& world)
       dir_(deck.str("checkpoint.dir")),
       every_(deck.integer("checkpoint.every")),
       keep_(deck.integer("checkpoint.keep")),
+      at_end_(deck.boolean("checkpoint.at_end")),
       resume_(deck.str("checkpoint.resume")) {
   if (dir_.empty()) dir_ = deck.str("output.dir") + "/checkpoints";
 }
 
 bool Checkpointer::due(int64_t step, int64_t last_step) const {
-  return step == last_step || (every_ > 0 && step % every_ == 0);
+  return (at_end_ && step == last_step) || (every_ > 0 && step % every_ == 0);
 }
 
 std::string Checkpointer::resume_path() const {

@@ -41,7 +41,8 @@ class Checkpointer {
   Checkpointer(const Deck& deck, Communicator& world);
 
   const std::string& dir() const { return dir_; }
-  // True when a checkpoint is due after step (every N steps, and after the last).
+  // True when a checkpoint is due after step (every N steps, and after the last unless
+  // checkpoint.at_end = false).
   bool due(int64_t step, int64_t last_step) const;
   // The file checkpoint.resume names: "" to start fresh. Collective error when a named file
   // is missing.
@@ -56,6 +57,7 @@ class Checkpointer {
   Communicator& world_;
   std::string dir_;
   int64_t every_, keep_;
+  bool at_end_;
   std::string resume_;
 };
 
