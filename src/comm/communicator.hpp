@@ -1,35 +1,65 @@
 // One Communicator per process group. Every collective tessera issues goes through here and
 // is counted (calls, bytes, seconds) so the closing summary can show traffic per group.
+//
+// Counting rules (all operations):
+//   calls   += 1 per operation started (a chunked operation is still one call; a
+//              non-blocking one is counted when posted, not again at test()/wait()).
+//   seconds += time spent inside MPI: posting, plus every Request::test()/wait() of
+//              a request this communicator returned.
+//   bytes   += payload bytes this rank puts into the operation, per operation:
+//     all_reduce(n)              n * sizeof(T)       the buffer reduced
+//     broadcast(void*, bytes)    bytes               on every rank, root or not
+//     broadcast(float*, n)       n * 4               on every rank, root or not
+//     reduce_scatter(in[n*P])    n * P * 4           the whole input
+//     all_gather(in[n])          n * 4               this rank's block (not the n*P gathered)
+//     all_to_all(in[n*P])        n * P * 4           the whole input, own block included
+//     all_to_allv                sum(send_counts)*4  own block included
+//     send / isend               n * 4               the message
+//     recv / irecv               0                   nothing sent (still one call)
+// A size-1 communicator short-circuits the collectives: out = in copied locally, nothing
+// counted. Point-to-point calls always go through MPI (a send to self needs a posted recv).
+//
+// Sizes are elements, not bytes, except broadcast(void*, bytes). Equal-count collectives
+// accept any int64_t count when blocking (they run in chunks of at most chunk_limit()
+// elements); their non-blocking forms, the v-variants and point-to-point reject counts
+// above INT_MAX with std::logic_error, as do bad peers/roots and negative counts.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 namespace tessera {
 
 struct TrafficStats {
   int64_t calls = 0;
-  int64_t bytes = 0;  // payload bytes this rank contributed
+  int64_t bytes = 0;  // payload bytes this rank contributed (see the table above)
   double seconds = 0;
 };
 
 enum class ReduceOp { sum, max, min };
 
-// A non-blocking operation in flight. MPI progresses it only inside MPI calls, so callers
-// poll test() while they compute and wait() when they need the result.
+// A non-blocking operation in flight (possibly several MPI requests). MPI progresses it
+// only inside MPI calls, so callers poll test() while they compute and wait() when they
+// need the result. Buffers must stay alive and untouched until it completes. The Request
+// points at its Communicator's stats: do not move or destroy the Communicator meanwhile.
 class Request {
  public:
   Request() = default;
-  Request(MPI_Request r, TrafficStats* stats) : req_(r), stats_(stats) {}
+  Request(MPI_Request r, TrafficStats* stats) : reqs_{r}, stats_(stats) {}
+  Request(std::vector<MPI_Request> rs, TrafficStats* stats, std::vector<int> keep = {})
+      : reqs_(std::move(rs)), stats_(stats), keep_(std::move(keep)) {}
   bool test();  // true when complete
   void wait();
-  bool done() const { return req_ == MPI_REQUEST_NULL; }
+  bool done() const;
 
  private:
-  MPI_Request req_ = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> reqs_;
   TrafficStats* stats_ = nullptr;
+  std::vector<int> keep_;  // count/displacement arrays MPI reads until completion
 };
 
 class Communicator {
@@ -49,16 +79,57 @@ class Communicator {
   const TrafficStats& stats() const { return stats_; }
   MPI_Comm raw() const { return comm_; }
 
+  // ---- all-reduce: in place over buf[n] ----
   void all_reduce(float* buf, int64_t n, ReduceOp op = ReduceOp::sum);
   void all_reduce(double* buf, int64_t n, ReduceOp op = ReduceOp::sum);
   void all_reduce(int64_t* buf, int64_t n, ReduceOp op = ReduceOp::sum);
-  // Starts a sum all-reduce in place (n < 2^31 elements).
+  // Starts a sum all-reduce in place (n <= INT_MAX elements).
   Request all_reduce_async(float* buf, int64_t n);
-  void broadcast(void* buf, int64_t bytes, int root);
+
+  // ---- broadcast from root ----
+  void broadcast(void* buf, int64_t bytes, int root);  // counted in BYTES
+  void broadcast(float* buf, int64_t n, int root);     // counted in floats
+  Request broadcast_async(float* buf, int64_t n, int root);
+
+  // ---- reduce-scatter (sum): in[n*size] -> out[n]; out = sum over ranks of block rank() ----
+  void reduce_scatter(const float* in, float* out, int64_t n);
+  Request reduce_scatter_async(const float* in, float* out, int64_t n);
+
+  // ---- all-gather: in[n] -> out[n*size]; block r of out is rank r's in ----
+  void all_gather(const float* in, float* out, int64_t n);
+  Request all_gather_async(const float* in, float* out, int64_t n);
+
+  // ---- all-to-all, equal counts: in[n*size] -> out[n*size]; block r of in goes to rank r,
+  // block r of out came from rank r ----
+  void all_to_all(const float* in, float* out, int64_t n);
+  Request all_to_all_async(const float* in, float* out, int64_t n);
+
+  // ---- all-to-all, per-peer counts and displacements (elements, size() entries each) ----
+  void all_to_allv(const float* in, std::span<const int64_t> send_counts,
+                   std::span<const int64_t> send_displs, float* out,
+                   std::span<const int64_t> recv_counts, std::span<const int64_t> recv_displs);
+  Request all_to_allv_async(const float* in, std::span<const int64_t> send_counts,
+                            std::span<const int64_t> send_displs, float* out,
+                            std::span<const int64_t> recv_counts,
+                            std::span<const int64_t> recv_displs);
+
+  // ---- point-to-point (n <= INT_MAX) ----
+  void send(const float* buf, int64_t n, int peer, int tag);
+  void recv(float* buf, int64_t n, int peer, int tag);
+  Request isend(const float* buf, int64_t n, int peer, int tag);
+  Request irecv(float* buf, int64_t n, int peer, int tag);
+
   void barrier();
+
+  // Largest element count per MPI call in the chunked blocking paths (default 2^30).
+  // Tests lower it to exercise the chunking with small buffers; process-wide.
+  static int64_t chunk_limit();
+  static void set_chunk_limit(int64_t elems);
 
  private:
   void reduce_impl(void* buf, int64_t n, MPI_Datatype type, int64_t elem_bytes, ReduceOp op);
+  void check_peer(int peer, const char* what) const;
+  void count(int64_t bytes, double t0);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::string name_;
