@@ -92,6 +92,10 @@ std::vector<KeySpec> build_schema() {
       real("optim", "grad_clip", "1.0", 0, kInf, "Global gradient-norm clip; 0 disables."),
       boolean("optim", "decay_embeddings", "false", "Apply weight decay to embeddings too."),
       // [parallel]
+      integer("parallel", "zero", "0", 0, 1,
+              "ZeRO stage over the data-parallel ranks: 0 replicates the optimizer; 1 shards the "
+              "fp32 Adam moments (reduce-scatter gradients, update the shard, all-gather "
+              "parameters). Stages 2 and 3 are not available yet."),
       real("parallel", "bucket_mb", "25", 1e-6, 1e6,
            "Data parallel: gradients are all-reduced in buckets of about this many MiB."),
       boolean("parallel", "overlap", "true",

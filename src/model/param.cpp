@@ -21,7 +21,8 @@ Param& ParamStore::add(std::string name, Shape shape, ParamInit init, bool decay
   return p;
 }
 
-void ParamStore::finalize(Allocator& alloc) {
+void ParamStore::finalize(Allocator& alloc, int64_t pad_multiple) {
+  numel_ = (numel_ + pad_multiple - 1) / pad_multiple * pad_multiple;
   values_ = Buffer(alloc, Shape{numel_}, DType::f32, Charge::params);
   grads_ = Buffer(alloc, Shape{numel_}, DType::f32, Charge::grads);
   for (Param& p : params_) {

@@ -31,8 +31,9 @@ class ParamStore {
  public:
   Param& add(std::string name, Shape shape, ParamInit init, bool decay);
   // Allocates the flat buffers and points every Param at its slice. Call once, after every
-  // layer has registered its parameters.
-  void finalize(Allocator& alloc);
+  // layer has registered its parameters. The buffers are padded with zeros to a multiple of
+  // pad_multiple elements (so they split evenly into ZeRO shards).
+  void finalize(Allocator& alloc, int64_t pad_multiple = 1);
   // Initialises every value from (seed, name, global element index).
   void initialize(uint64_t seed);
   void zero_grads();

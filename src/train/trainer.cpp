@@ -1,6 +1,7 @@
 #include "train/trainer.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "core/error.hpp"
@@ -41,7 +42,8 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
                   deck.str("data.path"), "' is empty; raise data.val_fraction or set "
                   "train.eval_every = 0");
   model_ = std::make_unique<Transformer>(cfg_, store_);
-  store_.finalize(alloc_);
+  zero_ = int(deck.integer("parallel.zero"));
+  store_.finalize(alloc_, 16 * geo_.dp);  // shards split evenly and stay 64-byte aligned
   store_.initialize(seed_);
   AdamWConfig oc;
   oc.beta1 = float(deck.real("optim.beta1"));
@@ -49,7 +51,14 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
   oc.eps = float(deck.real("optim.eps"));
   oc.weight_decay = float(deck.real("optim.weight_decay"));
   oc.decay_embeddings = deck.boolean("optim.decay_embeddings");
-  optim_ = std::make_unique<AdamW>(store_, alloc_, oc);
+  int64_t begin = 0, end = store_.numel();
+  if (zero_ >= 1) {
+    shard_ = store_.numel() / geo_.dp;
+    begin = grid.dp().rank() * shard_, end = begin + shard_;
+    grad_shard_ = Buffer(alloc_, Shape{shard_}, DType::f32, Charge::grads);
+    gather_ = Buffer(alloc_, Shape{shard_}, DType::f32, Charge::comm);
+  }
+  optim_ = std::make_unique<AdamW>(store_, alloc_, oc, begin, end);
   buckets_ = std::make_unique<GradBuckets>(store_, grid.dp(), deck.real("parallel.bucket_mb"),
                                            deck.boolean("parallel.overlap"));
   schedule_ = {deck.real("optim.lr"), deck.real("optim.min_lr"), deck.integer("optim.warmup"),
@@ -101,7 +110,7 @@ StepResult Trainer::step(int64_t s) {
   const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
   const int dp_rank = grid_.dp().rank();
   StepContext ctx = context(true);
-  ctx.grads = buckets_.get();
+  if (zero_ == 0) ctx.grads = buckets_.get();
   timer_.enter(Phase::other);
   store_.zero_grads();
   double loss_sum = 0;
@@ -121,30 +130,46 @@ StepResult Trainer::step(int64_t s) {
     timer_.enter(Phase::forward);
     loss_sum += model_->forward(ctx, inputs_.i32(), targets_.i32());
     timer_.enter(Phase::backward);
-    buckets_->arm(m == geo_.accum - 1);
+    if (zero_ == 0) buckets_->arm(m == geo_.accum - 1);
     model_->backward(ctx);
   }
   timer_.enter(Phase::grad_sync);
-  buckets_->finish();
-  grid_.dp().all_reduce(&loss_sum, 1);
+  Communicator& dp = grid_.dp();
+  const float* grads = store_.grads();
+  double squares = 0;
+  if (zero_ == 0) {
+    buckets_->finish();
+    squares = kernels::sum_squares(grads, store_.numel());
+  } else {  // ZeRO-1: each rank receives the summed gradients of its shard
+    dp.reduce_scatter(store_.grads(), grad_shard_.f32(), shard_);
+    grads = grad_shard_.f32();
+    squares = kernels::sum_squares(grads, shard_);
+    dp.all_reduce(&squares, 1);
+  }
+  dp.all_reduce(&loss_sum, 1);
   timer_.enter(Phase::optimizer);
   StepResult r;
   r.step = s;
   r.loss = loss_sum / double(geo_.global_batch * T);
-  r.grad_norm = grad_norm(store_);
+  r.grad_norm = std::sqrt(squares);
   r.lr = schedule_.at(s);
-  optim_->step(r.lr, s, clip_factor(r.grad_norm, grad_clip_));
+  optim_->step(r.lr, s, grads, clip_factor(r.grad_norm, grad_clip_));
+  if (zero_ >= 1) {  // every rank needs every updated parameter
+    timer_.enter(Phase::grad_sync);
+    kernels::copy(store_.values() + optim_->begin(), gather_.f32(), shard_);
+    dp.all_gather(gather_.f32(), store_.values(), shard_);
+  }
   timer_.stop();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
 
-std::vector<CheckpointTensor> Trainer::checkpoint_tensors() {
+std::vector<CheckpointTensor> Trainer::checkpoint_tensors(float* m, float* v) {
   std::vector<CheckpointTensor> t;
   for (Param* p : store_.params()) {
     t.push_back({"params/" + p->name, p->global, p->value.f32()});
-    t.push_back({"optim/adam_m/" + p->name, p->global, optim_->m() + p->offset});
-    t.push_back({"optim/adam_v/" + p->name, p->global, optim_->v() + p->offset});
+    t.push_back({"optim/adam_m/" + p->name, p->global, m + p->offset});
+    t.push_back({"optim/adam_v/" + p->name, p->global, v + p->offset});
   }
   return t;
 }
@@ -165,14 +190,33 @@ void Trainer::save(Checkpointer& ckpt, int64_t step) {
   meta.seed = int64_t(seed_);
   meta.deck_json = deck_.to_json();
   meta.layout_json = layout_json();
-  ckpt.save(meta, checkpoint_tensors());
+  if (zero_ == 0) {
+    ckpt.save(meta, checkpoint_tensors(optim_->m(), optim_->v()));
+  } else {
+    // Sharded moments are gathered into full arrays for the duration of the write, so the
+    // file holds global tensors like every other layout's.
+    Buffer m(alloc_, Shape{store_.numel()}, DType::f32, Charge::workspace);
+    Buffer v(alloc_, Shape{store_.numel()}, DType::f32, Charge::workspace);
+    grid_.dp().all_gather(optim_->m(), m.f32(), shard_);
+    grid_.dp().all_gather(optim_->v(), v.f32(), shard_);
+    ckpt.save(meta, checkpoint_tensors(m.f32(), v.f32()));
+  }
   timer_.stop();
 }
 
 int64_t Trainer::restore(Checkpointer& ckpt) {
   const std::string path = ckpt.resume_path();
   if (path.empty()) return 0;
-  const CheckpointMeta meta = ckpt.load(path, checkpoint_tensors());
+  CheckpointMeta meta;
+  if (zero_ == 0) {
+    meta = ckpt.load(path, checkpoint_tensors(optim_->m(), optim_->v()));
+  } else {
+    Buffer m(alloc_, Shape{store_.numel()}, DType::f32, Charge::workspace);
+    Buffer v(alloc_, Shape{store_.numel()}, DType::f32, Charge::workspace);
+    meta = ckpt.load(path, checkpoint_tensors(m.f32(), v.f32()));
+    kernels::copy(m.f32() + optim_->begin(), optim_->m(), shard_);
+    kernels::copy(v.f32() + optim_->begin(), optim_->v(), shard_);
+  }
   TESSERA_REQUIRE(meta.samples == meta.step * geo_.global_batch, "checkpoint '", path,
                   "' was written with ", meta.samples / std::max<int64_t>(1, meta.step),
                   " sequences per step but train.global_batch is ", geo_.global_batch,

@@ -58,7 +58,9 @@ class Trainer {
   const PhaseTimer& timer() const { return timer_; }
   const GradBuckets& buckets() const { return *buckets_; }
   StepContext context(bool training);
-  std::vector<CheckpointTensor> checkpoint_tensors();
+  // The checkpoint's tensors; the Adam moments are read from / written to full-size flat
+  // arrays m, v (indexed like the parameter buffer).
+  std::vector<CheckpointTensor> checkpoint_tensors(float* m, float* v);
   std::string layout_json() const;
   int64_t steps() const { return steps_; }
 
@@ -74,6 +76,9 @@ class Trainer {
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<AdamW> optim_;
   std::unique_ptr<GradBuckets> buckets_;
+  int zero_ = 0;
+  int64_t shard_ = 0;          // elements per data-parallel rank (ZeRO >= 1)
+  Buffer grad_shard_, gather_;  // ZeRO >= 1: reduced gradient shard; parameter shard to gather
   LrSchedule schedule_;
   double grad_clip_ = 0;
   uint64_t seed_ = 0;
