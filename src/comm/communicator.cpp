@@ -142,6 +142,12 @@ void Communicator::all_reduce(int64_t* buf, int64_t n, ReduceOp op) {
   reduce_impl(buf, n, MPI_INT64_T, 8, op);
 }
 
+Communicator Communicator::split(int color, int key, std::string name) const {
+  MPI_Comm out;
+  MPI_Comm_split(comm_, color, key, &out);
+  return Communicator(out, std::move(name));
+}
+
 Request Communicator::all_reduce_async(float* buf, int64_t n) {
   const int cnt = int_count(n, "all_reduce_async");
   if (size_ == 1) return {};

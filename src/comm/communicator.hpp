@@ -78,6 +78,8 @@ class Communicator {
   const std::string& name() const { return name_; }
   const TrafficStats& stats() const { return stats_; }
   MPI_Comm raw() const { return comm_; }
+  // Ranks with the same color form a new group, numbered by key (collective).
+  Communicator split(int color, int key, std::string name) const;
 
   // ---- all-reduce: in place over buf[n] ----
   void all_reduce(float* buf, int64_t n, ReduceOp op = ReduceOp::sum);

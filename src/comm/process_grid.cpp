@@ -63,7 +63,7 @@ std::string ProcessGrid::describe() const {
   return os.str();
 }
 
-std::string ProcessGrid::traffic_table() const {
+std::string ProcessGrid::traffic_table(const std::vector<const Communicator*>& extra) const {
   std::ostringstream os;
   char line[128];
   std::snprintf(line, sizeof line, "%-15s %8s %14s %10s   (rank 0)\n", "group", "calls", "bytes",
@@ -78,6 +78,7 @@ std::string ProcessGrid::traffic_table() const {
   };
   row(world_);
   for (const Communicator& c : groups_) row(c);
+  for (const Communicator* c : extra) row(*c);
   return os.str();
 }
 

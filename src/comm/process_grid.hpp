@@ -28,8 +28,9 @@ class ProcessGrid {
 
   // The layout for the log: every group with its global ranks and the node of each.
   std::string describe() const;
-  // Traffic per group (calls, bytes, seconds) as a table, this rank's counts.
-  std::string traffic_table() const;
+  // Traffic per group (calls, bytes, seconds) as a table, this rank's counts; extra lists
+  // groups made outside the grid (e.g. HSDP's shard and replica groups).
+  std::string traffic_table(const std::vector<const Communicator*>& extra = {}) const;
 
  private:
   Communicator world_;

@@ -96,6 +96,10 @@ std::vector<KeySpec> build_schema() {
               "ZeRO stage over the data-parallel ranks: 0 replicates the optimizer; 1 shards the "
               "fp32 Adam moments (reduce-scatter gradients, update the shard, all-gather "
               "parameters). Stages 2 and 3 are not available yet."),
+      integer("parallel", "shard_group", "0", 0, 1 << 20,
+              "HSDP with parallel.zero = 1: shard the optimizer within groups of this many "
+              "consecutive data-parallel ranks and all-reduce the shards across groups; 0 "
+              "shards over the whole data-parallel group."),
       real("parallel", "bucket_mb", "25", 1e-6, 1e6,
            "Data parallel: gradients are all-reduced in buckets of about this many MiB."),
       boolean("parallel", "overlap", "true",

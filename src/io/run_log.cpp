@@ -173,7 +173,7 @@ void RunLog::finish() {
   for (int c = 0; c < kChargeCount; ++c)
     std::printf("%-12s %14s\n", charge_name(Charge(c)), human_bytes(mem[c]).c_str());
   std::printf("%-12s %14s\n", "total", human_bytes(mem[kChargeCount]).c_str());
-  std::printf("\n%s", grid_.traffic_table().c_str());
+  std::printf("\n%s", grid_.traffic_table(trainer_.own_groups()).c_str());
   if (grid_.dp().size() > 1)
     std::printf("gradient buckets: %d of ~%g MiB; %d started during backward (last step)\n",
                 trainer_.buckets().buckets(), deck_.real("parallel.bucket_mb"),

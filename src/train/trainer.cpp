@@ -43,7 +43,13 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
                   "train.eval_every = 0");
   model_ = std::make_unique<Transformer>(cfg_, store_);
   zero_ = int(deck.integer("parallel.zero"));
-  store_.finalize(alloc_, 16 * geo_.dp);  // shards split evenly and stay 64-byte aligned
+  int64_t shard_group = deck.integer("parallel.shard_group");
+  if (shard_group == 0) shard_group = geo_.dp;
+  TESSERA_REQUIRE(geo_.dp % shard_group == 0, "parallel.shard_group = ", shard_group,
+                  " does not divide the data-parallel degree ", geo_.dp);
+  TESSERA_REQUIRE(shard_group == geo_.dp || zero_ >= 1, "parallel.shard_group = ", shard_group,
+                  " shards the optimizer, which needs parallel.zero >= 1");
+  store_.finalize(alloc_, 16 * shard_group);  // shards split evenly and stay 64-byte aligned
   store_.initialize(seed_);
   AdamWConfig oc;
   oc.beta1 = float(deck.real("optim.beta1"));
@@ -53,8 +59,12 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
   oc.decay_embeddings = deck.boolean("optim.decay_embeddings");
   int64_t begin = 0, end = store_.numel();
   if (zero_ >= 1) {
-    shard_ = store_.numel() / geo_.dp;
-    begin = grid.dp().rank() * shard_, end = begin + shard_;
+    // Shard groups are consecutive data-parallel ranks; replicas hold the same shard.
+    const int r = grid.dp().rank(), k = int(shard_group);
+    shard_comm_ = grid.dp().split(r / k, r % k, "dp_shard");
+    replica_comm_ = grid.dp().split(r % k, r / k, "dp_replica");
+    shard_ = store_.numel() / shard_group;
+    begin = shard_comm_.rank() * shard_, end = begin + shard_;
     grad_shard_ = Buffer(alloc_, Shape{shard_}, DType::f32, Charge::grads);
     gather_ = Buffer(alloc_, Shape{shard_}, DType::f32, Charge::comm);
   }
@@ -80,6 +90,11 @@ StepContext Trainer::context(bool training) {
 
 void Trainer::sample(int64_t step, int64_t g, int32_t* out) const {
   data_.train_sample(seed_, (step - 1) * geo_.global_batch + g, out);
+}
+
+std::vector<const Communicator*> Trainer::own_groups() const {
+  if (zero_ == 0) return {};
+  return {&shard_comm_, &replica_comm_};
 }
 
 bool Trainer::eval_due(int64_t step, int64_t last_step) const {
@@ -141,10 +156,11 @@ StepResult Trainer::step(int64_t s) {
     buckets_->finish();
     squares = kernels::sum_squares(grads, store_.numel());
   } else {  // ZeRO-1: each rank receives the summed gradients of its shard
-    dp.reduce_scatter(store_.grads(), grad_shard_.f32(), shard_);
+    shard_comm_.reduce_scatter(store_.grads(), grad_shard_.f32(), shard_);
+    replica_comm_.all_reduce(grad_shard_.f32(), shard_);  // HSDP: sum over shard groups
     grads = grad_shard_.f32();
     squares = kernels::sum_squares(grads, shard_);
-    dp.all_reduce(&squares, 1);
+    shard_comm_.all_reduce(&squares, 1);
   }
   dp.all_reduce(&loss_sum, 1);
   timer_.enter(Phase::optimizer);
@@ -157,7 +173,7 @@ StepResult Trainer::step(int64_t s) {
   if (zero_ >= 1) {  // every rank needs every updated parameter
     timer_.enter(Phase::grad_sync);
     kernels::copy(store_.values() + optim_->begin(), gather_.f32(), shard_);
-    dp.all_gather(gather_.f32(), store_.values(), shard_);
+    shard_comm_.all_gather(gather_.f32(), store_.values(), shard_);
   }
   timer_.stop();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -197,8 +213,8 @@ void Trainer::save(Checkpointer& ckpt, int64_t step) {
     // file holds global tensors like every other layout's.
     Buffer m(alloc_, Shape{store_.numel()}, DType::f32, Charge::workspace);
     Buffer v(alloc_, Shape{store_.numel()}, DType::f32, Charge::workspace);
-    grid_.dp().all_gather(optim_->m(), m.f32(), shard_);
-    grid_.dp().all_gather(optim_->v(), v.f32(), shard_);
+    shard_comm_.all_gather(optim_->m(), m.f32(), shard_);
+    shard_comm_.all_gather(optim_->v(), v.f32(), shard_);
     ckpt.save(meta, checkpoint_tensors(m.f32(), v.f32()));
   }
   timer_.stop();

@@ -57,6 +57,8 @@ class Trainer {
   Allocator& allocator() { return alloc_; }
   const PhaseTimer& timer() const { return timer_; }
   const GradBuckets& buckets() const { return *buckets_; }
+  // Groups the trainer made itself (ZeRO shard/replica groups), for the traffic table.
+  std::vector<const Communicator*> own_groups() const;
   StepContext context(bool training);
   // The checkpoint's tensors; the Adam moments are read from / written to full-size flat
   // arrays m, v (indexed like the parameter buffer).
@@ -77,6 +79,9 @@ class Trainer {
   std::unique_ptr<AdamW> optim_;
   std::unique_ptr<GradBuckets> buckets_;
   int zero_ = 0;
+  // ZeRO >= 1: the group a shard is split over (all of dp, or an HSDP shard group) and the
+  // group holding copies of the same shard (HSDP only; size 1 otherwise).
+  Communicator shard_comm_, replica_comm_;
   int64_t shard_ = 0;          // elements per data-parallel rank (ZeRO >= 1)
   Buffer grad_shard_, gather_;  // ZeRO >= 1: reduced gradient shard; parameter shard to gather
   LrSchedule schedule_;

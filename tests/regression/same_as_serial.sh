@@ -7,7 +7,10 @@ work=$1 mpiexec=$2 np=$3 python=$4 tessera=$5
 shift 5
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work"
-OMP_NUM_THREADS=1 "$tessera" "$@" --output.dir="$work/serial" --hardware.peak_flops=1e9 \
+# The serial reference is the plain run: parallel.* settings apply to the NP-rank run only.
+serial_args=()
+for a in "$@"; do [[ $a == --parallel.* ]] || serial_args+=("$a"); done
+OMP_NUM_THREADS=1 "$tessera" "${serial_args[@]}" --output.dir="$work/serial" --hardware.peak_flops=1e9 \
   --output.echo_deck=false > "$work/serial.log"
 OMP_NUM_THREADS=1 $mpiexec "$np" "$tessera" "$@" --output.dir="$work/np$np" \
   --hardware.peak_flops=1e9 --output.echo_deck=false > "$work/np$np.log"
