@@ -97,6 +97,18 @@ std::vector<const Communicator*> Trainer::own_groups() const {
   return {&shard_comm_, &replica_comm_};
 }
 
+void Trainer::load_micro_batch(const std::function<void(int64_t, int32_t*)>& sample_row) {
+  const int64_t T = cfg_.seq_len;
+  for (int64_t b = 0; b < geo_.micro_batch; ++b) {
+    int32_t* row = tokens_.i32() + b * (T + 1);
+    sample_row(b, row);
+    for (int64_t t = 0; t < T; ++t) {
+      inputs_.i32()[b * T + t] = row[t];
+      targets_.i32()[b * T + t] = row[t + 1];
+    }
+  }
+}
+
 bool Trainer::eval_due(int64_t step, int64_t last_step) const {
   return eval_every_ > 0 && (step % eval_every_ == 0 || step == last_step);
 }
@@ -106,14 +118,7 @@ double Trainer::evaluate() {
   StepContext ctx = context(false);
   double loss_sum = 0;
   for (int64_t first = grid_.dp().rank() * B; first < eval_samples_; first += B * geo_.dp) {
-    for (int64_t b = 0; b < B; ++b) {
-      int32_t* row = tokens_.i32() + b * (T + 1);
-      data_.validation_sample(first + b, row);
-      for (int64_t t = 0; t < T; ++t) {
-        inputs_.i32()[b * T + t] = row[t];
-        targets_.i32()[b * T + t] = row[t + 1];
-      }
-    }
+    load_micro_batch([&](int64_t b, int32_t* row) { data_.validation_sample(first + b, row); });
     loss_sum += model_->forward(ctx, inputs_.i32(), targets_.i32());
   }
   grid_.dp().all_reduce(&loss_sum, 1);
@@ -134,14 +139,7 @@ StepResult Trainer::step(int64_t s) {
     // Global sample order within a step: micro-batch m of rank r holds samples
     // [(m * dp + r) * B, (m * dp + r + 1) * B).
     const int64_t first = (m * geo_.dp + dp_rank) * B;
-    for (int64_t b = 0; b < B; ++b) {
-      int32_t* row = tokens_.i32() + b * (T + 1);
-      sample(s, first + b, row);
-      for (int64_t t = 0; t < T; ++t) {
-        inputs_.i32()[b * T + t] = row[t];
-        targets_.i32()[b * T + t] = row[t + 1];
-      }
-    }
+    load_micro_batch([&](int64_t b, int32_t* row) { sample(s, first + b, row); });
     timer_.enter(Phase::forward);
     loss_sum += model_->forward(ctx, inputs_.i32(), targets_.i32());
     timer_.enter(Phase::backward);

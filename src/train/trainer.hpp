@@ -3,6 +3,7 @@
 // one rank (the serial reference) or many.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -67,6 +68,10 @@ class Trainer {
   int64_t steps() const { return steps_; }
 
  private:
+  // Fills tokens_ row by row (sample_row(b, row) writes seq_len + 1 tokens) and splits them
+  // into inputs_ and targets_.
+  void load_micro_batch(const std::function<void(int64_t, int32_t*)>& sample_row);
+
   const Deck& deck_;
   ModelConfig cfg_;
   BatchGeometry geo_;
