@@ -15,6 +15,7 @@
 #include "comm/agree.hpp"
 #include "core/deck.hpp"
 #include "core/error.hpp"
+#include "io/h5_object.hpp"
 
 namespace fs = std::filesystem;
 
@@ -23,18 +24,6 @@ namespace {
 
 constexpr const char* kFormat = "tessera-checkpoint";
 constexpr int64_t kVersion = 1;
-
-// Closes an HDF5 handle at scope exit.
-struct H5Handle {
-  hid_t id;
-  herr_t (*close)(hid_t);
-  H5Handle(hid_t i, herr_t (*c)(hid_t)) : id(i), close(c) {}
-  ~H5Handle() {
-    if (id >= 0) close(id);
-  }
-  H5Handle(const H5Handle&) = delete;
-  H5Handle& operator=(const H5Handle&) = delete;
-};
 
 uint64_t mix(uint64_t x) {  // splitmix64 finaliser
   x += 0x9E3779B97F4A7C15ull;
@@ -66,30 +55,6 @@ void write_attr(hid_t obj, const char* name, hid_t type, T v) {
   H5Handle a(H5Acreate2(obj, name, type, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
   TESSERA_REQUIRE_LOCAL(a.id >= 0 && H5Awrite(a.id, type, &v) >= 0,
                         "cannot write checkpoint attribute ", name);
-}
-
-std::string read_string_attr(hid_t obj, const char* name, const std::string& file) {
-  TESSERA_REQUIRE_LOCAL(H5Aexists(obj, name) > 0, "checkpoint '", file, "' has no attribute '",
-                        name, "'");
-  H5Handle a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
-  H5Handle type(H5Aget_type(a.id), H5Tclose);
-  std::string v(H5Tget_size(type.id), '\0');
-  TESSERA_REQUIRE_LOCAL(H5Aread(a.id, type.id, v.data()) >= 0, "cannot read attribute '", name,
-                        "' of '", file, "'");
-  v.resize(strnlen(v.data(), v.size()));
-  return v;
-}
-
-template <class T>
-T read_attr(hid_t obj, const char* name, hid_t type, const std::string& file,
-            const std::string& where) {
-  TESSERA_REQUIRE_LOCAL(H5Aexists(obj, name) > 0, "checkpoint '", file, "': ", where,
-                        " has no attribute '", name, "'");
-  H5Handle a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
-  T v{};
-  TESSERA_REQUIRE_LOCAL(H5Aread(a.id, type, &v) >= 0, "checkpoint '", file, "': cannot read '",
-                        name, "' of ", where);
-  return v;
 }
 
 hid_t parallel_access(MPI_Comm comm) {
@@ -258,17 +223,18 @@ CheckpointMeta Checkpointer::load(const std::string& path,
     H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.id), H5Fclose);
     TESSERA_REQUIRE_LOCAL(file.id >= 0, "cannot open checkpoint '", path,
                           "': not an HDF5 file, or truncated");
-    const std::string format = read_string_attr(file.id, "format", path);
+    const std::string where = "checkpoint '" + path + "'";
+    const std::string format = read_string_attr(file.id, "format", where);
     TESSERA_REQUIRE_LOCAL(format == kFormat, "'", path, "' is not a tessera checkpoint (format '",
                           format, "')");
-    const int64_t version = read_attr<int64_t>(file.id, "version", H5T_NATIVE_INT64, path, "file");
+    const int64_t version = read_int_attr(file.id, "version", where);
     TESSERA_REQUIRE_LOCAL(version == kVersion, "checkpoint '", path, "' has version ", version,
                           "; this tessera reads version ", kVersion);
-    meta.step = read_attr<int64_t>(file.id, "step", H5T_NATIVE_INT64, path, "file");
-    meta.samples = read_attr<int64_t>(file.id, "samples", H5T_NATIVE_INT64, path, "file");
-    meta.seed = read_attr<int64_t>(file.id, "seed", H5T_NATIVE_INT64, path, "file");
-    meta.deck_json = read_string_attr(file.id, "deck", path);
-    meta.layout_json = read_string_attr(file.id, "layout", path);
+    meta.step = read_int_attr(file.id, "step", where);
+    meta.samples = read_int_attr(file.id, "samples", where);
+    meta.seed = read_int_attr(file.id, "seed", where);
+    meta.deck_json = read_string_attr(file.id, "deck", where);
+    meta.layout_json = read_string_attr(file.id, "layout", where);
 
     for (const CheckpointTensor& ct : tensors) {
       TESSERA_REQUIRE_LOCAL(H5Lexists(file.id, ct.path.c_str(), H5P_DEFAULT) > 0, "checkpoint '",
@@ -294,7 +260,7 @@ CheckpointMeta Checkpointer::load(const std::string& path,
           H5Dread(set.id, H5T_NATIVE_FLOAT, mspace.id, fspace.id, H5P_DEFAULT, ct.data) >= 0,
           "checkpoint '", path, "': cannot read dataset '", ct.path, "' (file truncated?)");
       const uint64_t expected =
-          read_attr<uint64_t>(set.id, "checksum", H5T_NATIVE_UINT64, path, "dataset '" + ct.path + "'");
+          read_uint_attr(set.id, "checksum", where + ", dataset '" + ct.path + "'");
       // The same row split as the writer; every rank read every row it checks.
       const auto [o0, o1] = owned(row_count(ct.global), world_.rank(), world_.size());
       const int64_t c0 = std::max(o0, r0), c1 = std::min(o1, r0 + n);

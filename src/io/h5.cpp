@@ -1,19 +1,11 @@
 #include "io/h5.hpp"
 
 #include "core/error.hpp"
+#include "io/h5_object.hpp"
 
 namespace tessera {
 namespace {
-
-// Closes an HDF5 handle at scope exit.
-struct Handle {
-  hid_t id;
-  herr_t (*close)(hid_t);
-  ~Handle() {
-    if (id >= 0) close(id);
-  }
-};
-
+using Handle = H5Handle;
 }  // namespace
 
 H5File H5File::create(const std::string& path) {
@@ -166,35 +158,11 @@ void H5File::read(const std::string& name, uint64_t* d) const {
 }
 
 int64_t H5File::attr_int(const std::string& name) const {
-  Handle a{H5Aopen(id_, name.c_str(), H5P_DEFAULT), H5Aclose};
-  TESSERA_REQUIRE_LOCAL(a.id >= 0, "attribute '", name, "' missing from '", path_, "'");
-  int64_t v = 0;
-  TESSERA_REQUIRE_LOCAL(H5Aread(a.id, H5T_NATIVE_INT64, &v) >= 0, "attribute '", name, "' of '",
-                        path_, "' is not an integer");
-  return v;
+  return read_int_attr(id_, name, "'" + path_ + "'");
 }
 
 std::string H5File::attr_string(const std::string& name) const {
-  Handle a{H5Aopen(id_, name.c_str(), H5P_DEFAULT), H5Aclose};
-  TESSERA_REQUIRE_LOCAL(a.id >= 0, "attribute '", name, "' missing from '", path_, "'");
-  Handle type{H5Aget_type(a.id), H5Tclose};
-  TESSERA_REQUIRE_LOCAL(H5Tget_class(type.id) == H5T_STRING, "attribute '", name, "' of '", path_,
-                        "' is not a string");
-  if (H5Tis_variable_str(type.id) > 0) {
-    Handle mem{H5Tcopy(H5T_C_S1), H5Tclose};
-    H5Tset_size(mem.id, H5T_VARIABLE);
-    char* s = nullptr;
-    TESSERA_REQUIRE_LOCAL(H5Aread(a.id, mem.id, &s) >= 0, "cannot read attribute '", name, "' of '",
-                          path_, "'");
-    std::string v = s ? s : "";
-    H5free_memory(s);
-    return v;
-  }
-  std::string v(H5Tget_size(type.id), '\0');
-  TESSERA_REQUIRE_LOCAL(H5Aread(a.id, type.id, v.data()) >= 0, "cannot read attribute '", name,
-                        "' of '", path_, "'");
-  v.resize(v.find('\0') == std::string::npos ? v.size() : v.find('\0'));
-  return v;
+  return read_string_attr(id_, name, "'" + path_ + "'");
 }
 
 }  // namespace tessera

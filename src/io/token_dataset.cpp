@@ -5,32 +5,23 @@
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
+#include "io/h5_object.hpp"
 #include "io/sample_order.hpp"
 
 namespace tessera {
 namespace {
 
-std::string string_attr(hid_t obj, const char* name, const std::string& path) {
-  TESSERA_REQUIRE(H5Aexists(obj, name) > 0, "data file '", path, "' has no attribute '", name,
+// Root attributes every rank reads alike: a missing one is a collective error.
+std::string string_attr(hid_t file, const char* name, const std::string& path) {
+  TESSERA_REQUIRE(H5Aexists(file, name) > 0, "data file '", path, "' has no attribute '", name,
                   "'; is it a tessera-prep dataset?");
-  const hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-  const hid_t type = H5Aget_type(a);
-  std::string v(H5Tget_size(type), '\0');
-  H5Aread(a, type, v.data());
-  H5Tclose(type);
-  H5Aclose(a);
-  v.resize(strnlen(v.data(), v.size()));
-  return v;
+  return read_string_attr(file, name, "data file '" + path + "'");
 }
 
-int64_t int_attr(hid_t obj, const char* name, const std::string& path) {
-  TESSERA_REQUIRE(H5Aexists(obj, name) > 0, "data file '", path, "' has no attribute '", name,
+int64_t int_attr(hid_t file, const char* name, const std::string& path) {
+  TESSERA_REQUIRE(H5Aexists(file, name) > 0, "data file '", path, "' has no attribute '", name,
                   "'; is it a tessera-prep dataset?");
-  const hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-  int64_t v = 0;
-  H5Aread(a, H5T_NATIVE_INT64, &v);
-  H5Aclose(a);
-  return v;
+  return read_int_attr(file, name, "data file '" + path + "'");
 }
 
 // A document's split: a hash of its index, so the split never depends on the layout.
