@@ -227,17 +227,23 @@ Request Communicator::reduce_scatter_async(const float* in, float* out, int64_t 
 
 // ---- all-gather -----------------------------------------------------------------------------
 
+// In place when this rank's block already sits at its position in out.
+const void* Communicator::gather_send(const float* in, float* out, int64_t n) const {
+  return in == out + int64_t(rank_) * n ? MPI_IN_PLACE : static_cast<const void*>(in);
+}
+
 void Communicator::all_gather(const float* in, float* out, int64_t n) {
   require_count(n, "all_gather");
   if (size_ == 1) return copy_floats(in, out, n);
   const double t0 = MPI_Wtime();
   if (n <= g_chunk_limit) {
-    MPI_Allgather(in, int(n), MPI_FLOAT, out, int(n), MPI_FLOAT, comm_);
+    MPI_Allgather(gather_send(in, out, n), int(n), MPI_FLOAT, out, int(n), MPI_FLOAT, comm_);
   } else {
     for (int64_t off = 0; off < n; off += g_chunk_limit) {
       const int cnt = int(std::min(g_chunk_limit, n - off));
       MPI_Datatype block = strided_block(cnt, n);  // chunk of each rank's block in out
-      MPI_Allgather(in + off, cnt, MPI_FLOAT, out + off, 1, block, comm_);
+      MPI_Allgather(in == out + int64_t(rank_) * n ? MPI_IN_PLACE : in + off, cnt, MPI_FLOAT,
+                    out + off, 1, block, comm_);
       MPI_Type_free(&block);
     }
   }
@@ -252,7 +258,7 @@ Request Communicator::all_gather_async(const float* in, float* out, int64_t n) {
   }
   const double t0 = MPI_Wtime();
   MPI_Request r;
-  MPI_Iallgather(in, cnt, MPI_FLOAT, out, cnt, MPI_FLOAT, comm_, &r);
+  MPI_Iallgather(gather_send(in, out, n), cnt, MPI_FLOAT, out, cnt, MPI_FLOAT, comm_, &r);
   count(n * 4, t0);
   return Request(r, &stats_);
 }

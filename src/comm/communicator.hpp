@@ -97,7 +97,8 @@ class Communicator {
   void reduce_scatter(const float* in, float* out, int64_t n);
   Request reduce_scatter_async(const float* in, float* out, int64_t n);
 
-  // ---- all-gather: in[n] -> out[n*size]; block r of out is rank r's in ----
+  // ---- all-gather: in[n] -> out[n*size]; block r of out is rank r's in. In place when
+  // in == out + rank() * n ----
   void all_gather(const float* in, float* out, int64_t n);
   Request all_gather_async(const float* in, float* out, int64_t n);
 
@@ -131,6 +132,7 @@ class Communicator {
  private:
   void reduce_impl(void* buf, int64_t n, MPI_Datatype type, int64_t elem_bytes, ReduceOp op);
   void check_peer(int peer, const char* what) const;
+  const void* gather_send(const float* in, float* out, int64_t n) const;
   void count(int64_t bytes, double t0);
 
   MPI_Comm comm_ = MPI_COMM_NULL;

@@ -92,12 +92,15 @@ std::vector<KeySpec> build_schema() {
       real("optim", "grad_clip", "1.0", 0, kInf, "Global gradient-norm clip; 0 disables."),
       boolean("optim", "decay_embeddings", "false", "Apply weight decay to embeddings too."),
       // [parallel]
-      integer("parallel", "zero", "0", 0, 1,
-              "ZeRO stage over the data-parallel ranks: 0 replicates the optimizer; 1 shards the "
-              "fp32 Adam moments (reduce-scatter gradients, update the shard, all-gather "
-              "parameters). Stages 2 and 3 are not available yet."),
+      integer("parallel", "zero", "0", 0, 3,
+              "ZeRO stage over the data-parallel ranks: 0 replicates the model state; 1 shards "
+              "the Adam moments (reduce-scatter gradients, update the shard, all-gather "
+              "parameters); 2 also keeps only the gradient shard (each part's gradients are "
+              "reduce-scattered during backward); 3 also shards the parameters (each part is "
+              "all-gathered just before its forward and backward, with the next one "
+              "prefetched)."),
       integer("parallel", "shard_group", "0", 0, 1 << 20,
-              "HSDP with parallel.zero = 1: shard the optimizer within groups of this many "
+              "HSDP with parallel.zero >= 1: shard the model state within groups of this many "
               "consecutive data-parallel ranks and all-reduce the shards across groups; 0 "
               "shards over the whole data-parallel group."),
       real("parallel", "bucket_mb", "25", 1e-6, 1e6,

@@ -27,25 +27,46 @@ struct Param {
   Tensor value, grad;
 };
 
+// A part: consecutive parameters that are used together (the embedding, one block, the
+// head). Each part starts and ends on a multiple of the store's alignment, so it splits
+// evenly into ZeRO shards: rank r of K holds elements [begin + r*size/K, begin + (r+1)*size/K).
+struct ParamPart {
+  int first = 0, last = 0;      // registration indices [first, last)
+  int64_t begin = 0, size = 0;  // element range in the flat buffers, padded
+};
+
+struct StoreLayout {
+  // Registration-index ranges of the parts, in order; empty: one part holding everything.
+  std::vector<std::pair<int, int>> parts;
+  int64_t align = 16;   // every part's begin and size are multiples of this (elements)
+  bool values = true;   // allocate the flat value buffer (ZeRO-3 keeps only shards)
+  bool grads = true;    // allocate the flat gradient buffer (ZeRO-2/3 stage per part)
+};
+
 class ParamStore {
  public:
   Param& add(std::string name, Shape shape, ParamInit init, bool decay);
-  // Allocates the flat buffers and points every Param at its slice. Call once, after every
-  // layer has registered its parameters. The buffers are padded with zeros to a multiple of
-  // pad_multiple elements (so they split evenly into ZeRO shards).
-  void finalize(Allocator& alloc, int64_t pad_multiple = 1);
+  // Lays the parameters out part by part, allocates the flat buffers the layout asks for
+  // and points every Param at its slice (Params of a buffer not allocated get null views,
+  // pointed elsewhere by their owner). Call once, after every layer has registered.
+  void finalize(Allocator& alloc, const StoreLayout& layout = {});
   // Initialises every value from (seed, name, global element index).
   void initialize(uint64_t seed);
+  static void initialize(Param& p, uint64_t seed);
   void zero_grads();
 
   std::vector<Param*> params();
+  Param& param(int index) { return params_[size_t(index)]; }
+  const std::vector<ParamPart>& parts() const { return parts_; }
   const Param* find(const std::string& name) const;
-  int64_t numel() const { return numel_; }
+  int64_t numel() const { return numel_; }      // padded length of the flat buffers
+  int64_t elements() const;                      // parameters proper, without padding
   float* values() const { return values_.f32(); }
   float* grads() const { return grads_.f32(); }
 
  private:
   std::deque<Param> params_;  // deque: pointers stay valid while layers register
+  std::vector<ParamPart> parts_;
   int64_t numel_ = 0;
   Buffer values_, grads_;
 };

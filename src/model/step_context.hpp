@@ -25,6 +25,18 @@ class Scratch {
 
 class GradBuckets;
 
+// Told before and after each part of the model (embedding, block, head; ParamStore::parts())
+// runs a forward or backward pass, so ZeRO-2/3 can gather its parameters and stage and
+// reduce its gradients just in time. The model says what each pass reads and writes
+// (Transformer::reads, Transformer::writes_grads).
+enum class Pass { forward, backward };
+class PartHooks {
+ public:
+  virtual ~PartHooks() = default;
+  virtual void begin(int part, Pass pass, bool training) = 0;
+  virtual void end(int part, Pass pass, bool training) = 0;
+};
+
 struct StepContext {
   Allocator& alloc;
   ParallelContext& par;
@@ -34,6 +46,7 @@ struct StepContext {
   bool training = true;    // false: forward only, nothing saved for backward, no gradients
   float loss_scale = 1.0f; // d(total loss)/d(summed token losses): 1 / tokens per global batch
   GradBuckets* grads = nullptr;  // told when parameters' gradients are final (data parallel)
+  PartHooks* hooks = nullptr;    // told around each part's passes (ZeRO-2/3)
 };
 
 // Per-slot saved state of one layer: slot i is created on first use and then reused, so the

@@ -38,33 +38,55 @@ void Transformer::grads_ready(StepContext& ctx, int part) const {
   if (ctx.grads) ctx.grads->ready(ranges_[size_t(part)].first, ranges_[size_t(part)].second);
 }
 
+std::vector<int> Transformer::reads(int part, Pass pass) const {
+  if (part == 0) return pass == Pass::forward ? std::vector<int>{0} : std::vector<int>{};
+  if (part == head_part() && pass == Pass::forward && cfg_.tie_embeddings) return {part, 0};
+  return {part};
+}
+
+std::vector<int> Transformer::writes_grads(int part, Pass pass) const {
+  if (part == head_part() && pass == Pass::forward)
+    return cfg_.tie_embeddings ? std::vector<int>{part, 0} : std::vector<int>{part};
+  return pass == Pass::backward ? std::vector<int>{part} : std::vector<int>{};
+}
+
+template <class Fn>
+auto Transformer::around(StepContext& ctx, int part, Pass pass, Fn&& fn) {
+  if (ctx.hooks) ctx.hooks->begin(part, pass, ctx.training);
+  auto result = fn();
+  if (ctx.hooks) ctx.hooks->end(part, pass, ctx.training);
+  if (pass == Pass::backward) grads_ready(ctx, part);
+  return result;
+}
+
 const float* Transformer::trunk(StepContext& ctx, const int32_t* ids) {
-  const float* x = embed_.forward(ctx, ids);
-  for (auto& block : blocks_) x = block->forward(ctx, x);
+  const float* x = around(ctx, 0, Pass::forward, [&] { return embed_.forward(ctx, ids); });
+  for (size_t l = 0; l < blocks_.size(); ++l)
+    x = around(ctx, int(l) + 1, Pass::forward, [&] { return blocks_[l]->forward(ctx, x); });
   return x;
 }
 
 double Transformer::forward(StepContext& ctx, const int32_t* ids, const int32_t* targets) {
-  return head_.forward(ctx, trunk(ctx, ids), targets);
+  const float* x = trunk(ctx, ids);
+  return around(ctx, head_part(), Pass::forward, [&] { return head_.forward(ctx, x, targets); });
 }
 
 void Transformer::backward(StepContext& ctx) {
   const int64_t n = ctx.batch * cfg_.seq_len * cfg_.d_model;
   float* grad = ctx.scratch.get(kGradA, n);
   float* next = ctx.scratch.get(kGradB, n);
-  head_.backward(ctx, grad);
-  grads_ready(ctx, int(cfg_.layers) + 1);
+  around(ctx, head_part(), Pass::backward, [&] { return (head_.backward(ctx, grad), 0); });
   for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
-    blocks_[size_t(l)]->backward(ctx, grad, next);
+    around(ctx, int(l) + 1, Pass::backward,
+           [&] { return (blocks_[size_t(l)]->backward(ctx, grad, next), 0); });
     std::swap(grad, next);
-    grads_ready(ctx, int(l) + 1);
   }
-  embed_.backward(ctx, grad);
-  grads_ready(ctx, 0);
+  around(ctx, 0, Pass::backward, [&] { return (embed_.backward(ctx, grad), 0); });
 }
 
 void Transformer::logits(StepContext& ctx, const int32_t* ids, float* out) {
-  head_.logits(ctx, trunk(ctx, ids), out);
+  const float* x = trunk(ctx, ids);
+  around(ctx, head_part(), Pass::forward, [&] { return (head_.logits(ctx, x, out), 0); });
 }
 
 }  // namespace tessera

@@ -24,6 +24,14 @@ class Transformer {
   void logits(StepContext& ctx, const int32_t* ids, float* out);
 
   const ModelConfig& config() const { return cfg_; }
+  // Registration-index ranges of the parts: [0] embedding, [1..L] blocks, [L+1] head.
+  const std::vector<std::pair<int, int>>& parts() const { return ranges_; }
+  int head_part() const { return int(cfg_.layers) + 1; }
+  // The parts whose parameter values a pass of `part` reads, and whose gradients it adds to
+  // (training only). The head reads the embedding table when the embeddings are tied and
+  // adds the output-projection gradient during its forward.
+  std::vector<int> reads(int part, Pass pass) const;
+  std::vector<int> writes_grads(int part, Pass pass) const;
 
  private:
   const float* trunk(StepContext& ctx, const int32_t* ids);
@@ -32,6 +40,9 @@ class Transformer {
   // and the head: backward reports each range final as soon as its backward is done.
   void index_parameters(ParamStore& store);
   void grads_ready(StepContext& ctx, int part) const;
+  // Runs fn as pass `pass` of `part`, between the hooks' begin and end.
+  template <class Fn>
+  auto around(StepContext& ctx, int part, Pass pass, Fn&& fn);
 
   ModelConfig cfg_;
   std::vector<std::pair<int, int>> ranges_;  // [0] embedding, [1..L] blocks, [L+1] head

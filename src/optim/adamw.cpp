@@ -7,28 +7,40 @@
 
 namespace tessera {
 
-AdamW::AdamW(ParamStore& store, Allocator& alloc, AdamWConfig cfg, int64_t begin, int64_t end)
+namespace {
+int64_t local_extent(const std::vector<ShardSegment>& segments) {
+  int64_t n = 0;
+  for (const ShardSegment& s : segments) n = std::max(n, s.local + s.n);
+  return n;
+}
+}  // namespace
+
+AdamW::AdamW(ParamStore& store, Allocator& alloc, AdamWConfig cfg,
+             std::vector<ShardSegment> segments)
     : store_(store),
       cfg_(cfg),
-      begin_(begin),
-      end_(end),
-      m_(alloc, Shape{end - begin}, DType::f32, Charge::optimizer),
-      v_(alloc, Shape{end - begin}, DType::f32, Charge::optimizer) {}
+      segments_(std::move(segments)),
+      m_(alloc, Shape{local_extent(segments_)}, DType::f32, Charge::optimizer),
+      v_(alloc, Shape{local_extent(segments_)}, DType::f32, Charge::optimizer) {}
 
 bool AdamW::decays(const Param& p) const {
   return p.decay || (cfg_.decay_embeddings && p.name.rfind("embed.", 0) == 0);
 }
 
-void AdamW::step(double lr, int64_t step, const float* grads, float grad_scale) {
+void AdamW::step(double lr, int64_t step, float* values, Index index, const float* grads,
+                 float grad_scale) {
   for (Param* p : store_.params()) {
-    // The part of this parameter inside [begin_, end_).
-    const int64_t a = std::max(begin_, p->offset);
-    const int64_t b = std::min(end_, p->offset + p->global.numel());
-    if (a >= b) continue;
     const kernels::AdamWArgs args{float(lr), cfg_.beta1, cfg_.beta2, cfg_.eps,
                                   decays(*p) ? cfg_.weight_decay : 0.0f, step, grad_scale};
-    kernels::adamw(store_.values() + a, grads + (a - begin_), m_.f32() + (a - begin_),
-                   v_.f32() + (a - begin_), b - a, args);
+    for (const ShardSegment& s : segments_) {
+      // The piece of this parameter inside the segment.
+      const int64_t a = std::max(s.global, p->offset);
+      const int64_t b = std::min(s.global + s.n, p->offset + p->global.numel());
+      if (a >= b) continue;
+      const int64_t l = s.local + (a - s.global);
+      kernels::adamw(values + (index == Index::global ? a : l), grads + l, m_.f32() + l,
+                     v_.f32() + l, b - a, args);
+    }
   }
 }
 

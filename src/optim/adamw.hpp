@@ -13,27 +13,35 @@ struct AdamWConfig {
   bool decay_embeddings = false;
 };
 
-// Updates the elements [begin, end) of the store's flat parameter buffer: all of it, or
-// this rank's shard under ZeRO (moments are held for the range only).
+// Elements [global, global + n) of the store's flat buffers, held at [local, local + n) of
+// this rank's compact arrays (moments, reduced gradients, and ZeRO-3's parameter shard).
+struct ShardSegment {
+  int64_t global = 0, local = 0, n = 0;
+};
+
+// Updates the elements the segments name: the whole flat buffer, or this rank's shard of
+// every part under ZeRO. Moments are held for those elements only.
 class AdamW {
  public:
-  AdamW(ParamStore& store, Allocator& alloc, AdamWConfig cfg, int64_t begin, int64_t end);
+  AdamW(ParamStore& store, Allocator& alloc, AdamWConfig cfg, std::vector<ShardSegment> segments);
 
-  // One update with learning rate lr; step is 1-based. grads holds the gradients of the
-  // range [begin, end), used multiplied by grad_scale (the clipping factor).
-  void step(double lr, int64_t step, const float* grads, float grad_scale = 1.0f);
+  // One update with learning rate lr; step is 1-based. grads holds the gradients indexed
+  // locally, used multiplied by grad_scale (the clipping factor). values is indexed
+  // globally (the store's flat buffer) or locally (a ZeRO-3 shard).
+  enum class Index { global, local };
+  void step(double lr, int64_t step, float* values, Index index, const float* grads,
+            float grad_scale = 1.0f);
   bool decays(const Param& p) const;
 
-  // Moments of the range; element i of the flat buffer is at m()[i - begin()].
+  // Moments, indexed locally.
   float* m() const { return m_.f32(); }
   float* v() const { return v_.f32(); }
-  int64_t begin() const { return begin_; }
-  int64_t end() const { return end_; }
+  int64_t local_size() const { return m_.numel(); }
 
  private:
   ParamStore& store_;
   AdamWConfig cfg_;
-  int64_t begin_, end_;
+  std::vector<ShardSegment> segments_;
   Buffer m_, v_;
 };
 

@@ -42,33 +42,30 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
                   deck.str("data.path"), "' is empty; raise data.val_fraction or set "
                   "train.eval_every = 0");
   model_ = std::make_unique<Transformer>(cfg_, store_);
-  zero_ = int(deck.integer("parallel.zero"));
+  const int stage = int(deck.integer("parallel.zero"));
   int64_t shard_group = deck.integer("parallel.shard_group");
   if (shard_group == 0) shard_group = geo_.dp;
   TESSERA_REQUIRE(geo_.dp % shard_group == 0, "parallel.shard_group = ", shard_group,
                   " does not divide the data-parallel degree ", geo_.dp);
-  TESSERA_REQUIRE(shard_group == geo_.dp || zero_ >= 1, "parallel.shard_group = ", shard_group,
-                  " shards the optimizer, which needs parallel.zero >= 1");
-  store_.finalize(alloc_, 16 * shard_group);  // shards split evenly and stay 64-byte aligned
-  store_.initialize(seed_);
+  TESSERA_REQUIRE(shard_group == geo_.dp || stage >= 1, "parallel.shard_group = ", shard_group,
+                  " shards the model state, which needs parallel.zero >= 1");
+  store_.finalize(alloc_, stage >= 1 ? Zero::layout(stage, *model_, shard_group) : StoreLayout{});
   AdamWConfig oc;
   oc.beta1 = float(deck.real("optim.beta1"));
   oc.beta2 = float(deck.real("optim.beta2"));
   oc.eps = float(deck.real("optim.eps"));
   oc.weight_decay = float(deck.real("optim.weight_decay"));
   oc.decay_embeddings = deck.boolean("optim.decay_embeddings");
-  int64_t begin = 0, end = store_.numel();
-  if (zero_ >= 1) {
-    // Shard groups are consecutive data-parallel ranks; replicas hold the same shard.
-    const int r = grid.dp().rank(), k = int(shard_group);
-    shard_comm_ = grid.dp().split(r / k, r % k, "dp_shard");
-    replica_comm_ = grid.dp().split(r % k, r / k, "dp_replica");
-    shard_ = store_.numel() / shard_group;
-    begin = shard_comm_.rank() * shard_, end = begin + shard_;
-    grad_shard_ = Buffer(alloc_, Shape{shard_}, DType::f32, Charge::grads);
-    gather_ = Buffer(alloc_, Shape{shard_}, DType::f32, Charge::comm);
+  if (stage >= 1) {
+    zero_ = std::make_unique<Zero>(stage, store_, *model_, grid.dp(), shard_group, alloc_);
+    if (stage == 3) zero_->initialize(seed_);
+    else store_.initialize(seed_);
+    optim_ = std::make_unique<AdamW>(store_, alloc_, oc, zero_->segments());
+  } else {
+    store_.initialize(seed_);
+    optim_ = std::make_unique<AdamW>(store_, alloc_, oc,
+                                     std::vector<ShardSegment>{{0, 0, store_.numel()}});
   }
-  optim_ = std::make_unique<AdamW>(store_, alloc_, oc, begin, end);
   buckets_ = std::make_unique<GradBuckets>(store_, grid.dp(), deck.real("parallel.bucket_mb"),
                                            deck.boolean("parallel.overlap"));
   schedule_ = {deck.real("optim.lr"), deck.real("optim.min_lr"), deck.integer("optim.warmup"),
@@ -82,6 +79,7 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
 
 StepContext Trainer::context(bool training) {
   StepContext ctx{alloc_, par_, scratch_};
+  ctx.hooks = zero_.get();
   ctx.batch = geo_.micro_batch;
   ctx.training = training;
   ctx.loss_scale = float(1.0 / double(geo_.global_batch * cfg_.seq_len));
@@ -93,8 +91,8 @@ void Trainer::sample(int64_t step, int64_t g, int32_t* out) const {
 }
 
 std::vector<const Communicator*> Trainer::own_groups() const {
-  if (zero_ == 0) return {};
-  return {&shard_comm_, &replica_comm_};
+  if (!zero_) return {};
+  return {&zero_->shard_comm(), &zero_->replica_comm()};
 }
 
 void Trainer::load_micro_batch(const std::function<void(int64_t, int32_t*)>& sample_row) {
@@ -130,9 +128,10 @@ StepResult Trainer::step(int64_t s) {
   const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
   const int dp_rank = grid_.dp().rank();
   StepContext ctx = context(true);
-  if (zero_ == 0) ctx.grads = buckets_.get();
+  if (!zero_) ctx.grads = buckets_.get();
   timer_.enter(Phase::other);
   store_.zero_grads();
+  if (zero_) zero_->begin_step();
   double loss_sum = 0;
   for (int64_t m = 0; m < geo_.accum; ++m) {
     timer_.enter(Phase::data);
@@ -143,45 +142,43 @@ StepResult Trainer::step(int64_t s) {
     timer_.enter(Phase::forward);
     loss_sum += model_->forward(ctx, inputs_.i32(), targets_.i32());
     timer_.enter(Phase::backward);
-    if (zero_ == 0) buckets_->arm(m == geo_.accum - 1);
+    if (!zero_) buckets_->arm(m == geo_.accum - 1);
     model_->backward(ctx);
   }
   timer_.enter(Phase::grad_sync);
-  Communicator& dp = grid_.dp();
   const float* grads = store_.grads();
   double squares = 0;
-  if (zero_ == 0) {
+  if (!zero_) {
     buckets_->finish();
     squares = kernels::sum_squares(grads, store_.numel());
-  } else {  // ZeRO-1: each rank receives the summed gradients of its shard
-    shard_comm_.reduce_scatter(store_.grads(), grad_shard_.f32(), shard_);
-    replica_comm_.all_reduce(grad_shard_.f32(), shard_);  // HSDP: sum over shard groups
-    grads = grad_shard_.f32();
-    squares = kernels::sum_squares(grads, shard_);
-    shard_comm_.all_reduce(&squares, 1);
+  } else {  // each rank receives the summed gradients of its shard
+    grads = zero_->reduce_gradients();
+    squares = zero_->sum_squares();
   }
-  dp.all_reduce(&loss_sum, 1);
+  grid_.dp().all_reduce(&loss_sum, 1);
   timer_.enter(Phase::optimizer);
   StepResult r;
   r.step = s;
   r.loss = loss_sum / double(geo_.global_batch * T);
   r.grad_norm = std::sqrt(squares);
   r.lr = schedule_.at(s);
-  optim_->step(r.lr, s, grads, clip_factor(r.grad_norm, grad_clip_));
-  if (zero_ >= 1) {  // every rank needs every updated parameter
+  const bool sharded_values = zero_ && zero_->stage() == 3;
+  optim_->step(r.lr, s, sharded_values ? zero_->value_shard() : store_.values(),
+               sharded_values ? AdamW::Index::local : AdamW::Index::global, grads,
+               clip_factor(r.grad_norm, grad_clip_));
+  if (zero_) {  // every rank needs every updated parameter (stage 3: when it next uses it)
     timer_.enter(Phase::grad_sync);
-    kernels::copy(store_.values() + optim_->begin(), gather_.f32(), shard_);
-    shard_comm_.all_gather(gather_.f32(), store_.values(), shard_);
+    zero_->gather_values();
   }
   timer_.stop();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
 
-std::vector<CheckpointTensor> Trainer::checkpoint_tensors(float* m, float* v) {
+std::vector<CheckpointTensor> Trainer::checkpoint_tensors(float* values, float* m, float* v) {
   std::vector<CheckpointTensor> t;
   for (Param* p : store_.params()) {
-    t.push_back({"params/" + p->name, p->global, p->value.f32()});
+    t.push_back({"params/" + p->name, p->global, values + p->offset});
     t.push_back({"optim/adam_m/" + p->name, p->global, m + p->offset});
     t.push_back({"optim/adam_v/" + p->name, p->global, v + p->offset});
   }
@@ -192,7 +189,8 @@ std::string Trainer::layout_json() const {
   const GridDegrees& d = grid_.layout().degrees();
   return cat("{\"world\": ", grid_.world().size(), ", \"tp\": ", d.tp, ", \"cp\": ", d.cp,
              ", \"ep\": ", d.ep, ", \"dp\": ", d.dp, ", \"pp\": ", d.pp, ", \"order\": \"",
-             grid_.layout().order_string(), "\", \"micro_batch\": ", geo_.micro_batch,
+             grid_.layout().order_string(), "\", \"zero\": ", zero_stage(),
+             ", \"shard_group\": ", shard_ranks(), ", \"micro_batch\": ", geo_.micro_batch,
              ", \"accumulation\": ", geo_.accum, "}");
 }
 
@@ -204,16 +202,23 @@ void Trainer::save(Checkpointer& ckpt, int64_t step) {
   meta.seed = int64_t(seed_);
   meta.deck_json = deck_.to_json();
   meta.layout_json = layout_json();
-  if (zero_ == 0) {
-    ckpt.save(meta, checkpoint_tensors(optim_->m(), optim_->v()));
+  if (!zero_) {
+    ckpt.save(meta, checkpoint_tensors(store_.values(), optim_->m(), optim_->v()));
   } else {
-    // Sharded moments are gathered into full arrays for the duration of the write, so the
-    // file holds global tensors like every other layout's.
-    Buffer m(alloc_, Shape{store_.numel()}, DType::f32, Charge::workspace);
-    Buffer v(alloc_, Shape{store_.numel()}, DType::f32, Charge::workspace);
-    shard_comm_.all_gather(optim_->m(), m.f32(), shard_);
-    shard_comm_.all_gather(optim_->v(), v.f32(), shard_);
-    ckpt.save(meta, checkpoint_tensors(m.f32(), v.f32()));
+    // Sharded state is gathered into full arrays for the duration of the write, so the file
+    // holds global tensors like every other layout's.
+    const int64_t n = store_.numel();
+    Buffer m(alloc_, Shape{n}, DType::f32, Charge::workspace);
+    Buffer v(alloc_, Shape{n}, DType::f32, Charge::workspace);
+    Buffer values;
+    if (zero_->stage() == 3) {
+      values = Buffer(alloc_, Shape{n}, DType::f32, Charge::workspace);
+      zero_->gather_full(zero_->value_shard(), values.f32());
+    }
+    zero_->gather_full(optim_->m(), m.f32());
+    zero_->gather_full(optim_->v(), v.f32());
+    ckpt.save(meta, checkpoint_tensors(values.empty() ? store_.values() : values.f32(), m.f32(),
+                                       v.f32()));
   }
   timer_.stop();
 }
@@ -222,14 +227,19 @@ int64_t Trainer::restore(Checkpointer& ckpt) {
   const std::string path = ckpt.resume_path();
   if (path.empty()) return 0;
   CheckpointMeta meta;
-  if (zero_ == 0) {
-    meta = ckpt.load(path, checkpoint_tensors(optim_->m(), optim_->v()));
+  if (!zero_) {
+    meta = ckpt.load(path, checkpoint_tensors(store_.values(), optim_->m(), optim_->v()));
   } else {
-    Buffer m(alloc_, Shape{store_.numel()}, DType::f32, Charge::workspace);
-    Buffer v(alloc_, Shape{store_.numel()}, DType::f32, Charge::workspace);
-    meta = ckpt.load(path, checkpoint_tensors(m.f32(), v.f32()));
-    kernels::copy(m.f32() + optim_->begin(), optim_->m(), shard_);
-    kernels::copy(v.f32() + optim_->begin(), optim_->v(), shard_);
+    const int64_t n = store_.numel();
+    Buffer m(alloc_, Shape{n}, DType::f32, Charge::workspace);
+    Buffer v(alloc_, Shape{n}, DType::f32, Charge::workspace);
+    Buffer values;
+    if (zero_->stage() == 3) values = Buffer(alloc_, Shape{n}, DType::f32, Charge::workspace);
+    meta = ckpt.load(path, checkpoint_tensors(values.empty() ? store_.values() : values.f32(),
+                                              m.f32(), v.f32()));
+    if (!values.empty()) zero_->scatter_full(values.f32(), zero_->value_shard());
+    zero_->scatter_full(m.f32(), optim_->m());
+    zero_->scatter_full(v.f32(), optim_->v());
   }
   TESSERA_REQUIRE(meta.samples == meta.step * geo_.global_batch, "checkpoint '", path,
                   "' was written with ", meta.samples / std::max<int64_t>(1, meta.step),

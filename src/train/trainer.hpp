@@ -16,6 +16,7 @@
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
 #include "parallel/dp/grad_buckets.hpp"
+#include "parallel/dp/zero.hpp"
 
 namespace tessera {
 
@@ -61,9 +62,12 @@ class Trainer {
   // Groups the trainer made itself (ZeRO shard/replica groups), for the traffic table.
   std::vector<const Communicator*> own_groups() const;
   StepContext context(bool training);
-  // The checkpoint's tensors; the Adam moments are read from / written to full-size flat
-  // arrays m, v (indexed like the parameter buffer).
-  std::vector<CheckpointTensor> checkpoint_tensors(float* m, float* v);
+  // The checkpoint's tensors, read from / written to full-size flat arrays (indexed like
+  // the parameter buffer) of parameter values and Adam moments.
+  std::vector<CheckpointTensor> checkpoint_tensors(float* values, float* m, float* v);
+  int zero_stage() const { return zero_ ? zero_->stage() : 0; }
+  // Data-parallel ranks sharing one copy of the model state (ZeRO shard group); 1 without ZeRO.
+  int64_t shard_ranks() const { return zero_ ? zero_->shard_comm().size() : 1; }
   std::string layout_json() const;
   int64_t steps() const { return steps_; }
 
@@ -83,12 +87,7 @@ class Trainer {
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<AdamW> optim_;
   std::unique_ptr<GradBuckets> buckets_;
-  int zero_ = 0;
-  // ZeRO >= 1: the group a shard is split over (all of dp, or an HSDP shard group) and the
-  // group holding copies of the same shard (HSDP only; size 1 otherwise).
-  Communicator shard_comm_, replica_comm_;
-  int64_t shard_ = 0;          // elements per data-parallel rank (ZeRO >= 1)
-  Buffer grad_shard_, gather_;  // ZeRO >= 1: reduced gradient shard; parameter shard to gather
+  std::unique_ptr<Zero> zero_;  // ZeRO >= 1 (and HSDP); null for plain data parallelism
   LrSchedule schedule_;
   double grad_clip_ = 0;
   uint64_t seed_ = 0;

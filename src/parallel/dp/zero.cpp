@@ -1,0 +1,236 @@
+#include "parallel/dp/zero.hpp"
+
+#include <algorithm>
+
+#include "kernels/kernels.hpp"
+
+namespace tessera {
+
+Buffer BufferPool::take(int64_t n) {
+  // Only a buffer of exactly this size is reused: the sizes are the few part and piece sizes,
+  // so the pool holds, per size, the most buffers ever in use at once.
+  for (auto it = free_.begin(); it != free_.end(); ++it)
+    if (it->numel() == n) {
+      Buffer b = std::move(*it);
+      free_.erase(it);
+      return b;
+    }
+  return Buffer(alloc_, Shape{n}, DType::f32, charge_);
+}
+
+void BufferPool::give(Buffer&& b) {
+  if (!b.empty()) free_.push_back(std::move(b));
+}
+
+StoreLayout Zero::layout(int stage, const Transformer& model, int64_t k) {
+  StoreLayout l;
+  l.parts = model.parts();
+  l.align = 16 * k;  // pieces split evenly and stay 64-byte aligned
+  l.values = stage < 3;
+  l.grads = stage < 2;
+  return l;
+}
+
+Zero::Zero(int stage, ParamStore& store, const Transformer& model, Communicator& dp,
+           int64_t shard_group, Allocator& alloc)
+    : stage_(stage),
+      store_(store),
+      model_(model),
+      k_(shard_group),
+      // Shard groups are consecutive data-parallel ranks; replicas hold the same shard.
+      shard_comm_(dp.split(dp.rank() / int(k_), dp.rank() % int(k_), "dp_shard")),
+      replica_comm_(dp.split(dp.rank() % int(k_), dp.rank() / int(k_), "dp_replica")),
+      pool_(alloc, Charge::comm),
+      parts_(store.parts().size()) {
+  const int64_t r = shard_comm_.rank();
+  for (size_t p = 0; p < store.parts().size(); ++p) {
+    const ParamPart& part = store.parts()[p];
+    const int64_t n = part.size / k_;
+    segments_.push_back({part.begin + r * n, part.begin / k_, n});
+    local_size_ += n;
+  }
+  grad_shard_ = Buffer(alloc, Shape{local_size_}, DType::f32, Charge::grads);
+  if (stage_ == 3) value_shard_ = Buffer(alloc, Shape{local_size_}, DType::f32, Charge::params);
+}
+
+void Zero::point_values(int part, float* base) {
+  const ParamPart& pp = store_.parts()[size_t(part)];
+  for (int i = pp.first; i < pp.last; ++i) {
+    Param& p = store_.param(i);
+    p.value.data = base ? base + (p.offset - pp.begin) : nullptr;
+  }
+}
+
+void Zero::point_grads(int part, float* base) {
+  const ParamPart& pp = store_.parts()[size_t(part)];
+  for (int i = pp.first; i < pp.last; ++i) {
+    Param& p = store_.param(i);
+    p.grad.data = base ? base + (p.offset - pp.begin) : nullptr;
+  }
+}
+
+void Zero::initialize(uint64_t seed) {
+  for (size_t q = 0; q < parts_.size(); ++q) {
+    const int part = int(q);
+    const ParamPart& pp = store_.parts()[q];
+    Buffer full = pool_.take(pp.size);
+    kernels::fill(full.f32(), 0.0f, pp.size);
+    point_values(part, full.f32());
+    for (int i = pp.first; i < pp.last; ++i) ParamStore::initialize(store_.param(i), seed);
+    kernels::copy(full.f32() + shard_comm_.rank() * piece(part), value_shard_.f32() + local_of(part),
+                  piece(part));
+    point_values(part, nullptr);
+    pool_.give(std::move(full));
+  }
+}
+
+void Zero::begin_step() { kernels::fill(grad_shard_.f32(), 0.0f, local_size_); }
+
+// ---- stage 3: parameters gathered just in time ------------------------------------------------
+
+void Zero::prefetch(int part) {
+  PartState& s = parts_[size_t(part)];
+  if (s.state != PartState::absent) return;
+  const int64_t n = piece(part);
+  s.values = pool_.take(n * k_);
+  s.gather = shard_comm_.all_gather_async(value_shard_.f32() + local_of(part), s.values.f32(), n);
+  s.state = PartState::gathering;
+}
+
+void Zero::need(int part) {
+  prefetch(part);
+  PartState& s = parts_[size_t(part)];
+  if (s.state == PartState::gathering) {
+    s.gather.wait();
+    point_values(part, s.values.f32());
+    s.state = PartState::ready;
+  }
+}
+
+void Zero::drop(int part) {
+  PartState& s = parts_[size_t(part)];
+  if (s.state == PartState::absent) return;
+  s.gather.wait();  // a buffer MPI still writes into cannot be reused
+  point_values(part, nullptr);
+  pool_.give(std::move(s.values));
+  s.state = PartState::absent;
+}
+
+// ---- stages 2-3: gradients staged per part and reduce-scattered --------------------------------
+
+void Zero::stage_grads(int part) {
+  PartState& s = parts_[size_t(part)];
+  if (!s.grads.empty()) return;
+  const int64_t size = store_.parts()[size_t(part)].size;
+  s.grads = pool_.take(size);
+  kernels::fill(s.grads.f32(), 0.0f, size);
+  point_grads(part, s.grads.f32());
+}
+
+void Zero::start_reduce(int part) {
+  PartState& s = parts_[size_t(part)];
+  if (s.grads.empty()) return;  // nothing was written (cannot happen in a training pass)
+  point_grads(part, nullptr);
+  Pending p;
+  p.part = part;
+  p.staged = std::move(s.grads);
+  p.piece = pool_.take(piece(part));
+  p.request = shard_comm_.reduce_scatter_async(p.staged.f32(), p.piece.f32(), piece(part));
+  pending_.push_back(std::move(p));
+}
+
+void Zero::complete(Pending& p) {
+  p.request.wait();
+  kernels::add_inplace(grad_shard_.f32() + local_of(p.part), p.piece.f32(), piece(p.part));
+  pool_.give(std::move(p.staged));
+  pool_.give(std::move(p.piece));
+}
+
+void Zero::poll() {
+  // Drives MPI's progress on the reductions in flight and retires the finished ones.
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->request.test()) {
+      complete(*it);
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (PartState& s : parts_)
+    if (s.state == PartState::gathering) s.gather.test();
+}
+
+void Zero::begin(int part, Pass pass, bool training) {
+  if (stage_ < 2) return;
+  poll();
+  if (stage_ == 3) {
+    for (int q : model_.reads(part, pass)) need(q);
+    // Start the next pass's gather now so it overlaps this part's compute.
+    const int next = pass == Pass::forward ? part + 1 : part - 1;
+    if (next >= 0 && next <= model_.head_part())
+      for (int q : model_.reads(next, pass)) prefetch(q);
+  }
+  if (training)
+    for (int q : model_.writes_grads(part, pass)) stage_grads(q);
+}
+
+void Zero::end(int part, Pass pass, bool training) {
+  if (stage_ < 2) return;
+  if (stage_ == 3) {
+    // Release what this pass read, except the head's parameters, which its backward (next,
+    // in training) reads again.
+    const bool head_backward_next = training && pass == Pass::forward && part == model_.head_part();
+    const std::vector<int> keep =
+        head_backward_next ? model_.reads(part, Pass::backward) : std::vector<int>{};
+    for (int q : model_.reads(part, pass))
+      if (std::find(keep.begin(), keep.end(), q) == keep.end()) drop(q);
+  }
+  if (training && pass == Pass::backward) start_reduce(part);  // its gradients are final
+  poll();
+}
+
+// ---- the step --------------------------------------------------------------------------------
+
+float* Zero::reduce_gradients() {
+  if (stage_ == 1) {
+    for (size_t q = 0; q < parts_.size(); ++q) {
+      const ParamPart& pp = store_.parts()[q];
+      shard_comm_.reduce_scatter(store_.grads() + pp.begin, grad_shard_.f32() + local_of(int(q)),
+                                 piece(int(q)));
+    }
+  } else {
+    for (Pending& p : pending_) complete(p);
+    pending_.clear();
+    for (size_t q = 0; q < parts_.size(); ++q) drop(int(q));  // nothing stays gathered
+  }
+  replica_comm_.all_reduce(grad_shard_.f32(), local_size_);  // HSDP: sum over shard groups
+  return grad_shard_.f32();
+}
+
+double Zero::sum_squares() {
+  double s = kernels::sum_squares(grad_shard_.f32(), local_size_);
+  shard_comm_.all_reduce(&s, 1);
+  return s;
+}
+
+void Zero::gather_values() {
+  if (stage_ == 3) return;  // the shard is the only copy; forward gathers it
+  for (size_t q = 0; q < parts_.size(); ++q) {
+    const ParamPart& pp = store_.parts()[q];
+    const int64_t n = piece(int(q));
+    float* part = store_.values() + pp.begin;
+    shard_comm_.all_gather(part + shard_comm_.rank() * n, part, n);  // in place
+  }
+}
+
+void Zero::gather_full(const float* local, float* full) {
+  for (size_t q = 0; q < parts_.size(); ++q)
+    shard_comm_.all_gather(local + local_of(int(q)), full + store_.parts()[q].begin,
+                           piece(int(q)));
+}
+
+void Zero::scatter_full(const float* full, float* local) const {
+  for (const ShardSegment& s : segments_) kernels::copy(full + s.global, local + s.local, s.n);
+}
+
+}  // namespace tessera
