@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "perf/flops.hpp"
+#include "perf/memory.hpp"
 
 namespace tessera {
 namespace {
@@ -106,8 +107,9 @@ void RunLog::start() {
 
 void RunLog::step(const StepResult& r) {
   // Every rank measures its own step; the slowest decides the step time.
-  double seconds = r.seconds;
-  grid_.world().all_reduce(&seconds, 1, ReduceOp::max);
+  double worst[2] = {r.seconds, double(trainer_.allocator().peak_total())};
+  grid_.world().all_reduce(worst, 2, ReduceOp::max);
+  const double seconds = worst[0], mem_peak = worst[1];
   elapsed_ += seconds;
   // The first step of a run allocates and warms up; it is left out of the steady state.
   const bool first = r.step == steps_done_ + 1;
@@ -132,9 +134,28 @@ void RunLog::step(const StepResult& r) {
   if (r.val_loss >= 0) std::snprintf(val, sizeof val, ", \"val_loss\": %.9g", r.val_loss);
   std::fprintf(metrics_,
                "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-               "\"step_time\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g%s}\n",
-               (long long)r.step, r.loss, r.lr, r.grad_norm, seconds, tokens / seconds, mfu, val);
+               "\"step_time\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g, "
+               "\"mem_peak_bytes\": %.0f%s}\n",
+               (long long)r.step, r.loss, r.lr, r.grad_norm, seconds, tokens / seconds, mfu,
+               mem_peak, val);
   std::fflush(metrics_);
+}
+
+void RunLog::write_memory_json(const double* peak, const double* live) const {
+  std::ofstream out(dir_ + "/memory.json");
+  auto table = [&](const double* v) {
+    std::ostringstream o;
+    o << "{";
+    for (int c = 0; c < kChargeCount; ++c) o << "\"" << charge_name(Charge(c)) << "\": " << v[c] << ", ";
+    o << "\"total\": " << v[kChargeCount] << "}";
+    return o.str();
+  };
+  out << "{\n  \"note\": \"bytes per rank, max over ranks; live at the end of the run, peak "
+         "over it\",\n  \"zero\": " << trainer_.zero_stage()
+      << ",\n  \"shard_ranks\": " << trainer_.shard_ranks()
+      << ",\n  \"parameters\": " << trainer_.params().elements()
+      << ",\n  \"parameters_padded\": " << trainer_.params().numel()
+      << ",\n  \"live\": " << table(live) << ",\n  \"peak\": " << table(peak) << "\n}\n";
 }
 
 void RunLog::finish() {
@@ -145,11 +166,16 @@ void RunLog::finish() {
   grid_.world().all_reduce(phase_max, kPhaseCount, ReduceOp::max);
   grid_.world().all_reduce(phase_sum, kPhaseCount, ReduceOp::sum);
   const Allocator& a = trainer_.allocator();
-  double mem[kChargeCount + 1];
-  for (int c = 0; c < kChargeCount; ++c) mem[c] = double(a.peak(Charge(c)));
+  // Peak and live bytes per category, then the totals: max over ranks.
+  double mem[kChargeCount + 1], live[kChargeCount + 1];
+  for (int c = 0; c < kChargeCount; ++c)
+    mem[c] = double(a.peak(Charge(c))), live[c] = double(a.live(Charge(c)));
   mem[kChargeCount] = double(a.peak_total());
+  live[kChargeCount] = double(a.live_total());
   grid_.world().all_reduce(mem, kChargeCount + 1, ReduceOp::max);
+  grid_.world().all_reduce(live, kChargeCount + 1, ReduceOp::max);
   if (!root_) return;
+  write_memory_json(mem, live);
 
   const int n = grid_.world().size();
   double total = 0;
@@ -173,8 +199,19 @@ void RunLog::finish() {
   for (int c = 0; c < kChargeCount; ++c)
     std::printf("%-12s %14s\n", charge_name(Charge(c)), human_bytes(mem[c]).c_str());
   std::printf("%-12s %14s\n", "total", human_bytes(mem[kChargeCount]).c_str());
+  // Model state (what ZeRO shards), held for the whole run: measured beside the formula.
+  const int stage = trainer_.zero_stage();
+  const double psi = double(trainer_.params().numel());
+  const ModelStateBytes f =
+      zero_model_state(stage, psi, double(trainer_.shard_ranks()), Precision::fp32);
+  const double measured = live[int(Charge::params)] + live[int(Charge::grads)] +
+                          live[int(Charge::optimizer)];
+  std::printf("model state  %14s   params + grads + optimizer; ZeRO-%d fp32 formula %s = %s "
+              "(Psi = %.0f with padding, N = %lld)\n",
+              human_bytes(measured).c_str(), stage, zero_formula(stage, Precision::fp32),
+              human_bytes(f.total()).c_str(), psi, (long long)trainer_.shard_ranks());
   std::printf("\n%s", grid_.traffic_table(trainer_.own_groups()).c_str());
-  if (grid_.dp().size() > 1)
+  if (grid_.dp().size() > 1 && trainer_.zero_stage() == 0)
     std::printf("gradient buckets: %d of ~%g MiB; %d started during backward (last step)\n",
                 trainer_.buckets().buckets(), deck_.real("parallel.bucket_mb"),
                 trainer_.buckets().started_early());

@@ -1,5 +1,5 @@
 // What a run tells its user: the progress line per step, metrics.jsonl, run.json and the
-// closing summary (time per phase, memory per category, traffic per group). Rank 0 writes;
+// closing summary (time per phase, memory per category, traffic per group) and memory.json. Rank 0 writes;
 // every rank takes part in the reductions.
 #pragma once
 
@@ -26,6 +26,8 @@ class RunLog {
   double peak_flops_total() const { return peak_total_; }
 
  private:
+  // output.dir/memory.json: bytes per category (max over ranks), live and peak.
+  void write_memory_json(const double* peak, const double* live) const;
   const Deck& deck_;
   ProcessGrid& grid_;
   Trainer& trainer_;
