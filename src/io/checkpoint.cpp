@@ -32,13 +32,73 @@ uint64_t mix(uint64_t x) {  // splitmix64 finaliser
   return x ^ (x >> 31);
 }
 
-// Rows [begin, end) of `rows` that rank r of n writes.
-std::pair<int64_t, int64_t> owned(int64_t rows, int r, int n) {
-  return {rows * r / n, rows * (r + 1) / n};
+// Elements [a, b) of a tensor of n that rank r of `ranks` writes and checks when every rank
+// holds all of it.
+std::pair<int64_t, int64_t> owned(int64_t n, int r, int ranks) {
+  return {n * r / ranks, n * (r + 1) / ranks};
 }
 
-int64_t row_length(const Shape& s) { return s.ndim > 1 ? s.numel() / s[0] : 1; }
-int64_t row_count(const Shape& s) { return s.ndim > 1 ? s[0] : s.numel(); }
+// The elements this rank reads ([first, second) of the flattened tensor) ...
+std::pair<int64_t, int64_t> held(const CheckpointTensor& ct) {
+  return ct.count < 0 ? std::pair<int64_t, int64_t>{0, ct.global.numel()}
+                      : std::pair<int64_t, int64_t>{ct.begin, ct.begin + ct.count};
+}
+// ... and those it writes and checks.
+std::pair<int64_t, int64_t> responsible(const CheckpointTensor& ct, const Communicator& world) {
+  if (ct.count < 0) return owned(ct.global.numel(), world.rank(), world.size());
+  return ct.primary ? held(ct) : std::pair<int64_t, int64_t>{0, 0};
+}
+
+// Adds the elements [a, b) of the row-major flattened dataspace (dims[d..]) to the selection,
+// below the fixed leading coordinates `prefix` (one per dimension before d): whole rows as
+// one hyperslab, partial first and last rows recursively.
+void select_range(hid_t space, const std::vector<hsize_t>& dims, size_t d,
+                  std::vector<hsize_t>& prefix, int64_t a, int64_t b, bool& first) {
+  if (a >= b) return;
+  int64_t inner = 1;
+  for (size_t i = d + 1; i < dims.size(); ++i) inner *= int64_t(dims[i]);
+  const int64_t r0 = a / inner, r1 = (b - 1) / inner;  // first and last row touched
+  auto add = [&](int64_t row, int64_t rows) {            // whole rows [row, row + rows)
+    std::vector<hsize_t> start(prefix), count(prefix.size(), 1);
+    start.push_back(hsize_t(row));
+    count.push_back(hsize_t(rows));
+    for (size_t i = d + 1; i < dims.size(); ++i) start.push_back(0), count.push_back(dims[i]);
+    H5Sselect_hyperslab(space, first ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr,
+                        count.data(), nullptr);
+    first = false;
+  };
+  auto partial = [&](int64_t row, int64_t lo, int64_t hi) {  // elements [lo, hi) of one row
+    if (lo == 0 && hi == inner) return add(row, 1);
+    prefix.push_back(hsize_t(row));
+    select_range(space, dims, d + 1, prefix, lo, hi, first);
+    prefix.pop_back();
+  };
+  if (r0 == r1) return partial(r0, a - r0 * inner, b - r0 * inner);
+  partial(r0, a - r0 * inner, inner);
+  if (r1 > r0 + 1) add(r0 + 1, r1 - r0 - 1);
+  partial(r1, 0, b - r1 * inner);
+}
+
+// The dataspace of dims with elements [a, b) selected (none when empty).
+H5Handle selection(const std::vector<hsize_t>& dims, int64_t a, int64_t b) {
+  H5Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
+  if (a >= b) {
+    H5Sselect_none(space.id);
+    return space;
+  }
+  std::vector<hsize_t> prefix;
+  bool first = true;
+  select_range(space.id, dims, 0, prefix, a, b, first);
+  return space;
+}
+
+// A one-dimensional memory space of n elements (all selected, or none when n == 0).
+H5Handle memory_space(int64_t n) {
+  const hsize_t len = hsize_t(std::max<int64_t>(1, n));
+  H5Handle space(H5Screate_simple(1, &len, nullptr), H5Sclose);
+  if (n == 0) H5Sselect_none(space.id);
+  return space;
+}
 
 void write_string_attr(hid_t obj, const char* name, const std::string& v) {
   H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
@@ -162,24 +222,14 @@ void Checkpointer::save(const CheckpointMeta& meta, const std::vector<Checkpoint
                               H5P_DEFAULT, H5P_DEFAULT),
                    H5Dclose);
       TESSERA_REQUIRE_LOCAL(set.id >= 0, "cannot create dataset '", ct.path, "' in '", tmp_path, "'");
-      // This rank writes its share of the rows it holds.
-      const int64_t rows = row_count(ct.global), len = row_length(ct.global);
-      const auto [r0, r1] = owned(rows, world_.rank(), world_.size());
-      std::vector<hsize_t> start(dims.size(), 0), count(dims);
-      start[0] = hsize_t(r0);
-      count[0] = hsize_t(r1 - r0);
-      H5Handle mspace(H5Screate_simple(int(count.size()), count.data(), nullptr), H5Sclose);
-      if (r1 > r0) {
-        H5Sselect_hyperslab(fspace.id, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
-      } else {
-        H5Sselect_none(fspace.id);
-        H5Sselect_none(mspace.id);
-      }
-      const int64_t hold0 = ct.rows < 0 ? 0 : ct.row_begin;
-      const float* src = ct.data + (r0 - hold0) * len;
-      TESSERA_REQUIRE_LOCAL(H5Dwrite(set.id, H5T_NATIVE_FLOAT, mspace.id, fspace.id, dxpl.id, src) >= 0,
+      // This rank writes the elements it is responsible for.
+      const auto [a, b] = responsible(ct, world_);
+      const float* src = ct.data + (a - held(ct).first);
+      H5Handle fsel = selection(dims, a, b);
+      H5Handle mspace = memory_space(b - a);
+      TESSERA_REQUIRE_LOCAL(H5Dwrite(set.id, H5T_NATIVE_FLOAT, mspace.id, fsel.id, dxpl.id, src) >= 0,
                             "cannot write dataset '", ct.path, "' to '", tmp_path, "'");
-      int64_t sum = int64_t(tensor_checksum(src, r0 * len, r1 * len));
+      int64_t sum = int64_t(tensor_checksum(src, a, b));
       world_.all_reduce(&sum, 1);
       write_attr(set.id, "checksum", H5T_NATIVE_UINT64, uint64_t(sum));
     }
@@ -248,23 +298,17 @@ CheckpointMeta Checkpointer::load(const std::string& path,
       TESSERA_REQUIRE_LOCAL(found == ct.global, "checkpoint '", path, "': dataset '", ct.path,
                             "' has shape ", found.str(), " but the model expects ",
                             ct.global.str());
-      const int64_t len = row_length(ct.global);
-      const int64_t r0 = ct.rows < 0 ? 0 : ct.row_begin;
-      const int64_t n = ct.rows < 0 ? row_count(ct.global) : ct.rows;
-      std::vector<hsize_t> start(dims.size(), 0), count(dims);
-      start[0] = hsize_t(r0);
-      count[0] = hsize_t(n);
-      H5Sselect_hyperslab(fspace.id, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
-      H5Handle mspace(H5Screate_simple(int(count.size()), count.data(), nullptr), H5Sclose);
+      const auto [h0, h1] = held(ct);
+      H5Handle fsel = selection(dims, h0, h1);
+      H5Handle mspace = memory_space(h1 - h0);
       TESSERA_REQUIRE_LOCAL(
-          H5Dread(set.id, H5T_NATIVE_FLOAT, mspace.id, fspace.id, H5P_DEFAULT, ct.data) >= 0,
+          H5Dread(set.id, H5T_NATIVE_FLOAT, mspace.id, fsel.id, H5P_DEFAULT, ct.data) >= 0,
           "checkpoint '", path, "': cannot read dataset '", ct.path, "' (file truncated?)");
       const uint64_t expected =
           read_uint_attr(set.id, "checksum", where + ", dataset '" + ct.path + "'");
-      // The same row split as the writer; every rank read every row it checks.
-      const auto [o0, o1] = owned(row_count(ct.global), world_.rank(), world_.size());
-      const int64_t c0 = std::max(o0, r0), c1 = std::min(o1, r0 + n);
-      int64_t sum = c1 > c0 ? int64_t(tensor_checksum(ct.data + (c0 - r0) * len, c0 * len, c1 * len)) : 0;
+      // The same split as the writer's; every rank read the elements it checks.
+      const auto [c0, c1] = responsible(ct, world_);
+      int64_t sum = c1 > c0 ? int64_t(tensor_checksum(ct.data + (c0 - h0), c0, c1)) : 0;
       world_.all_reduce(&sum, 1);
       TESSERA_REQUIRE_LOCAL(uint64_t(sum) == expected, "checkpoint '", path, "': dataset '", ct.path,
                             "' is damaged (checksum mismatch); use an earlier checkpoint");

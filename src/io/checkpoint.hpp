@@ -18,15 +18,20 @@ namespace tessera {
 
 class Deck;
 
-// One tensor as a rank sees it: its dataset path in the file, its global shape, and the rows
-// [row_begin, row_begin + rows) of dimension 0 this rank holds at `data`. Ranks holding the
-// same rows are replicas; the writer splits each tensor's rows among the ranks of `world`
-// so every row is written once.
+// One tensor as a rank sees it: its dataset path in the file, its global shape, and what
+// this rank holds at `data`:
+//  * count = -1: the whole tensor, as every rank does (replicated). The ranks of `world`
+//    split the writing and the checksum evenly, so every element is written once.
+//  * else the elements [begin, begin + count) of the row-major flattened tensor (a ZeRO
+//    shard's piece; count may be 0). The pieces of the primary ranks must tile the tensor:
+//    only they write and check their piece; other ranks holding copies only read.
+// Every rank passes every tensor, in the same order (the HDF5 calls are collective).
 struct CheckpointTensor {
   std::string path;  // e.g. "params/layers.0.attn.q.weight"
   Shape global;
   float* data = nullptr;
-  int64_t row_begin = 0, rows = -1;  // rows = -1: the whole tensor
+  int64_t begin = 0, count = -1;
+  bool primary = true;
 };
 
 struct CheckpointMeta {

@@ -20,6 +20,8 @@ struct H5Handle {
   }
   H5Handle(const H5Handle&) = delete;
   H5Handle& operator=(const H5Handle&) = delete;
+  H5Handle(H5Handle&& o) noexcept : id(o.id), close(o.close) { o.id = -1; }
+  H5Handle& operator=(H5Handle&&) = delete;
 };
 
 // Fixed- or variable-length string attribute.

@@ -175,12 +175,32 @@ StepResult Trainer::step(int64_t s) {
   return r;
 }
 
-std::vector<CheckpointTensor> Trainer::checkpoint_tensors(float* values, float* m, float* v) {
+std::vector<CheckpointTensor> Trainer::checkpoint_tensors() {
   std::vector<CheckpointTensor> t;
+  // A sharded array (indexed locally) as this rank's piece of p: each part holds whole
+  // parameters, and a rank holds one segment per part, so a piece is one element range.
+  const bool primary = zero_ && zero_->replica_comm().rank() == 0;  // one replica writes
+  auto piece = [&](const std::string& path, const Param& p, float* local) {
+    CheckpointTensor ct{path, p.global, local, 0, 0, primary};
+    for (const ShardSegment& s : zero_->segments()) {
+      const int64_t a = std::max(s.global, p.offset);
+      const int64_t b = std::min(s.global + s.n, p.offset + p.global.numel());
+      if (a < b) ct = {path, p.global, local + s.local + (a - s.global), a - p.offset, b - a, primary};
+    }
+    return ct;
+  };
   for (Param* p : store_.params()) {
-    t.push_back({"params/" + p->name, p->global, values + p->offset});
-    t.push_back({"optim/adam_m/" + p->name, p->global, m + p->offset});
-    t.push_back({"optim/adam_v/" + p->name, p->global, v + p->offset});
+    const std::string& n = p->name;
+    if (!zero_) {
+      t.push_back({"params/" + n, p->global, store_.values() + p->offset});
+      t.push_back({"optim/adam_m/" + n, p->global, optim_->m() + p->offset});
+      t.push_back({"optim/adam_v/" + n, p->global, optim_->v() + p->offset});
+      continue;
+    }
+    if (zero_->stage() == 3) t.push_back(piece("params/" + n, *p, zero_->value_shard()));
+    else t.push_back({"params/" + n, p->global, store_.values() + p->offset});
+    t.push_back(piece("optim/adam_m/" + n, *p, optim_->m()));
+    t.push_back(piece("optim/adam_v/" + n, *p, optim_->v()));
   }
   return t;
 }
@@ -202,24 +222,7 @@ void Trainer::save(Checkpointer& ckpt, int64_t step) {
   meta.seed = int64_t(seed_);
   meta.deck_json = deck_.to_json();
   meta.layout_json = layout_json();
-  if (!zero_) {
-    ckpt.save(meta, checkpoint_tensors(store_.values(), optim_->m(), optim_->v()));
-  } else {
-    // Sharded state is gathered into full arrays for the duration of the write, so the file
-    // holds global tensors like every other layout's.
-    const int64_t n = store_.numel();
-    Buffer m(alloc_, Shape{n}, DType::f32, Charge::workspace);
-    Buffer v(alloc_, Shape{n}, DType::f32, Charge::workspace);
-    Buffer values;
-    if (zero_->stage() == 3) {
-      values = Buffer(alloc_, Shape{n}, DType::f32, Charge::workspace);
-      zero_->gather_full(zero_->value_shard(), values.f32());
-    }
-    zero_->gather_full(optim_->m(), m.f32());
-    zero_->gather_full(optim_->v(), v.f32());
-    ckpt.save(meta, checkpoint_tensors(values.empty() ? store_.values() : values.f32(), m.f32(),
-                                       v.f32()));
-  }
+  ckpt.save(meta, checkpoint_tensors());  // ZeRO: each rank writes its own pieces
   timer_.stop();
 }
 
@@ -227,20 +230,7 @@ int64_t Trainer::restore(Checkpointer& ckpt) {
   const std::string path = ckpt.resume_path();
   if (path.empty()) return 0;
   CheckpointMeta meta;
-  if (!zero_) {
-    meta = ckpt.load(path, checkpoint_tensors(store_.values(), optim_->m(), optim_->v()));
-  } else {
-    const int64_t n = store_.numel();
-    Buffer m(alloc_, Shape{n}, DType::f32, Charge::workspace);
-    Buffer v(alloc_, Shape{n}, DType::f32, Charge::workspace);
-    Buffer values;
-    if (zero_->stage() == 3) values = Buffer(alloc_, Shape{n}, DType::f32, Charge::workspace);
-    meta = ckpt.load(path, checkpoint_tensors(values.empty() ? store_.values() : values.f32(),
-                                              m.f32(), v.f32()));
-    if (!values.empty()) zero_->scatter_full(values.f32(), zero_->value_shard());
-    zero_->scatter_full(m.f32(), optim_->m());
-    zero_->scatter_full(v.f32(), optim_->v());
-  }
+  meta = ckpt.load(path, checkpoint_tensors());
   TESSERA_REQUIRE(meta.samples == meta.step * geo_.global_batch, "checkpoint '", path,
                   "' was written with ", meta.samples / std::max<int64_t>(1, meta.step),
                   " sequences per step but train.global_batch is ", geo_.global_batch,

@@ -62,9 +62,9 @@ class Trainer {
   // Groups the trainer made itself (ZeRO shard/replica groups), for the traffic table.
   std::vector<const Communicator*> own_groups() const;
   StepContext context(bool training);
-  // The checkpoint's tensors, read from / written to full-size flat arrays (indexed like
-  // the parameter buffer) of parameter values and Adam moments.
-  std::vector<CheckpointTensor> checkpoint_tensors(float* values, float* m, float* v);
+  // The checkpoint's tensors (parameter values and Adam moments) as this rank holds them:
+  // whole, or its ZeRO pieces.
+  std::vector<CheckpointTensor> checkpoint_tensors();
   int zero_stage() const { return zero_ ? zero_->stage() : 0; }
   // Data-parallel ranks sharing one copy of the model state (ZeRO shard group); 1 without ZeRO.
   int64_t shard_ranks() const { return zero_ ? zero_->shard_comm().size() : 1; }

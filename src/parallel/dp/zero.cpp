@@ -223,14 +223,4 @@ void Zero::gather_values() {
   }
 }
 
-void Zero::gather_full(const float* local, float* full) {
-  for (size_t q = 0; q < parts_.size(); ++q)
-    shard_comm_.all_gather(local + local_of(int(q)), full + store_.parts()[q].begin,
-                           piece(int(q)));
-}
-
-void Zero::scatter_full(const float* full, float* local) const {
-  for (const ShardSegment& s : segments_) kernels::copy(full + s.global, local + s.local, s.n);
-}
-
 }  // namespace tessera

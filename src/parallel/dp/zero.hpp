@@ -80,10 +80,6 @@ class Zero : public PartHooks {
   // After the optimizer: stages 1-2 all-gather the updated pieces into the full buffer.
   void gather_values();
 
-  // Checkpoints: full[numel] (global indexing) <-> local[local_size] (this rank's pieces).
-  void gather_full(const float* local, float* full);
-  void scatter_full(const float* full, float* local) const;
-
   void begin(int part, Pass pass, bool training) override;
   void end(int part, Pass pass, bool training) override;
 
