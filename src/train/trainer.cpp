@@ -57,7 +57,8 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
   oc.weight_decay = float(deck.real("optim.weight_decay"));
   oc.decay_embeddings = deck.boolean("optim.decay_embeddings");
   if (stage >= 1) {
-    zero_ = std::make_unique<Zero>(stage, store_, *model_, grid.dp(), shard_group, alloc_);
+    zero_ = std::make_unique<Zero>(stage, store_, *model_, grid.dp(), shard_group,
+                                   deck.boolean("parallel.overlap"), alloc_);
     if (stage == 3) zero_->initialize(seed_);
     else store_.initialize(seed_);
     optim_ = std::make_unique<AdamW>(store_, alloc_, oc, zero_->segments());
@@ -142,7 +143,8 @@ StepResult Trainer::step(int64_t s) {
     timer_.enter(Phase::forward);
     loss_sum += model_->forward(ctx, inputs_.i32(), targets_.i32());
     timer_.enter(Phase::backward);
-    if (!zero_) buckets_->arm(m == geo_.accum - 1);
+    if (zero_) zero_->arm(m == geo_.accum - 1);
+    else buckets_->arm(m == geo_.accum - 1);
     model_->backward(ctx);
   }
   timer_.enter(Phase::grad_sync);

@@ -32,11 +32,13 @@ StoreLayout Zero::layout(int stage, const Transformer& model, int64_t k) {
 }
 
 Zero::Zero(int stage, ParamStore& store, const Transformer& model, Communicator& dp,
-           int64_t shard_group, Allocator& alloc)
+           int64_t shard_group, bool overlap, Allocator& alloc)
     : stage_(stage),
       store_(store),
       model_(model),
       k_(shard_group),
+      overlap_(overlap),
+      reducing_(store.parts().size(), false),
       // Shard groups are consecutive data-parallel ranks; replicas hold the same shard.
       shard_comm_(dp.split(dp.rank() / int(k_), dp.rank() % int(k_), "dp_shard")),
       replica_comm_(dp.split(dp.rank() % int(k_), dp.rank() / int(k_), "dp_replica")),
@@ -84,7 +86,10 @@ void Zero::initialize(uint64_t seed) {
   }
 }
 
-void Zero::begin_step() { kernels::fill(grad_shard_.f32(), 0.0f, local_size_); }
+void Zero::begin_step() {
+  kernels::fill(grad_shard_.f32(), 0.0f, local_size_);
+  reducing_.assign(reducing_.size(), false);
+}
 
 // ---- stage 3: parameters gathered just in time ------------------------------------------------
 
@@ -128,6 +133,15 @@ void Zero::stage_grads(int part) {
 }
 
 void Zero::start_reduce(int part) {
+  if (stage_ == 1) {  // straight from the full gradient buffer into the shard
+    Pending p;
+    p.part = part;
+    p.request = shard_comm_.reduce_scatter_async(store_.grads() + store_.parts()[size_t(part)].begin,
+                                                 grad_shard_.f32() + local_of(part), piece(part));
+    pending_.push_back(std::move(p));
+    reducing_[size_t(part)] = true;
+    return;
+  }
   PartState& s = parts_[size_t(part)];
   if (s.grads.empty()) return;  // nothing was written (cannot happen in a training pass)
   point_grads(part, nullptr);
@@ -141,6 +155,7 @@ void Zero::start_reduce(int part) {
 
 void Zero::complete(Pending& p) {
   p.request.wait();
+  if (p.piece.empty()) return;  // stage 1 reduced into the shard directly
   kernels::add_inplace(grad_shard_.f32() + local_of(p.part), p.piece.f32(), piece(p.part));
   pool_.give(std::move(p.staged));
   pool_.give(std::move(p.piece));
@@ -175,7 +190,11 @@ void Zero::begin(int part, Pass pass, bool training) {
 }
 
 void Zero::end(int part, Pass pass, bool training) {
-  if (stage_ < 2) return;
+  if (stage_ == 1) {
+    if (training && pass == Pass::backward && armed_) start_reduce(part);
+    poll();
+    return;
+  }
   if (stage_ == 3) {
     // Release what this pass read, except the head's parameters, which its backward (next,
     // in training) reads again.
@@ -192,17 +211,14 @@ void Zero::end(int part, Pass pass, bool training) {
 // ---- the step --------------------------------------------------------------------------------
 
 float* Zero::reduce_gradients() {
-  if (stage_ == 1) {
-    for (size_t q = 0; q < parts_.size(); ++q) {
-      const ParamPart& pp = store_.parts()[q];
-      shard_comm_.reduce_scatter(store_.grads() + pp.begin, grad_shard_.f32() + local_of(int(q)),
-                                 piece(int(q)));
-    }
-  } else {
-    for (Pending& p : pending_) complete(p);
-    pending_.clear();
+  if (stage_ == 1)  // parts not reduced during backward (parallel.overlap = false)
+    for (size_t q = 0; q < parts_.size(); ++q)
+      if (!reducing_[q]) start_reduce(int(q));
+  for (Pending& p : pending_) complete(p);
+  pending_.clear();
+  armed_ = false;
+  if (stage_ == 3)
     for (size_t q = 0; q < parts_.size(); ++q) drop(int(q));  // nothing stays gathered
-  }
   replica_comm_.all_reduce(grad_shard_.f32(), local_size_);  // HSDP: sum over shard groups
   return grad_shard_.f32();
 }

@@ -6,9 +6,11 @@
 // [begin + r*n, begin + (r+1)*n) of a part of size K*n. A rank's shard is the concatenation
 // of its pieces of all parts ("local" indexing; ShardSegment maps between the two).
 //
-//   stage 1: full parameters and gradients; after backward each part's gradients are
-//            reduce-scattered to their owners; AdamW updates the owned pieces (moments 1/K);
-//            the updated pieces are all-gathered in place.
+//   stage 1: full parameters and gradients; during the last micro-batch's backward each
+//            part's gradients are reduce-scattered to their owners as soon as they are final
+//            (non-blocking, overlapping the rest of backward; parallel.overlap = false waits
+//            for the end of backward); AdamW updates the owned pieces (moments 1/K); the
+//            updated pieces are all-gathered in place.
 //   stage 2: as 1, but no full gradient buffer: a part's gradients are written into a staging
 //            buffer during its backward and reduce-scattered (non-blocking, overlapping the
 //            next part's backward) into the gradient shard, every micro-batch.
@@ -59,7 +61,7 @@ class Zero : public PartHooks {
 
   // dp is split into shard groups of shard_group consecutive ranks and replica groups.
   Zero(int stage, ParamStore& store, const Transformer& model, Communicator& dp,
-       int64_t shard_group, Allocator& alloc);
+       int64_t shard_group, bool overlap, Allocator& alloc);
 
   int stage() const { return stage_; }
   Communicator& shard_comm() { return shard_comm_; }
@@ -73,6 +75,8 @@ class Zero : public PartHooks {
   void initialize(uint64_t seed);
   // Before the first micro-batch of a step.
   void begin_step();
+  // Before each micro-batch's backward (stage 1 reduces during the last one only).
+  void arm(bool last_microbatch) { armed_ = last_microbatch && overlap_; }
   // After the last micro-batch's backward: this rank's summed gradients, indexed locally.
   float* reduce_gradients();
   // Sum of squares of the whole gradient (over every shard).
@@ -93,7 +97,7 @@ class Zero : public PartHooks {
   struct Pending {  // a part's gradients being reduce-scattered
     int part = 0;
     Request request;
-    Buffer staged, piece;
+    Buffer staged, piece;  // stage 1: both empty (full buffer -> gradient shard directly)
   };
   int64_t piece(int part) const { return store_.parts()[size_t(part)].size / k_; }
   int64_t local_of(int part) const { return store_.parts()[size_t(part)].begin / k_; }
@@ -111,6 +115,8 @@ class Zero : public PartHooks {
   ParamStore& store_;
   const Transformer& model_;
   int64_t k_;
+  bool overlap_, armed_ = false;
+  std::vector<bool> reducing_;  // stage 1: the part's reduction has started this step
   Communicator shard_comm_, replica_comm_;
   std::vector<ShardSegment> segments_;
   int64_t local_size_ = 0;
