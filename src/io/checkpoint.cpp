@@ -32,45 +32,46 @@ uint64_t mix(uint64_t x) {  // splitmix64 finaliser
   return x ^ (x >> 31);
 }
 
-// Elements [a, b) of a tensor of n that rank r of `ranks` writes and checks when every rank
-// holds all of it.
-std::pair<int64_t, int64_t> owned(int64_t n, int r, int ranks) {
-  return {n * r / ranks, n * (r + 1) / ranks};
-}
-
-// The elements this rank reads ([first, second) of the flattened tensor) ...
+// The block a tensor's holder holds, and the elements of it ([first, second) of the block
+// flattened row-major) it reads ...
+Shape block_of(const CheckpointTensor& ct) { return ct.block.ndim ? ct.block : ct.global; }
 std::pair<int64_t, int64_t> held(const CheckpointTensor& ct) {
-  return ct.count < 0 ? std::pair<int64_t, int64_t>{0, ct.global.numel()}
-                      : std::pair<int64_t, int64_t>{ct.begin, ct.begin + ct.count};
+  const int64_t n = ct.n < 0 ? block_of(ct).numel() : ct.n;
+  return {ct.begin, ct.begin + n};
 }
-// ... and those it writes and checks.
-std::pair<int64_t, int64_t> responsible(const CheckpointTensor& ct, const Communicator& world) {
-  if (ct.count < 0) return owned(ct.global.numel(), world.rank(), world.size());
-  return ct.primary ? held(ct) : std::pair<int64_t, int64_t>{0, 0};
+// ... and those it writes and checks: its even share among the holders.
+std::pair<int64_t, int64_t> responsible(const CheckpointTensor& ct) {
+  const auto [a, b] = held(ct);
+  const int64_t n = b - a;
+  return {a + n * ct.holder / ct.holders, a + n * (ct.holder + 1) / ct.holders};
 }
 
-// Adds the elements [a, b) of the row-major flattened dataspace (dims[d..]) to the selection,
-// below the fixed leading coordinates `prefix` (one per dimension before d): whole rows as
-// one hyperslab, partial first and last rows recursively.
-void select_range(hid_t space, const std::vector<hsize_t>& dims, size_t d,
-                  std::vector<hsize_t>& prefix, int64_t a, int64_t b, bool& first) {
+// Adds the elements [a, b) of the block (dims count[d..] at start[d..], flattened row-major)
+// to the selection, below the fixed leading coordinates `prefix` (one per dimension before
+// d): whole rows as one hyperslab, partial first and last rows recursively.
+struct Region {
+  std::vector<hsize_t> start, count;
+};
+void select_range(hid_t space, const Region& r, size_t d, std::vector<hsize_t>& prefix,
+                  int64_t a, int64_t b, bool& first) {
   if (a >= b) return;
   int64_t inner = 1;
-  for (size_t i = d + 1; i < dims.size(); ++i) inner *= int64_t(dims[i]);
+  for (size_t i = d + 1; i < r.count.size(); ++i) inner *= int64_t(r.count[i]);
   const int64_t r0 = a / inner, r1 = (b - 1) / inner;  // first and last row touched
   auto add = [&](int64_t row, int64_t rows) {            // whole rows [row, row + rows)
     std::vector<hsize_t> start(prefix), count(prefix.size(), 1);
-    start.push_back(hsize_t(row));
+    start.push_back(r.start[d] + hsize_t(row));
     count.push_back(hsize_t(rows));
-    for (size_t i = d + 1; i < dims.size(); ++i) start.push_back(0), count.push_back(dims[i]);
+    for (size_t i = d + 1; i < r.count.size(); ++i)
+      start.push_back(r.start[i]), count.push_back(r.count[i]);
     H5Sselect_hyperslab(space, first ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr,
                         count.data(), nullptr);
     first = false;
   };
   auto partial = [&](int64_t row, int64_t lo, int64_t hi) {  // elements [lo, hi) of one row
     if (lo == 0 && hi == inner) return add(row, 1);
-    prefix.push_back(hsize_t(row));
-    select_range(space, dims, d + 1, prefix, lo, hi, first);
+    prefix.push_back(r.start[d] + hsize_t(row));
+    select_range(space, r, d + 1, prefix, lo, hi, first);
     prefix.pop_back();
   };
   if (r0 == r1) return partial(r0, a - r0 * inner, b - r0 * inner);
@@ -79,17 +80,47 @@ void select_range(hid_t space, const std::vector<hsize_t>& dims, size_t d,
   partial(r1, 0, b - r1 * inner);
 }
 
-// The dataspace of dims with elements [a, b) selected (none when empty).
-H5Handle selection(const std::vector<hsize_t>& dims, int64_t a, int64_t b) {
-  H5Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
+// The file dataspace of the tensor with elements [a, b) of its block selected (none when
+// empty).
+H5Handle selection(const CheckpointTensor& ct, int64_t a, int64_t b) {
+  const int nd = ct.global.ndim;
+  std::vector<hsize_t> dims(static_cast<size_t>(nd));
+  Region r{std::vector<hsize_t>(size_t(nd)), std::vector<hsize_t>(size_t(nd))};
+  const Shape blk = block_of(ct);
+  for (int i = 0; i < nd; ++i) {
+    dims[size_t(i)] = hsize_t(ct.global[i]);
+    r.start[size_t(i)] = hsize_t(ct.block.ndim ? ct.start[size_t(i)] : 0);
+    r.count[size_t(i)] = hsize_t(blk[i]);
+  }
+  H5Handle space(H5Screate_simple(nd, dims.data(), nullptr), H5Sclose);
   if (a >= b) {
     H5Sselect_none(space.id);
     return space;
   }
   std::vector<hsize_t> prefix;
   bool first = true;
-  select_range(space.id, dims, 0, prefix, a, b, first);
+  select_range(space.id, r, 0, prefix, a, b, first);
   return space;
+}
+
+// tensor_checksum of elements [a, b) of the block, each keyed by its index in the whole
+// tensor (so the holders' partial sums over any blocks add up to the whole tensor's).
+uint64_t block_checksum(const CheckpointTensor& ct, const float* data, int64_t a, int64_t b) {
+  if (!ct.block.ndim) return tensor_checksum(data, a, b);
+  const int nd = ct.global.ndim;
+  uint64_t h = 0;
+  for (int64_t e = a; e < b; ++e) {
+    int64_t rest = e, g = 0, stride = 1;
+    for (int i = nd - 1; i >= 0; --i) {  // block coordinates -> global flattened index
+      g += (ct.start[size_t(i)] + rest % ct.block[i]) * stride;
+      rest /= ct.block[i];
+      stride *= ct.global[i];
+    }
+    uint32_t bits;
+    std::memcpy(&bits, data + (e - a), sizeof bits);
+    h += mix((uint64_t(bits) << 32) ^ mix(uint64_t(g)));
+  }
+  return h;
 }
 
 // A one-dimensional memory space of n elements (all selected, or none when n == 0).
@@ -223,13 +254,13 @@ void Checkpointer::save(const CheckpointMeta& meta, const std::vector<Checkpoint
                    H5Dclose);
       TESSERA_REQUIRE_LOCAL(set.id >= 0, "cannot create dataset '", ct.path, "' in '", tmp_path, "'");
       // This rank writes the elements it is responsible for.
-      const auto [a, b] = responsible(ct, world_);
+      const auto [a, b] = responsible(ct);
       const float* src = ct.data + (a - held(ct).first);
-      H5Handle fsel = selection(dims, a, b);
+      H5Handle fsel = selection(ct, a, b);
       H5Handle mspace = memory_space(b - a);
       TESSERA_REQUIRE_LOCAL(H5Dwrite(set.id, H5T_NATIVE_FLOAT, mspace.id, fsel.id, dxpl.id, src) >= 0,
                             "cannot write dataset '", ct.path, "' to '", tmp_path, "'");
-      int64_t sum = int64_t(tensor_checksum(src, a, b));
+      int64_t sum = int64_t(block_checksum(ct, src, a, b));
       world_.all_reduce(&sum, 1);
       write_attr(set.id, "checksum", H5T_NATIVE_UINT64, uint64_t(sum));
     }
@@ -299,7 +330,7 @@ CheckpointMeta Checkpointer::load(const std::string& path,
                             "' has shape ", found.str(), " but the model expects ",
                             ct.global.str());
       const auto [h0, h1] = held(ct);
-      H5Handle fsel = selection(dims, h0, h1);
+      H5Handle fsel = selection(ct, h0, h1);
       H5Handle mspace = memory_space(h1 - h0);
       TESSERA_REQUIRE_LOCAL(
           H5Dread(set.id, H5T_NATIVE_FLOAT, mspace.id, fsel.id, H5P_DEFAULT, ct.data) >= 0,
@@ -307,8 +338,8 @@ CheckpointMeta Checkpointer::load(const std::string& path,
       const uint64_t expected =
           read_uint_attr(set.id, "checksum", where + ", dataset '" + ct.path + "'");
       // The same split as the writer's; every rank read the elements it checks.
-      const auto [c0, c1] = responsible(ct, world_);
-      int64_t sum = c1 > c0 ? int64_t(tensor_checksum(ct.data + (c0 - h0), c0, c1)) : 0;
+      const auto [c0, c1] = responsible(ct);
+      int64_t sum = c1 > c0 ? int64_t(block_checksum(ct, ct.data + (c0 - h0), c0, c1)) : 0;
       world_.all_reduce(&sum, 1);
       TESSERA_REQUIRE_LOCAL(uint64_t(sum) == expected, "checkpoint '", path, "': dataset '", ct.path,
                             "' is damaged (checksum mismatch); use an earlier checkpoint");

@@ -7,6 +7,7 @@
 // any point leaves the previous checkpoint and `latest` intact.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,19 +20,21 @@ namespace tessera {
 class Deck;
 
 // One tensor as a rank sees it: its dataset path in the file, its global shape, and what
-// this rank holds at `data`:
-//  * count = -1: the whole tensor, as every rank does (replicated). The ranks of `world`
-//    split the writing and the checksum evenly, so every element is written once.
-//  * else the elements [begin, begin + count) of the row-major flattened tensor (a ZeRO
-//    shard's piece; count may be 0). The pieces of the primary ranks must tile the tensor:
-//    only they write and check their piece; other ranks holding copies only read.
-// Every rank passes every tensor, in the same order (the HDF5 calls are collective).
+// this rank holds at `data`: within the block [start, start + count) of the global tensor
+// (per dimension; a tensor-parallel shard, or all of it), the elements [begin, begin + n)
+// of the block flattened row-major (a ZeRO piece; n = -1: the whole block; n may be 0).
+// `holders` ranks hold this same data (replicas) and this rank is number `holder` of them:
+// they split the writing and the checksum evenly, so every element is written once, and
+// all of them read it. Every rank passes every tensor, in the same order (the HDF5 calls
+// are collective).
 struct CheckpointTensor {
   std::string path;  // e.g. "params/layers.0.attn.q.weight"
   Shape global;
   float* data = nullptr;
-  int64_t begin = 0, count = -1;
-  bool primary = true;
+  int holders = 1, holder = 0;
+  std::array<int64_t, 4> start{0, 0, 0, 0};
+  Shape block;  // empty (ndim 0): the whole tensor
+  int64_t begin = 0, n = -1;
 };
 
 struct CheckpointMeta {

@@ -8,11 +8,21 @@
 
 namespace tessera {
 
-Param& ParamStore::add(std::string name, Shape shape, ParamInit init, bool decay) {
+Param& ParamStore::add(std::string name, Shape shape, ParamInit init, bool decay,
+                       TpSplit split) {
   if (!parts_.empty()) throw std::logic_error("ParamStore::add after finalize: " + name);
   Param& p = params_.emplace_back();
   p.name = std::move(name);
   p.global = shape;
+  p.local = shape;
+  if (split.split()) {
+    if (split.dim >= shape.ndim || shape[split.dim] % split.parts != 0)
+      throw std::logic_error("parameter " + p.name + " " + shape.str() +
+                             " does not split into " + std::to_string(split.parts) +
+                             " blocks along dimension " + std::to_string(split.dim));
+    p.local.dims[size_t(split.dim)] /= split.parts;
+    p.tp = split;
+  }
   p.init = init;
   p.decay = decay;
   return p;
@@ -30,7 +40,7 @@ void ParamStore::finalize(Allocator& alloc, const StoreLayout& layout) {
     int64_t at = numel_;
     for (int i = first; i < last; ++i) {
       params_[size_t(i)].offset = at;
-      at += round_up(params_[size_t(i)].global.numel(), 16);  // 64-byte aligned parameters
+      at += round_up(params_[size_t(i)].local.numel(), 16);  // 64-byte aligned parameters
     }
     part.size = round_up(at - part.begin, align);
     numel_ = part.begin + part.size;
@@ -40,15 +50,15 @@ void ParamStore::finalize(Allocator& alloc, const StoreLayout& layout) {
   if (layout.grads) grads_ = Buffer(alloc, Shape{numel_}, DType::f32, Charge::grads);
   for (Param& p : params_) {
     p.value = Tensor{layout.values ? values_.f32() + p.offset : nullptr, DType::f32, Space::host,
-                     p.global};
+                     p.local};
     p.grad = Tensor{layout.grads ? grads_.f32() + p.offset : nullptr, DType::f32, Space::host,
-                    p.global};
+                    p.local};
   }
 }
 
 int64_t ParamStore::elements() const {
   int64_t n = 0;
-  for (const Param& p : params_) n += p.global.numel();
+  for (const Param& p : params_) n += p.local.numel();
   return n;
 }
 
@@ -62,6 +72,25 @@ void ParamStore::initialize(Param& p, uint64_t seed) {
   const int64_t row = p.global.ndim > 1 ? n / p.global[0] : 1;
   const int64_t valid = p.init.valid_rows < 0 ? n : p.init.valid_rows * row;
   const CounterRng rng(seed, p.name);
+  if (p.tp.split()) {
+    // Element i of the block is element global_index(i) of the whole tensor.
+    const int64_t nl = p.local.numel(), d = p.tp.dim;
+    int64_t inner = 1;  // elements per step along the split dimension
+    for (int i = int(d) + 1; i < p.global.ndim; ++i) inner *= p.global[i];
+    const int64_t block = p.local[int(d)] * inner, whole = p.global[int(d)] * inner;
+    const int64_t start = p.tp.index * block;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < nl; ++i) {
+      const int64_t g = (i / block) * whole + start + i % block;
+      float pair[2];
+      rng.normal_pair(uint64_t(g / 2), pair);
+      v[i] = p.init.kind == ParamInit::ones    ? 1.0f
+             : p.init.kind == ParamInit::zeros ? 0.0f
+             : g < valid                       ? p.init.std * pair[g % 2]
+                                               : 0.0f;
+    }
+    return;
+  }
   switch (p.init.kind) {
     case ParamInit::ones:
       kernels::fill(v, 1.0f, n);

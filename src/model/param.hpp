@@ -18,13 +18,25 @@ struct ParamInit {
   int64_t valid_rows = -1;  // rows at or beyond this are padding and start at zero
 };
 
+// How a parameter is split over the tensor-parallel group: this rank holds block `index` of
+// `parts` equal blocks along dimension `dim` (dim < 0: the whole tensor, replicated).
+struct TpSplit {
+  int dim = -1;
+  int64_t parts = 1, index = 0;
+  bool split() const { return dim >= 0 && parts > 1; }
+};
+
 struct Param {
   std::string name;
-  Shape global;
+  Shape global;  // the whole tensor, as checkpoints hold it
+  Shape local;   // this rank's block (global unless split)
+  TpSplit tp;
   ParamInit init;
   bool decay = false;
   int64_t offset = 0;  // into the store's flat buffers
-  Tensor value, grad;
+  Tensor value, grad;  // shape local
+  // Start of this rank's block in the global tensor, per dimension.
+  int64_t block_start(int d) const { return d == tp.dim ? tp.index * local[d] : 0; }
 };
 
 // A part: consecutive parameters that are used together (the embedding, one block, the
@@ -45,12 +57,14 @@ struct StoreLayout {
 
 class ParamStore {
  public:
-  Param& add(std::string name, Shape shape, ParamInit init, bool decay);
+  // shape is the global shape; split says which block of it this rank holds.
+  Param& add(std::string name, Shape shape, ParamInit init, bool decay, TpSplit split = {});
   // Lays the parameters out part by part, allocates the flat buffers the layout asks for
   // and points every Param at its slice (Params of a buffer not allocated get null views,
   // pointed elsewhere by their owner). Call once, after every layer has registered.
   void finalize(Allocator& alloc, const StoreLayout& layout = {});
-  // Initialises every value from (seed, name, global element index).
+  // Initialises every value from (seed, name, global element index): a block of a split
+  // parameter holds exactly the values of the same elements of the whole one.
   void initialize(uint64_t seed);
   static void initialize(Param& p, uint64_t seed);
   void zero_grads();

@@ -35,7 +35,7 @@ void AdamW::step(double lr, int64_t step, float* values, Index index, const floa
     for (const ShardSegment& s : segments_) {
       // The piece of this parameter inside the segment.
       const int64_t a = std::max(s.global, p->offset);
-      const int64_t b = std::min(s.global + s.n, p->offset + p->global.numel());
+      const int64_t b = std::min(s.global + s.n, p->offset + p->local.numel());
       if (a >= b) continue;
       const int64_t l = s.local + (a - s.global);
       kernels::adamw(values + (index == Index::global ? a : l), grads + l, m_.f32() + l,

@@ -178,29 +178,51 @@ StepResult Trainer::step(int64_t s) {
 }
 
 std::vector<CheckpointTensor> Trainer::checkpoint_tensors() {
-  std::vector<CheckpointTensor> t;
+  // Ranks holding identical data split its writing: a tensor-parallel block is held by every
+  // data-parallel rank (and a replicated tensor by every tensor-parallel rank too); a ZeRO
+  // piece only by the HSDP replicas of its shard (and the tensor-parallel ranks, when the
+  // tensor is replicated over them).
+  auto holders = [&](const Param& p, bool piece, CheckpointTensor& ct) {
+    std::vector<const Communicator*> groups;
+    groups.push_back(piece ? &zero_->replica_comm() : &grid_.group(Group::dp_cp));
+    if (!p.tp.split()) groups.push_back(&grid_.group(Group::tp));
+    ct.holders = 1, ct.holder = 0;
+    for (const Communicator* g : groups) ct.holder += ct.holders * g->rank(), ct.holders *= g->size();
+  };
+  auto whole = [&](const std::string& path, const Param& p, float* data) {
+    CheckpointTensor ct;
+    ct.path = path, ct.global = p.global, ct.data = data;
+    if (p.tp.split()) {
+      ct.block = p.local;
+      for (int d = 0; d < p.global.ndim; ++d) ct.start[size_t(d)] = p.block_start(d);
+    }
+    holders(p, false, ct);
+    return ct;
+  };
   // A sharded array (indexed locally) as this rank's piece of p: each part holds whole
   // parameters, and a rank holds one segment per part, so a piece is one element range.
-  const bool primary = zero_ && zero_->replica_comm().rank() == 0;  // one replica writes
   auto piece = [&](const std::string& path, const Param& p, float* local) {
-    CheckpointTensor ct{path, p.global, local, 0, 0, primary};
+    CheckpointTensor ct = whole(path, p, local);
+    holders(p, true, ct);
+    ct.n = 0;
     for (const ShardSegment& s : zero_->segments()) {
       const int64_t a = std::max(s.global, p.offset);
-      const int64_t b = std::min(s.global + s.n, p.offset + p.global.numel());
-      if (a < b) ct = {path, p.global, local + s.local + (a - s.global), a - p.offset, b - a, primary};
+      const int64_t b = std::min(s.global + s.n, p.offset + p.local.numel());
+      if (a < b) ct.data = local + s.local + (a - s.global), ct.begin = a - p.offset, ct.n = b - a;
     }
     return ct;
   };
+  std::vector<CheckpointTensor> t;
   for (Param* p : store_.params()) {
     const std::string& n = p->name;
     if (!zero_) {
-      t.push_back({"params/" + n, p->global, store_.values() + p->offset});
-      t.push_back({"optim/adam_m/" + n, p->global, optim_->m() + p->offset});
-      t.push_back({"optim/adam_v/" + n, p->global, optim_->v() + p->offset});
+      t.push_back(whole("params/" + n, *p, store_.values() + p->offset));
+      t.push_back(whole("optim/adam_m/" + n, *p, optim_->m() + p->offset));
+      t.push_back(whole("optim/adam_v/" + n, *p, optim_->v() + p->offset));
       continue;
     }
     if (zero_->stage() == 3) t.push_back(piece("params/" + n, *p, zero_->value_shard()));
-    else t.push_back({"params/" + n, p->global, store_.values() + p->offset});
+    else t.push_back(whole("params/" + n, *p, store_.values() + p->offset));
     t.push_back(piece("optim/adam_m/" + n, *p, optim_->m()));
     t.push_back(piece("optim/adam_v/" + n, *p, optim_->v()));
   }
