@@ -1,5 +1,6 @@
 // tessera: trains a transformer language model as the input deck describes.
 //   mpirun -np N tessera DECK.in [--section.key=value ...]
+//   mpirun -np N tessera [DECK.in] --layout-only [--parallel.key=value ...]
 #include <mpi.h>
 #include <omp.h>
 
@@ -14,11 +15,58 @@
 #include "io/run_log.hpp"
 #include "train/trainer.hpp"
 
+namespace {
+
+// The deck for --layout-only: DECK.in when one is given, otherwise the command-line
+// overrides alone. data.path is never opened, so a placeholder stands in for it.
+tessera::Deck layout_deck(const std::vector<std::string>& args) {
+  const bool has_deck = std::any_of(args.begin() + 1, args.end(),
+                                    [](const std::string& a) { return a.rfind('-', 0) != 0; });
+  if (has_deck) return tessera::Deck::from_args(args);
+  return tessera::Deck::from_text("[data]\npath = (not read with --layout-only)\n",
+                                  {args.begin() + 1, args.end()}, "--layout-only");
+}
+
+// The process grid of the deck's [parallel] keys (parallel.dp = 0: auto). Degrees that do not
+// fit the world are a collective error raised before any communicator is made.
+tessera::ProcessGrid make_grid(const tessera::Deck& deck) {
+  tessera::GridDegrees d;
+  d.tp = int(deck.integer("parallel.tp"));
+  d.cp = int(deck.integer("parallel.cp"));
+  d.ep = int(deck.integer("parallel.ep"));
+  d.dp = int(deck.integer("parallel.dp"));
+  d.pp = int(deck.integer("parallel.pp"));
+  return tessera::ProcessGrid(MPI_COMM_WORLD, d, deck.str("parallel.order"));
+}
+
+// Dimensions with a group but no layer yet: a degree above 1 stops the run (after the
+// layout has been printed, so the user sees what it would have used).
+void require_implemented(const tessera::GridDegrees& d) {
+  const struct {
+    const char* key;
+    int degree;
+    const char* what;
+  } dims[] = {{"tp", d.tp, "tensor parallelism"},
+              {"cp", d.cp, "context parallelism"},
+              {"pp", d.pp, "pipeline parallelism"},
+              {"ep", d.ep, "expert parallelism"}};
+  for (const auto& x : dims)
+    TESSERA_REQUIRE(x.degree == 1, "parallel.", x.key, " = ", x.degree, ": ", x.what,
+                    " is not available in this version; the layout above is what it would use. "
+                    "Set parallel.", x.key, " = 1 (tessera --layout-only shows layouts of any "
+                    "degrees)");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const std::vector<std::string> args(argv, argv + argc);
+  std::vector<std::string> args(argv, argv + argc);
+  const auto layout_flag = std::find(args.begin(), args.end(), "--layout-only");
+  const bool layout_only = layout_flag != args.end();
+  if (layout_only) args.erase(layout_flag);
   for (const std::string& a : args) {
     if (a == "--help" || a == "-h" || a == "--deck-reference") {
       if (rank == 0)
@@ -31,10 +79,17 @@ int main(int argc, char** argv) {
     }
   }
   return tessera::run_reporting_errors("tessera", [&] {
-    const tessera::Deck deck = tessera::Deck::from_args(args);
+    const tessera::Deck deck = layout_only ? layout_deck(args) : tessera::Deck::from_args(args);
     if (const int64_t threads = deck.integer("hardware.threads"); threads > 0)
       omp_set_num_threads(int(threads));
-    tessera::ProcessGrid grid(MPI_COMM_WORLD);
+    tessera::ProcessGrid grid = make_grid(deck);
+    const tessera::GridDegrees& d = grid.layout().degrees();
+    if (layout_only || d.tp > 1 || d.cp > 1 || d.pp > 1 || d.ep > 1) {
+      if (rank == 0) std::printf("%s\n", grid.describe().c_str());
+      std::fflush(stdout);
+      if (layout_only) return;
+    }
+    require_implemented(d);
     tessera::Trainer trainer(deck, grid);
     tessera::Checkpointer checkpoints(deck, grid.world());
     const int64_t done = trainer.restore(checkpoints);

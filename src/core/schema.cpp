@@ -92,6 +92,26 @@ std::vector<KeySpec> build_schema() {
       real("optim", "grad_clip", "1.0", 0, kInf, "Global gradient-norm clip; 0 disables."),
       boolean("optim", "decay_embeddings", "false", "Apply weight decay to embeddings too."),
       // [parallel]
+      integer("parallel", "tp", "1", 1, 1 << 20,
+              "Tensor-parallel degree. Not available yet: above 1 the layout is printed and the "
+              "run stops (`tessera --layout-only` shows any layout)."),
+      integer("parallel", "cp", "1", 1, 1 << 20,
+              "Context-parallel degree. Not available yet: above 1 the layout is printed and the "
+              "run stops."),
+      integer("parallel", "pp", "1", 1, 1 << 20,
+              "Pipeline-parallel degree (stages). Not available yet: above 1 the layout is "
+              "printed and the run stops."),
+      integer("parallel", "dp", "0", 0, 1 << 20,
+              "Data-parallel degree; 0 (auto) is ranks / (tp x cp x pp). tp x cp x dp x pp must "
+              "equal the number of ranks."),
+      integer("parallel", "ep", "1", 1, 1 << 20,
+              "Expert-parallel degree, folded inside data parallelism: it must divide dp (dp = "
+              "ep x edp). Not available yet: above 1 the layout is printed and the run stops."),
+      {"parallel", "order", KeyType::string, "tp-cp-ep-dp-pp", false, 0, 0, {},
+       "Rank order of the process grid: tp, cp, ep, dp, pp each once, separated by '-', the "
+       "first varying fastest (consecutive ranks differ in it; \"dp\" here is the data-parallel "
+       "axis left once ep is folded out). The default keeps a tensor-parallel group on "
+       "consecutive ranks, inside one node."},
       integer("parallel", "zero", "0", 0, 3,
               "ZeRO stage over the data-parallel ranks: 0 replicates the model state; 1 shards "
               "the Adam moments (reduce-scatter gradients, update the shard, all-gather "
@@ -212,8 +232,12 @@ std::string deck_reference_markdown() {
 std::string deck_help_text() {
   std::ostringstream os;
   os << "usage: tessera DECK.in [--section.key=value ...]\n"
+        "       tessera [DECK.in] --layout-only [--parallel.key=value ...]\n"
         "       tessera --help | --deck-reference\n\n"
-        "Trains a transformer language model as the input deck describes. Keys:\n";
+        "Trains a transformer language model as the input deck describes.\n"
+        "--layout-only builds the process grid from the [parallel] keys on the ranks it is "
+        "started with\n(mpirun -np N), prints every group and exits; no dataset is read and "
+        "the deck is optional.\n\nKeys:\n";
   std::string section;
   for (const KeySpec& k : deck_schema()) {
     if (k.section != section) {

@@ -5,22 +5,27 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <string>
 
 namespace {
 
 class FailurePrinter : public ::testing::EmptyTestEventListener {
  public:
   explicit FailurePrinter(int rank) : rank_(rank) {}
+  // The test's name is kept here: GoogleTest calls OnTestPartResult holding the mutex that
+  // UnitTest::current_test_info() takes, so asking for it there deadlocks.
+  void OnTestStart(const ::testing::TestInfo& t) override {
+    test_ = std::string(t.test_suite_name()) + "." + t.name();
+  }
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
     if (!r.failed()) return;
-    const auto* t = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::fprintf(stderr, "[rank %d] %s.%s %s:%d: Failure\n%s\n", rank_,
-                 t ? t->test_suite_name() : "?", t ? t->name() : "?",
+    std::fprintf(stderr, "[rank %d] %s %s:%d: Failure\n%s\n", rank_, test_.c_str(),
                  r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
   }
 
  private:
   int rank_;
+  std::string test_ = "?";
 };
 
 }  // namespace
