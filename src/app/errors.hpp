@@ -1,11 +1,10 @@
 // How an error reaches the user: once, from rank 0, with a non-zero exit and no hang.
 #pragma once
 
-#include <mpi.h>
-
 #include <cstdio>
 #include <exception>
 
+#include "comm/mpi_env.hpp"
 #include "core/error.hpp"
 
 namespace tessera {
@@ -16,26 +15,25 @@ namespace tessera {
 // which stops the others instead of leaving them waiting in a collective.
 template <class Body>
 int run_reporting_errors(const char* program, Body&& body) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int rank = mpi::world_rank();
   try {
     body();
   } catch (const Error& e) {
     if (e.collective()) {
       if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", program, e.what());
       std::fflush(stderr);
-      MPI_Finalize();
+      mpi::finalize();
       return 1;
     }
     std::fprintf(stderr, "%s: error on rank %d: %s\n", program, rank, e.what());
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    mpi::abort(1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: internal error on rank %d: %s\n", program, rank, e.what());
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 2);
+    mpi::abort(2);
   }
-  MPI_Finalize();
+  mpi::finalize();
   return 0;
 }
 

@@ -132,15 +132,13 @@ void prep(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  tessera::mpi::init(&argc, &argv);
+  const int rank = tessera::mpi::world_rank(), size = tessera::mpi::world_size();
   const std::vector<std::string> argv_strings(argv, argv + argc);
   for (const std::string& a : argv_strings) {
     if (a == "--help" || a == "-h") {
       if (rank == 0) std::fputs(help_text().c_str(), stdout);
-      MPI_Finalize();
+      tessera::mpi::finalize();
       return 0;
     }
   }

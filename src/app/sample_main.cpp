@@ -12,7 +12,7 @@
 #include "train/trainer.hpp"
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  tessera::mpi::init(&argc, &argv);
   const std::vector<std::string> args(argv, argv + argc);
   return tessera::run_reporting_errors("tessera-sample", [&] {
     using namespace tessera;

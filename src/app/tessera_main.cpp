@@ -60,9 +60,8 @@ void require_implemented(const tessera::GridDegrees& d) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  tessera::mpi::init(&argc, &argv);
+  const int rank = tessera::mpi::world_rank();
   std::vector<std::string> args(argv, argv + argc);
   const auto layout_flag = std::find(args.begin(), args.end(), "--layout-only");
   const bool layout_only = layout_flag != args.end();
@@ -74,7 +73,7 @@ int main(int argc, char** argv) {
                                             : tessera::deck_help_text())
                        .c_str(),
                    stdout);
-      MPI_Finalize();
+      tessera::mpi::finalize();
       return 0;
     }
   }

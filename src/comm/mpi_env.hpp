@@ -1,0 +1,13 @@
+// The MPI environment of a tessera program: start, rank and size of the world, orderly end,
+// abort. The programs in app/ use these so that every MPI call stays inside comm/.
+#pragma once
+
+namespace tessera::mpi {
+
+void init(int* argc, char*** argv);
+void finalize();
+int world_rank();
+int world_size();
+[[noreturn]] void abort(int code);  // stops every rank of the job
+
+}  // namespace tessera::mpi
