@@ -46,8 +46,7 @@ void require_implemented(const tessera::GridDegrees& d) {
     const char* key;
     int degree;
     const char* what;
-  } dims[] = {{"tp", d.tp, "tensor parallelism"},
-              {"cp", d.cp, "context parallelism"},
+  } dims[] = {{"cp", d.cp, "context parallelism"},
               {"pp", d.pp, "pipeline parallelism"},
               {"ep", d.ep, "expert parallelism"}};
   for (const auto& x : dims)
@@ -83,7 +82,7 @@ int main(int argc, char** argv) {
       omp_set_num_threads(int(threads));
     tessera::ProcessGrid grid = make_grid(deck);
     const tessera::GridDegrees& d = grid.layout().degrees();
-    if (layout_only || d.tp > 1 || d.cp > 1 || d.pp > 1 || d.ep > 1) {
+    if (layout_only || d.cp > 1 || d.pp > 1 || d.ep > 1) {
       if (rank == 0) std::printf("%s\n", grid.describe().c_str());
       std::fflush(stdout);
       if (layout_only) return;

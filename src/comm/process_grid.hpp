@@ -43,6 +43,8 @@ class ProcessGrid {
 // What a layer needs to know about parallelism: its groups. Passed explicitly, never global.
 struct ParallelContext {
   Communicator& dp;
+  Communicator& tp;
+  bool sequence_parallel = false;
 };
 
 }  // namespace tessera

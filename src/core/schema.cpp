@@ -93,8 +93,13 @@ std::vector<KeySpec> build_schema() {
       boolean("optim", "decay_embeddings", "false", "Apply weight decay to embeddings too."),
       // [parallel]
       integer("parallel", "tp", "1", 1, 1 << 20,
-              "Tensor-parallel degree. Not available yet: above 1 the layout is printed and the "
-              "run stops (`tessera --layout-only` shows any layout)."),
+              "Tensor-parallel degree (Megatron-LM): attention heads, MLP width and vocabulary "
+              "are split over tp ranks; it must divide heads, kv_heads, the MLP width and the "
+              "padded vocabulary. Keep it within a node."),
+      boolean("parallel", "sequence_parallel", "false",
+              "With parallel.tp > 1: also shard the tokens of the norms and residual stream "
+              "over the tensor-parallel ranks (all-gather before each column-parallel block, "
+              "reduce-scatter after each row-parallel one)."),
       integer("parallel", "cp", "1", 1, 1 << 20,
               "Context-parallel degree. Not available yet: above 1 the layout is printed and the "
               "run stops."),

@@ -77,6 +77,13 @@ void embedding_forward(const int32_t* ids, const float* table, float* out, int64
 // dtable[ids[n], :] += dout[n, :]
 void embedding_backward(const int32_t* ids, const float* dout, float* dtable, int64_t N,
                         int64_t C);
+// Vocabulary-parallel forms: the table holds rows [v0, v0 + rows) of the whole one. Forward
+// writes table[ids[n] - v0] for ids inside the range and zeros elsewhere (the ranks' outputs
+// sum to the whole lookup); backward adds only the rows inside the range.
+void embedding_forward_range(const int32_t* ids, const float* table, float* out, int64_t N,
+                             int64_t C, int64_t v0, int64_t rows);
+void embedding_backward_range(const int32_t* ids, const float* dout, float* dtable, int64_t N,
+                              int64_t C, int64_t v0, int64_t rows);
 
 // ---- cross-entropy -------------------------------------------------------------------
 // logits[N,V] (row stride V) are replaced by grad_scale * (softmax - onehot(target)).
@@ -84,6 +91,22 @@ void embedding_backward(const int32_t* ids, const float* dout, float* dtable, in
 // losses[N] receives -log softmax[target] per row.
 void cross_entropy_fused(float* logits, const int32_t* targets, float* losses, int64_t N,
                          int64_t V, int64_t V_valid, float grad_scale);
+// Vocabulary-parallel cross-entropy, in three passes with all-reduces over the vocabulary
+// ranks between them; this rank holds columns [v0, v0 + V) of the logits, of which the first
+// V_valid are real. (1) row_max[n] = max over the valid local columns (-inf if none).
+void cross_entropy_local_max(const float* logits, float* row_max, int64_t N, int64_t V,
+                             int64_t V_valid);
+// (2) with the global row_max: logits[n, v] = exp(logits[n, v] - row_max[n]) on valid columns,
+// sum_exp[n] = their sum, target_logit[n] = logits[n, t] - row_max[n] when target t is local,
+// else 0.
+void cross_entropy_local_exp(float* logits, const int32_t* targets, const float* row_max,
+                             double* sum_exp, float* target_logit, int64_t N, int64_t V,
+                             int64_t V_valid, int64_t v0);
+// (3) with the global sums: losses[n] = log(sum_exp[n]) - target_logit[n]; logits become
+// grad_scale * (softmax - onehot(target)) on this rank's columns (padding 0).
+void cross_entropy_local_finish(float* logits, const int32_t* targets, const double* sum_exp,
+                                const float* target_logit, float* losses, int64_t N, int64_t V,
+                                int64_t V_valid, int64_t v0, float grad_scale);
 
 // ---- optimizer -----------------------------------------------------------------------
 // One AdamW step with decoupled weight decay on n elements (PyTorch's torch.optim.AdamW).

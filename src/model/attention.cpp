@@ -3,10 +3,11 @@
 #include <cmath>
 
 #include "kernels/kernels.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace tessera {
 namespace {
-enum ScratchId { kDAtt = 0, kDq, kDk, kDv };
+enum ScratchId { kDAtt = 0, kDq, kDk, kDv, kPartial = 20, kSum };
 }
 
 Attention::Attention(ParamStore& store, const std::string& name, const ModelConfig& cfg)
@@ -14,15 +15,17 @@ Attention::Attention(ParamStore& store, const std::string& name, const ModelConf
   const int64_t C = cfg.d_model, qd = cfg.heads * cfg.head_dim, kvd = cfg.kv_heads * cfg.head_dim;
   const bool bias = cfg.has_bias();
   const float resid_std = cfg.init_std / std::sqrt(2.0f * float(cfg.layers));
-  q_ = Linear(store, name + ".q", C, qd, bias, cfg.init_std);
-  k_ = Linear(store, name + ".k", C, kvd, bias, cfg.init_std);
-  v_ = Linear(store, name + ".v", C, kvd, bias, cfg.init_std);
-  o_ = Linear(store, name + ".o", qd, C, bias, resid_std);
+  // Heads are split over tensor-parallel ranks: q, k, v by output rows, o by input columns.
+  const int64_t t = cfg.tp.size, r = cfg.tp.rank;
+  q_ = Linear(store, name + ".q", C, qd, bias, cfg.init_std, Split::column, t, r);
+  k_ = Linear(store, name + ".k", C, kvd, bias, cfg.init_std, Split::column, t, r);
+  v_ = Linear(store, name + ".v", C, kvd, bias, cfg.init_std, Split::column, t, r);
+  o_ = Linear(store, name + ".o", qd, C, bias, resid_std, Split::row, t, r);
 }
 
 void Attention::forward(StepContext& ctx, const float* x, float* y) {
   const int64_t B = ctx.batch, T = cfg_.seq_len, N = B * T, D = cfg_.head_dim;
-  const int64_t Hq = cfg_.heads, Hkv = cfg_.kv_heads;
+  const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local(), C = cfg_.d_model;
   Saved& s = slots_.at(ctx.slot);
   if (s.q.numel() != N * Hq * D) {
     s.q = Buffer(ctx.alloc, Shape{N, Hq * D}, DType::f32, Charge::activations);
@@ -40,12 +43,16 @@ void Attention::forward(StepContext& ctx, const float* x, float* y) {
   }
   const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
   kernels::attention_forward(s.q.f32(), s.k.f32(), s.v.f32(), s.att.f32(), s.lse.f32(), shape);
-  o_.forward(s.att.f32(), y, N, /*accumulate=*/true);
+  if (tp::size(ctx) == 1) return o_.forward(s.att.f32(), y, N, /*accumulate=*/true);
+  float* partial = ctx.scratch.get(kPartial, N * C);
+  o_.forward(s.att.f32(), partial, N);
+  tp::reduce_into(ctx, partial, y, ctx.scratch.get(kSum, tp::rows(ctx, N) * C), N, C, true);
+  o_.add_bias(y, tp::rows(ctx, N));
 }
 
 void Attention::backward(StepContext& ctx, const float* x, const float* dy, float* dx) {
   const int64_t B = ctx.batch, T = cfg_.seq_len, N = B * T, D = cfg_.head_dim;
-  const int64_t Hq = cfg_.heads, Hkv = cfg_.kv_heads;
+  const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local(), C = cfg_.d_model;
   Saved& s = slots_.at(ctx.slot);
   float* d_att = ctx.scratch.get(kDAtt, N * Hq * D);
   float* dq = ctx.scratch.get(kDq, N * Hq * D);
@@ -60,9 +67,12 @@ void Attention::backward(StepContext& ctx, const float* x, const float* dy, floa
     kernels::rope(dq, B, T, Hq, D, 0, cfg_.rope_theta, true);
     kernels::rope(dk, B, T, Hkv, D, 0, cfg_.rope_theta, true);
   }
-  q_.backward(x, dq, dx, N);
-  k_.backward(x, dk, dx, N, /*accumulate_dx=*/true);
-  v_.backward(x, dv, dx, N, /*accumulate_dx=*/true);
+  // The input gradient sums over the ranks' heads.
+  float* dxp = tp::sequence_parallel(ctx) ? ctx.scratch.get(kPartial, N * C) : dx;
+  q_.backward(x, dq, dxp, N);
+  k_.backward(x, dk, dxp, N, /*accumulate_dx=*/true);
+  v_.backward(x, dv, dxp, N, /*accumulate_dx=*/true);
+  tp::reduce_grad(ctx, dxp, dx, N, C);
 }
 
 }  // namespace tessera

@@ -14,9 +14,11 @@ class Attention {
  public:
   Attention(ParamStore& store, const std::string& name, const ModelConfig& cfg);
 
-  // y[N,C] += o(attn(x)); x is kept by the caller until backward.
+  // y[rows,C] += o(attn(x)) for x[N,C] (all tokens; kept by the caller until backward) and
+  // the rows of the residual stream this rank holds (tp::rows).
   void forward(StepContext& ctx, const float* x, float* y);
-  // dx[N,C] = d(attn(x))/dx . dy (overwritten); parameter gradients accumulated.
+  // dx[rows,C] = d(attn(x))/dx . dy (overwritten) for dy[N,C]; parameter gradients
+  // accumulated.
   void backward(StepContext& ctx, const float* x, const float* dy, float* dx);
 
  private:

@@ -47,6 +47,20 @@ ModelConfig ModelConfig::from_deck(const Deck& deck) {
   return c;
 }
 
+void ModelConfig::split(const TensorParallel& t) {
+  const int64_t n = t.size;
+  TESSERA_REQUIRE(heads % n == 0, "parallel.tp = ", n, " does not divide model.heads = ", heads,
+                  "; tensor parallelism gives each rank whole attention heads");
+  TESSERA_REQUIRE(kv_heads % n == 0, "parallel.tp = ", n, " does not divide model.kv_heads = ",
+                  kv_heads, "; each rank needs whole key/value heads for its query heads (use "
+                  "a tp that divides kv_heads, or more key/value heads)");
+  TESSERA_REQUIRE(ffn_hidden % n == 0, "parallel.tp = ", n, " does not divide the MLP width ",
+                  ffn_hidden, " (model.ffn_hidden)");
+  TESSERA_REQUIRE(vocab_padded % n == 0, "parallel.tp = ", n, " does not divide the padded "
+                  "vocabulary ", vocab_padded, "; set model.vocab_multiple to a multiple of ", n);
+  tp = t;
+}
+
 int64_t ModelConfig::param_count() const {
   const int64_t C = d_model, F = ffn_hidden, qd = heads * head_dim, kvd = kv_heads * head_dim;
   const bool b = has_bias();

@@ -10,14 +10,30 @@ class Deck;
 
 enum class Arch { llama, gpt2 };
 
+// How this rank's layers are split by tensor parallelism (Megatron-LM): `size` ranks share
+// every block's matrices, this one is number `rank`; sequence_parallel also shards the
+// residual stream's tokens (norms, residual adds, dropout-free) over them.
+struct TensorParallel {
+  int64_t size = 1, rank = 0;
+  bool sequence_parallel = false;
+};
+
 struct ModelConfig {
   Arch arch = Arch::llama;
   int64_t layers = 0, d_model = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn_hidden = 0;
   int64_t vocab = 0, vocab_padded = 0, seq_len = 0;
   float norm_eps = 1e-5f, rope_theta = 10000.0f, init_std = 0.02f;
   bool tie_embeddings = false;
+  TensorParallel tp;
 
   static ModelConfig from_deck(const Deck& deck);
+  // Splits the model over tp ranks; a collective error names the dimension that does not
+  // divide (heads, key/value heads, MLP width, padded vocabulary).
+  void split(const TensorParallel& t);
+  int64_t heads_local() const { return heads / tp.size; }
+  int64_t kv_heads_local() const { return kv_heads / tp.size; }
+  int64_t ffn_local() const { return ffn_hidden / tp.size; }
+  int64_t vocab_local() const { return vocab_padded / tp.size; }
   const char* arch_name() const { return arch == Arch::llama ? "llama" : "gpt2"; }
   bool has_bias() const { return arch == Arch::gpt2; }
   int64_t param_count() const;  // including padding rows

@@ -1,22 +1,42 @@
 #include "model/embedding.hpp"
 
 #include "kernels/kernels.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace tessera {
+namespace {
+enum ScratchId { kPartial = 20, kSum, kFull = 22 };
+}
 
 Embedding::Embedding(ParamStore& store, const ModelConfig& cfg) : cfg_(cfg) {
+  // Vocabulary-parallel: each tensor-parallel rank holds a block of rows of the table.
   tok_ = &store.add("embed.tok.weight", Shape{cfg.vocab_padded, cfg.d_model},
-                    {ParamInit::normal, cfg.init_std, cfg.vocab}, false);
+                    {ParamInit::normal, cfg.init_std, cfg.vocab}, false,
+                    cfg.tp.size > 1 ? TpSplit{0, cfg.tp.size, cfg.tp.rank} : TpSplit{});
   if (cfg.arch == Arch::gpt2)
     pos_ = &store.add("embed.pos.weight", Shape{cfg.seq_len, cfg.d_model},
                       {ParamInit::normal, cfg.init_std}, false);
 }
 
 const float* Embedding::forward(StepContext& ctx, const int32_t* ids) {
-  const int64_t T = cfg_.seq_len, N = ctx.batch * T, C = cfg_.d_model;
+  const int64_t T = cfg_.seq_len, N = ctx.batch * T, C = cfg_.d_model, R = tp::rows(ctx, N);
   Saved& s = slots_.at(ctx.slot);
-  if (s.x.numel() != N * C) s.x = Buffer(ctx.alloc, Shape{N, C}, DType::f32, Charge::activations);
+  if (s.x.numel() != R * C) s.x = Buffer(ctx.alloc, Shape{R, C}, DType::f32, Charge::activations);
   s.ids = ids;
+  if (tp::size(ctx) > 1) {
+    // Each rank looks up the ids in its rows; the sum over ranks is the whole lookup.
+    const int64_t rows = cfg_.vocab_local();
+    float* partial = ctx.scratch.get(kPartial, N * C);
+    kernels::embedding_forward_range(ids, tok_->value.f32(), partial, N, C, cfg_.tp.rank * rows,
+                                     rows);
+    tp::reduce_into(ctx, partial, s.x.f32(), ctx.scratch.get(kSum, R * C), N, C, false);
+    if (pos_) {
+      const int64_t first = tp::first_row(ctx, N);
+      for (int64_t i = 0; i < R; ++i)
+        kernels::add_inplace(s.x.f32() + i * C, pos_->value.f32() + (first + i) % T * C, C);
+    }
+    return s.x.f32();
+  }
   kernels::embedding_forward(ids, tok_->value.f32(), s.x.f32(), N, C);
   if (pos_)
     for (int64_t b = 0; b < ctx.batch; ++b)
@@ -27,7 +47,13 @@ const float* Embedding::forward(StepContext& ctx, const int32_t* ids) {
 void Embedding::backward(StepContext& ctx, const float* dx) {
   const int64_t T = cfg_.seq_len, N = ctx.batch * T, C = cfg_.d_model;
   Saved& s = slots_.at(ctx.slot);
-  kernels::embedding_backward(s.ids, dx, tok_->grad.f32(), N, C);
+  if (tp::size(ctx) > 1) {
+    dx = tp::gather(ctx, dx, ctx.scratch.get(kFull, tp::sequence_parallel(ctx) ? N * C : 1), N, C);
+    const int64_t rows = cfg_.vocab_local();
+    kernels::embedding_backward_range(s.ids, dx, tok_->grad.f32(), N, C, cfg_.tp.rank * rows, rows);
+  } else {
+    kernels::embedding_backward(s.ids, dx, tok_->grad.f32(), N, C);
+  }
   if (pos_)
     for (int64_t b = 0; b < ctx.batch; ++b)
       kernels::add_inplace(pos_->grad.f32(), dx + b * T * C, T * C);

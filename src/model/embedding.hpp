@@ -11,7 +11,8 @@ class Embedding {
  public:
   Embedding(ParamStore& store, const ModelConfig& cfg);
 
-  // ids[B*T] -> x[B*T, C] (slot-owned). ids must stay valid until backward.
+  // ids[B*T] -> x[rows, C] (slot-owned; the rows of the residual stream this rank holds,
+  // tp::rows). ids must stay valid until backward.
   const float* forward(StepContext& ctx, const int32_t* ids);
   void backward(StepContext& ctx, const float* dx);
   Param& token_table() { return *tok_; }

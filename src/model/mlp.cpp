@@ -3,10 +3,11 @@
 #include <cmath>
 
 #include "kernels/kernels.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace tessera {
 namespace {
-enum ScratchId { kDAct = 4, kDGate, kDUp };
+enum ScratchId { kDAct = 4, kDGate, kDUp, kPartial = 20, kSum };
 }
 
 Mlp::Mlp(ParamStore& store, const std::string& name, const ModelConfig& cfg)
@@ -14,13 +15,16 @@ Mlp::Mlp(ParamStore& store, const std::string& name, const ModelConfig& cfg)
   const int64_t C = cfg.d_model, F = cfg.ffn_hidden;
   const bool bias = cfg.has_bias();
   const float resid_std = cfg.init_std / std::sqrt(2.0f * float(cfg.layers));
-  if (swiglu_) gate_ = Linear(store, name + ".gate", C, F, bias, cfg.init_std);
-  up_ = Linear(store, name + ".up", C, F, bias, cfg.init_std);
-  down_ = Linear(store, name + ".down", F, C, bias, resid_std);
+  // The hidden width is split over tensor-parallel ranks: gate and up by output rows, down
+  // by input columns.
+  const int64_t t = cfg.tp.size, r = cfg.tp.rank;
+  if (swiglu_) gate_ = Linear(store, name + ".gate", C, F, bias, cfg.init_std, Split::column, t, r);
+  up_ = Linear(store, name + ".up", C, F, bias, cfg.init_std, Split::column, t, r);
+  down_ = Linear(store, name + ".down", F, C, bias, resid_std, Split::row, t, r);
 }
 
 void Mlp::forward(StepContext& ctx, const float* x, float* y) {
-  const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_hidden;
+  const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_local(), C = cfg_.d_model;
   Saved& s = slots_.at(ctx.slot);
   if (s.up.numel() != N * F) {
     if (swiglu_) s.gate = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
@@ -34,11 +38,16 @@ void Mlp::forward(StepContext& ctx, const float* x, float* y) {
   } else {
     kernels::gelu_forward(s.up.f32(), s.act.f32(), N * F);
   }
-  down_.forward(s.act.f32(), y, N, /*accumulate=*/true);
+  if (tp::size(ctx) == 1) return down_.forward(s.act.f32(), y, N, /*accumulate=*/true);
+  float* partial = ctx.scratch.get(kPartial, N * C);
+  down_.forward(s.act.f32(), partial, N);
+  tp::reduce_into(ctx, partial, y, ctx.scratch.get(kSum, tp::rows(ctx, N) * C), N, C, true);
+  down_.add_bias(y, tp::rows(ctx, N));
 }
 
 void Mlp::backward(StepContext& ctx, const float* x, const float* dy, float* dx) {
-  const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_hidden;
+  const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_local(), C = cfg_.d_model;
+  float* dxp = tp::sequence_parallel(ctx) ? ctx.scratch.get(kPartial, N * C) : dx;
   Saved& s = slots_.at(ctx.slot);
   float* d_act = ctx.scratch.get(kDAct, N * F);
   float* d_up = ctx.scratch.get(kDUp, N * F);
@@ -46,12 +55,13 @@ void Mlp::backward(StepContext& ctx, const float* x, const float* dy, float* dx)
   if (swiglu_) {
     float* d_gate = ctx.scratch.get(kDGate, N * F);
     kernels::swiglu_backward(d_act, s.gate.f32(), s.up.f32(), d_gate, d_up, N * F);
-    gate_.backward(x, d_gate, dx, N);
-    up_.backward(x, d_up, dx, N, /*accumulate_dx=*/true);
+    gate_.backward(x, d_gate, dxp, N);
+    up_.backward(x, d_up, dxp, N, /*accumulate_dx=*/true);
   } else {
     kernels::gelu_backward(d_act, s.up.f32(), d_up, N * F);
-    up_.backward(x, d_up, dx, N);
+    up_.backward(x, d_up, dxp, N);
   }
+  tp::reduce_grad(ctx, dxp, dx, N, C);  // the input gradient sums over the ranks' slices
 }
 
 }  // namespace tessera

@@ -13,9 +13,10 @@ class Mlp {
  public:
   Mlp(ParamStore& store, const std::string& name, const ModelConfig& cfg);
 
-  // y[N,C] += down(act(x)); x is kept by the caller until backward.
+  // y[rows,C] += down(act(x)) for x[N,C] (kept by the caller until backward); rows as in
+  // Attention::forward.
   void forward(StepContext& ctx, const float* x, float* y);
-  // dx[N,C] overwritten; parameter gradients accumulated.
+  // dx[rows,C] overwritten for dy[N,C]; parameter gradients accumulated.
   void backward(StepContext& ctx, const float* x, const float* dy, float* dx);
 
  private:

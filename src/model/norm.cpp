@@ -4,10 +4,15 @@
 
 namespace tessera {
 
-Norm::Norm(ParamStore& store, const std::string& name, int64_t C, bool layernorm, float eps)
+Norm::Norm(ParamStore& store, const std::string& name, int64_t C, bool layernorm, float eps,
+           bool token_sharded)
     : C_(C), eps_(eps) {
   w_ = &store.add(name + ".weight", Shape{C}, {ParamInit::ones}, false);
-  if (layernorm) b_ = &store.add(name + ".bias", Shape{C}, {ParamInit::zeros}, false);
+  w_->tp_partial_grad = token_sharded;
+  if (layernorm) {
+    b_ = &store.add(name + ".bias", Shape{C}, {ParamInit::zeros}, false);
+    b_->tp_partial_grad = token_sharded;
+  }
 }
 
 void Norm::forward(const float* x, float* y, float* mean, float* rstd, int64_t N) const {

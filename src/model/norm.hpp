@@ -11,7 +11,10 @@ namespace tessera {
 class Norm {
  public:
   Norm() = default;
-  Norm(ParamStore& store, const std::string& name, int64_t C, bool layernorm, float eps);
+  // token_sharded: the norm sees only this rank's tokens (sequence parallelism), so its
+  // parameters' gradients are partial sums over the tensor-parallel ranks.
+  Norm(ParamStore& store, const std::string& name, int64_t C, bool layernorm, float eps,
+       bool token_sharded = false);
 
   // mean is unused (may be null) for RMSNorm.
   void forward(const float* x, float* y, float* mean, float* rstd, int64_t N) const;

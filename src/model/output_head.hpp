@@ -15,15 +15,18 @@ class OutputHead {
   // tied: the output weight is the token embedding table.
   OutputHead(ParamStore& store, const ModelConfig& cfg, Param* tied);
 
-  // Returns the sum over tokens of -log p(target). In training also accumulates the output
-  // weight's gradient (scaled by ctx.loss_scale) and saves what backward needs.
+  // x[rows, C] (tp::rows), targets[N]. Returns the sum over all N tokens of
+  // -log p(target). In training also accumulates the output weight's gradient (scaled by
+  // ctx.loss_scale) and saves what backward needs.
   double forward(StepContext& ctx, const float* x, const int32_t* targets);
-  // dx[N,C] overwritten: the gradient reaching the last block's output.
+  // dx[rows,C] overwritten: the gradient reaching the last block's output.
   void backward(StepContext& ctx, float* dx);
   // logits[N, V] of the unpadded vocabulary (forward only, nothing saved).
   void logits(StepContext& ctx, const float* x, float* out);
 
  private:
+  void parallel_cross_entropy(StepContext& ctx, float* logits, const int32_t* targets,
+                              float* losses, int64_t N);
   struct Saved {
     const float* x = nullptr;
     Buffer mean, rstd, dxn;

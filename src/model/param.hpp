@@ -31,6 +31,9 @@ struct Param {
   Shape global;  // the whole tensor, as checkpoints hold it
   Shape local;   // this rank's block (global unless split)
   TpSplit tp;
+  // Its gradient is a partial sum over the tensor-parallel ranks (a norm's weight under
+  // sequence parallelism sees only this rank's tokens) and is all-reduced over them.
+  bool tp_partial_grad = false;
   ParamInit init;
   bool decay = false;
   int64_t offset = 0;  // into the store's flat buffers

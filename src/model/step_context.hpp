@@ -47,6 +47,9 @@ struct StepContext {
   float loss_scale = 1.0f; // d(total loss)/d(summed token losses): 1 / tokens per global batch
   GradBuckets* grads = nullptr;  // told when parameters' gradients are final (data parallel)
   PartHooks* hooks = nullptr;    // told around each part's passes (ZeRO-2/3)
+  // Sum the gradients that are partial over tensor-parallel ranks (sequence-parallel norms)
+  // at the end of each part's backward: on the micro-batch whose gradients are reduced next.
+  bool reduce_partial_grads = true;
 };
 
 // Per-slot saved state of one layer: slot i is created on first use and then reused, so the

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "model/tensor_parallel.hpp"
 #include "parallel/dp/grad_buckets.hpp"
 
 namespace tessera {
@@ -11,6 +12,7 @@ enum ScratchId { kGradA = 14, kGradB };
 
 Transformer::Transformer(const ModelConfig& cfg, ParamStore& store)
     : cfg_(cfg),
+      store_(store),
       embed_(store, cfg_),
       blocks_([&] {
         std::vector<std::unique_ptr<Block>> b;
@@ -54,6 +56,10 @@ template <class Fn>
 auto Transformer::around(StepContext& ctx, int part, Pass pass, Fn&& fn) {
   if (ctx.hooks) ctx.hooks->begin(part, pass, ctx.training);
   auto result = fn();
+  if (pass == Pass::backward && ctx.reduce_partial_grads && ctx.par.tp.size() > 1)
+    for (int i = ranges_[size_t(part)].first; i < ranges_[size_t(part)].second; ++i)
+      if (Param& p = store_.param(i); p.tp_partial_grad)
+        ctx.par.tp.all_reduce(p.grad.f32(), p.local.numel());
   if (ctx.hooks) ctx.hooks->end(part, pass, ctx.training);
   if (pass == Pass::backward) grads_ready(ctx, part);
   return result;
@@ -72,7 +78,7 @@ double Transformer::forward(StepContext& ctx, const int32_t* ids, const int32_t*
 }
 
 void Transformer::backward(StepContext& ctx) {
-  const int64_t n = ctx.batch * cfg_.seq_len * cfg_.d_model;
+  const int64_t n = tp::rows(ctx, ctx.batch * cfg_.seq_len) * cfg_.d_model;
   float* grad = ctx.scratch.get(kGradA, n);
   float* next = ctx.scratch.get(kGradB, n);
   around(ctx, head_part(), Pass::backward, [&] { return (head_.backward(ctx, grad), 0); });

@@ -45,6 +45,7 @@ class Transformer {
   auto around(StepContext& ctx, int part, Pass pass, Fn&& fn);
 
   ModelConfig cfg_;
+  ParamStore& store_;
   std::vector<std::pair<int, int>> ranges_;  // [0] embedding, [1..L] blocks, [L+1] head
   Embedding embed_;
   std::vector<std::unique_ptr<Block>> blocks_;

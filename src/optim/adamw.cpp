@@ -44,6 +44,20 @@ void AdamW::step(double lr, int64_t step, float* values, Index index, const floa
   }
 }
 
+GradSquares grad_squares(ParamStore& store, const std::vector<ShardSegment>& segments,
+                         const float* grads) {
+  GradSquares sq;
+  for (Param* p : store.params())
+    for (const ShardSegment& s : segments) {
+      const int64_t a = std::max(s.global, p->offset);
+      const int64_t b = std::min(s.global + s.n, p->offset + p->local.numel());
+      if (a >= b) continue;
+      (p->tp.split() ? sq.split : sq.replicated) +=
+          kernels::sum_squares(grads + s.local + (a - s.global), b - a);
+    }
+  return sq;
+}
+
 float clip_factor(double norm, double clip) {
   if (clip <= 0) return 1.0f;
   const double coef = clip / (norm + 1e-6);

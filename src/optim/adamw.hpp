@@ -33,6 +33,7 @@ class AdamW {
             float grad_scale = 1.0f);
   bool decays(const Param& p) const;
 
+  const std::vector<ShardSegment>& segments() const { return segments_; }
   // Moments, indexed locally.
   float* m() const { return m_.f32(); }
   float* v() const { return v_.f32(); }
@@ -44,6 +45,15 @@ class AdamW {
   std::vector<ShardSegment> segments_;
   Buffer m_, v_;
 };
+
+// Sum of squares of the gradients the segments hold (indexed locally), split into those of
+// parameters split over tensor-parallel ranks (to be summed over them) and of parameters
+// every tensor-parallel rank holds whole (counted once).
+struct GradSquares {
+  double split = 0, replicated = 0;
+};
+GradSquares grad_squares(ParamStore& store, const std::vector<ShardSegment>& segments,
+                         const float* grads);
 
 // The factor that brings the gradient norm down to clip (torch.nn.utils.clip_grad_norm_'s
 // rule: clip / (norm + 1e-6) when that is below 1); 1 when clip <= 0.

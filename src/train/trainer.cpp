@@ -27,7 +27,7 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
       cfg_(ModelConfig::from_deck(deck)),
       geo_(BatchGeometry::from_deck(deck, grid.dp().size())),
       grid_(grid),
-      par_{grid.dp()},
+      par_{grid.dp(), grid.group(Group::tp), deck.boolean("parallel.sequence_parallel")},
       scratch_(alloc_),
       seed_(uint64_t(deck.integer("train.seed"))),
       steps_(deck.integer("train.steps")),
@@ -41,6 +41,7 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
                   "train.eval_every = ", eval_every_, " but the validation split of '",
                   deck.str("data.path"), "' is empty; raise data.val_fraction or set "
                   "train.eval_every = 0");
+  split_tensor_parallel(deck);
   model_ = std::make_unique<Transformer>(cfg_, store_);
   const int stage = int(deck.integer("parallel.zero"));
   int64_t shard_group = deck.integer("parallel.shard_group");
@@ -76,6 +77,33 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
   tokens_ = Buffer(alloc_, Shape{B, T + 1}, DType::i32, Charge::workspace);
   inputs_ = Buffer(alloc_, Shape{B, T}, DType::i32, Charge::workspace);
   targets_ = Buffer(alloc_, Shape{B, T}, DType::i32, Charge::workspace);
+}
+
+void Trainer::split_tensor_parallel(const Deck& deck) {
+  Communicator& tp = grid_.group(Group::tp);
+  const bool sp = deck.boolean("parallel.sequence_parallel");
+  cfg_.split({tp.size(), tp.rank(), sp});
+  if (tp.size() == 1) return;
+  const int64_t tokens = geo_.micro_batch * cfg_.seq_len;
+  TESSERA_REQUIRE(!sp || tokens % tp.size() == 0, "parallel.sequence_parallel shards the ",
+                  tokens, " tokens of a micro-batch (train.micro_batch x model.seq_len) over "
+                  "parallel.tp = ", tp.size(), " ranks, which does not divide them");
+  // A tensor-parallel group across nodes puts 4 all-reduces of every layer's activations
+  // (2 forward, 2 backward) on the inter-node network (seed 002, case A).
+  double nodes[2] = {-double(grid_.node()), double(grid_.node())};  // -min, max
+  tp.all_reduce(nodes, 2, ReduceOp::max);
+  double spans = -nodes[0] != nodes[1] ? 1.0 : 0.0;
+  grid_.world().all_reduce(&spans, 1, ReduceOp::max);
+  if (spans > 0 && grid_.world().rank() == 0) {
+    const double bytes = 4.0 * double(cfg_.layers) * 2.0 * double(tp.size() - 1) /
+                         double(tp.size()) * double(tokens * cfg_.d_model) * 4.0 *
+                         double(geo_.accum);
+    std::printf("warning: a tensor-parallel group spans nodes: each rank sends about %.3g MB "
+                "per step in tensor-parallel all-reduces (4 per layer of %lld x %lld floats) "
+                "over the inter-node network, typically several times slower than within a "
+                "node; keep parallel.tp within a node (order tp first, tp <= ranks per node)\n",
+                bytes / 1e6, (long long)tokens, (long long)cfg_.d_model);
+  }
 }
 
 StepContext Trainer::context(bool training) {
@@ -145,18 +173,20 @@ StepResult Trainer::step(int64_t s) {
     timer_.enter(Phase::backward);
     if (zero_) zero_->arm(m == geo_.accum - 1);
     else buckets_->arm(m == geo_.accum - 1);
+    // Partial (sequence-parallel) gradients are summed over tensor-parallel ranks just before
+    // their data-parallel reduction: every micro-batch for ZeRO-2/3, else the last.
+    ctx.reduce_partial_grads = m == geo_.accum - 1 || zero_stage() >= 2;
     model_->backward(ctx);
   }
   timer_.enter(Phase::grad_sync);
   const float* grads = store_.grads();
-  double squares = 0;
-  if (!zero_) {
-    buckets_->finish();
-    squares = kernels::sum_squares(grads, store_.numel());
-  } else {  // each rank receives the summed gradients of its shard
-    grads = zero_->reduce_gradients();
-    squares = zero_->sum_squares();
-  }
+  if (!zero_) buckets_->finish();
+  else grads = zero_->reduce_gradients();  // each rank receives the summed gradients of its shard
+  // The global norm: tensor-parallel blocks summed over tp, ZeRO pieces over the shard group.
+  GradSquares sq = grad_squares(store_, optim_->segments(), grads);
+  grid_.group(Group::tp).all_reduce(&sq.split, 1);
+  double squares = sq.split + sq.replicated;
+  if (zero_) zero_->shard_comm().all_reduce(&squares, 1);
   grid_.dp().all_reduce(&loss_sum, 1);
   timer_.enter(Phase::optimizer);
   StepResult r;

@@ -75,6 +75,9 @@ class Trainer {
   // Fills tokens_ row by row (sample_row(b, row) writes seq_len + 1 tokens) and splits them
   // into inputs_ and targets_.
   void load_micro_batch(const std::function<void(int64_t, int32_t*)>& sample_row);
+  // Splits cfg_ over the tensor-parallel group (checks divisibility, warns when the group
+  // spans nodes).
+  void split_tensor_parallel(const Deck& deck);
 
   const Deck& deck_;
   ModelConfig cfg_;

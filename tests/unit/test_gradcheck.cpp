@@ -208,7 +208,7 @@ class GradCheck : public ::testing::Test {
 
   Allocator alloc_;
   Communicator comm_{MPI_COMM_SELF, "self"};
-  ParallelContext par_{comm_};
+  ParallelContext par_{comm_, comm_};
   Scratch scratch_{alloc_};
 };
 

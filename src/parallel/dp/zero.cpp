@@ -223,12 +223,6 @@ float* Zero::reduce_gradients() {
   return grad_shard_.f32();
 }
 
-double Zero::sum_squares() {
-  double s = kernels::sum_squares(grad_shard_.f32(), local_size_);
-  shard_comm_.all_reduce(&s, 1);
-  return s;
-}
-
 void Zero::gather_values() {
   if (stage_ == 3) return;  // the shard is the only copy; forward gathers it
   for (size_t q = 0; q < parts_.size(); ++q) {

@@ -79,8 +79,6 @@ class Zero : public PartHooks {
   void arm(bool last_microbatch) { armed_ = last_microbatch && overlap_; }
   // After the last micro-batch's backward: this rank's summed gradients, indexed locally.
   float* reduce_gradients();
-  // Sum of squares of the whole gradient (over every shard).
-  double sum_squares();
   // After the optimizer: stages 1-2 all-gather the updated pieces into the full buffer.
   void gather_values();
 
