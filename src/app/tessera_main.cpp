@@ -36,7 +36,8 @@ tessera::ProcessGrid make_grid(const tessera::Deck& deck) {
   d.ep = int(deck.integer("parallel.ep"));
   d.dp = int(deck.integer("parallel.dp"));
   d.pp = int(deck.integer("parallel.pp"));
-  return tessera::ProcessGrid(MPI_COMM_WORLD, d, deck.str("parallel.order"));
+  return tessera::ProcessGrid(MPI_COMM_WORLD, d, deck.str("parallel.order"),
+                              int(deck.integer("hardware.ranks_per_node")));
 }
 
 // Dimensions with a group but no layer yet: a degree above 1 stops the run (after the

@@ -1,5 +1,6 @@
 #include "comm/process_grid.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -15,8 +16,10 @@ GridLayout make_layout(MPI_Comm world, GridDegrees d, const std::string& order) 
 
 }  // namespace
 
-ProcessGrid::ProcessGrid(MPI_Comm world, GridDegrees degrees, const std::string& order)
-    : world_(world, "world"), layout_(make_layout(world, degrees, order)) {
+ProcessGrid::ProcessGrid(MPI_Comm world, GridDegrees degrees, const std::string& order,
+                         int ranks_per_node)
+    : world_(world, "world"), layout_(make_layout(world, degrees, order)),
+      emulated_nodes_(ranks_per_node > 0) {
   const int me = world_.rank();
   const GridLayout::Coord c = layout_.coord(me);
   for (Group g : kAllGroups) {
@@ -28,11 +31,14 @@ ProcessGrid::ProcessGrid(MPI_Comm world, GridDegrees degrees, const std::string&
   }
 
   // Nodes: ranks sharing memory; a node's id is the smallest world rank on it.
-  MPI_Comm shared;
-  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &shared);
-  int leader = me;
-  MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, shared);
-  MPI_Comm_free(&shared);
+  int leader = me / std::max(ranks_per_node, 1) * ranks_per_node;
+  if (!emulated_nodes_) {
+    MPI_Comm shared;
+    MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &shared);
+    leader = me;
+    MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, shared);
+    MPI_Comm_free(&shared);
+  }
   node_of_rank_.assign(size_t(world_.size()), 0);
   MPI_Allgather(&leader, 1, MPI_INT, node_of_rank_.data(), 1, MPI_INT, world);
   std::vector<int> id(size_t(world_.size()), -1);  // renumber leaders 0..nodes-1
@@ -45,7 +51,8 @@ ProcessGrid::ProcessGrid(MPI_Comm world, GridDegrees degrees, const std::string&
 
 std::string ProcessGrid::describe() const {
   std::ostringstream os;
-  os << "layout: " << layout_.describe() << " on " << nodes_ << " node(s)";
+  os << "layout: " << layout_.describe() << " on " << nodes_ << " node(s)"
+     << (emulated_nodes_ ? " (emulated: hardware.ranks_per_node)" : "");
   constexpr size_t kShown = 8;  // groups listed per kind; the rest are summarised
   for (Group g : kAllGroups) {
     const auto groups = layout_.all_groups(g);

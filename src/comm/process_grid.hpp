@@ -15,8 +15,11 @@ namespace tessera {
 class ProcessGrid {
  public:
   // degrees.dp = 0 means auto: world / (tp * cp * pp).
+  // ranks_per_node > 0 treats each ranks_per_node consecutive world ranks as one node
+  // instead of asking MPI which ranks share memory (to see on one machine how a layout
+  // would map onto nodes).
   ProcessGrid(MPI_Comm world, GridDegrees degrees = {1, 1, 1, 0, 1},
-              const std::string& order = GridLayout::kDefaultOrder);
+              const std::string& order = GridLayout::kDefaultOrder, int ranks_per_node = 0);
 
   Communicator& world() { return world_; }
   Communicator& group(Group g) { return groups_[size_t(g)]; }
@@ -38,6 +41,7 @@ class ProcessGrid {
   std::array<Communicator, kAllGroups.size()> groups_;
   std::vector<int> node_of_rank_;
   int nodes_ = 1;
+  bool emulated_nodes_ = false;
 };
 
 // What a layer needs to know about parallelism: its groups. Passed explicitly, never global.

@@ -135,6 +135,10 @@ std::vector<KeySpec> build_schema() {
               "backward as soon as its gradients are final; false reduces after backward."),
       // [hardware]
       choice("hardware", "device", "cpu", {"cpu"}, "Compute device of each rank."),
+      integer("hardware", "ranks_per_node", "0", 0, 1 << 20,
+              "0 finds the nodes (ranks sharing memory); k > 0 treats every k consecutive ranks "
+              "as one node, to see on one machine how a layout maps onto nodes (the layout log, "
+              "the tensor-parallel-across-nodes warning)."),
       integer("hardware", "threads", "0", 0, 4096,
               "OpenMP/GEMM threads per rank; 0 keeps OMP_NUM_THREADS or the runtime default."),
       real("hardware", "peak_flops", "0", 0, kInf,
