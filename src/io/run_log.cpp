@@ -155,6 +155,8 @@ void RunLog::write_memory_json(const double* peak, const double* live) const {
       << ",\n  \"shard_ranks\": " << trainer_.shard_ranks()
       << ",\n  \"parameters\": " << trainer_.params().elements()
       << ",\n  \"parameters_padded\": " << trainer_.params().numel()
+      << ",\n  \"activations_formula\": "
+      << activation_bytes(trainer_.config(), trainer_.batch().micro_batch)
       << ",\n  \"live\": " << table(live) << ",\n  \"peak\": " << table(peak) << "\n}\n";
 }
 

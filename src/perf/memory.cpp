@@ -22,4 +22,28 @@ const char* zero_formula(int stage, Precision precision) {
   return (precision == Precision::fp32 ? fp32 : mixed)[stage];
 }
 
+double activation_bytes_per_block(const ModelConfig& cfg, int64_t batch) {
+  const double t = double(cfg.tp.size), N = double(batch * cfg.seq_len), C = double(cfg.d_model);
+  const double R = cfg.tp.sequence_parallel && cfg.tp.size > 1 ? N / t : N;
+  const bool layernorm = cfg.arch == Arch::gpt2;
+  double e = 4 * R * C + (layernorm ? 4 : 2) * R;
+  e += (2 * double(cfg.heads) + 2 * double(cfg.kv_heads)) / t * double(cfg.head_dim) * N;
+  e += double(batch) * double(cfg.heads) / t * double(cfg.seq_len);
+  e += (cfg.arch == Arch::llama ? 3 : 2) * double(cfg.ffn_hidden) / t * N;
+  return 4 * e;
+}
+
+double activation_bytes(const ModelConfig& cfg, int64_t batch) {
+  const double t = double(cfg.tp.size), N = double(batch * cfg.seq_len), C = double(cfg.d_model);
+  const double R = cfg.tp.sequence_parallel && cfg.tp.size > 1 ? N / t : N;
+  const double outside = R * C + (cfg.arch == Arch::gpt2 ? 2 : 1) * R + R * C;
+  return double(cfg.layers) * activation_bytes_per_block(cfg, batch) + 4 * outside;
+}
+
+double korthikanti_layer_bytes(double s, double b, double h, double a, double t,
+                               bool sequence_parallel) {
+  if (sequence_parallel) return s * b * h / t * (34 + 5 * a * s / h);
+  return s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
+}
+
 }  // namespace tessera

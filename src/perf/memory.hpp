@@ -15,6 +15,10 @@
 // copy of the state is sharded over (the HSDP shard group, else the data-parallel degree).
 #pragma once
 
+#include <cstdint>
+
+#include "model/config.hpp"
+
 namespace tessera {
 
 enum class Precision { fp32, mixed };
@@ -27,5 +31,25 @@ struct ModelStateBytes {
 ModelStateBytes zero_model_state(int stage, double psi, double n, Precision precision);
 // "16Psi/N", "8Psi + 12Psi/N", ... for stage and precision.
 const char* zero_formula(int stage, Precision precision);
+
+// Activations tessera keeps per rank for one micro-batch of `batch` sequences in flight, in
+// bytes (fp32), exactly as its layers allocate them (cfg.tp gives the tensor-parallel split;
+// R = rows of the residual stream: B*T, or B*T/t with sequence parallelism):
+//   per block: norm outputs, residual copies and block output 4*R*C, norm statistics 2*R
+//     (LayerNorm 4*R); q, k, v and the attention output (2*Hq + 2*Hkv)/t * D * B*T, the
+//     softmax log-sum-exp B*Hq/t*T (flash-style: no T x T scores); MLP 3*F/t*B*T (SwiGLU:
+//     gate, up, product) or 2*F/t*B*T (GELU: input, output)
+//   embedding output R*C; head: norm statistics R (LayerNorm 2R) and its input gradient R*C.
+double activation_bytes(const ModelConfig& cfg, int64_t batch);
+double activation_bytes_per_block(const ModelConfig& cfg, int64_t batch);
+
+// Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
+// Models"), activation bytes per transformer layer for fp16 training with dropout, attention
+// scores kept (s = sequence, b = micro-batch, h = hidden, a = heads, t = tensor-parallel):
+//   no parallelism     s*b*h*(34 + 5*a*s/h)
+//   tensor parallel    s*b*h*(10 + 24/t + 5*a*s/(h*t))
+//   + sequence parallel s*b*h/t*(34 + 5*a*s/h)
+double korthikanti_layer_bytes(double s, double b, double h, double a, double t,
+                               bool sequence_parallel);
 
 }  // namespace tessera
