@@ -1,0 +1,78 @@
+#include "perf/activation_memory.hpp"
+
+#include <algorithm>
+
+#include "perf/compute_model.hpp"
+
+namespace tessera {
+
+LayerActivations layer_activations(const Workload& w, const Layout& l, bool moe_layer) {
+  const ModelConfig& c = w.cfg;
+  const double a = activation_element_bytes(l);
+  const double t = l.tp;
+  const double T = double(l.micro_batch) * double(c.seq_len) / l.cp;
+  const double C = double(c.d_model);
+  const double q = double(c.heads * c.head_dim) / t;
+  const double k = double(std::max<int64_t>(1, c.kv_heads / l.tp) * c.head_dim);
+  const bool gated = c.arch == Arch::llama;
+  double mlp_hidden = double(c.ffn_hidden);
+  if (moe_layer) mlp_hidden = double(w.moe.top_k) * double(w.moe.expert_ffn ? w.moe.expert_ffn : c.ffn_hidden);
+  LayerActivations r;
+  r.replicated = a * T * C * 4 + (w.dropout ? T * C * 2 : 0);
+  if (moe_layer) r.replicated += a * T * C * w.moe.top_k;  // tokens as dispatched to experts
+  r.split = a * T * (q + 2 * k) + a * T * q + a * T * mlp_hidden / t * (gated ? 3 : 2);
+  const double rows = double(l.micro_batch) * double(c.heads) / t * double(c.seq_len) / l.cp;
+  if (w.flash_attention)
+    r.split += 4 * rows;  // log-sum-exp per query row
+  else
+    r.scores = rows * double(c.seq_len) * (w.dropout ? 2 * a + 1 : a);
+  r.input = a * T * C;
+  if (l.seq_parallel) r.replicated /= t, r.input /= t;
+  return r;
+}
+
+double saved_bytes_per_layer(const LayerActivations& a, Recompute r) {
+  switch (r) {
+    case Recompute::none: return a.total();
+    case Recompute::selective: return a.replicated + a.split;
+    case Recompute::full: return a.input;
+  }
+  return a.total();
+}
+
+double inflight_layer_equivalents(const Layout& l, int64_t layers, int64_t m) {
+  const double L = double(layers), p = l.pp;
+  if (l.pp == 1) return L;
+  if (l.schedule == PipeSchedule::gpipe) return L / p * double(m);
+  const double in_flight = std::min<double>(p, double(m));
+  if (l.vpp == 1) return L / p * in_flight;
+  return L / p * in_flight * (1 + (p - 1) / (p * l.vpp));
+}
+
+double tessera_activation_bytes(const ModelConfig& c, int64_t micro_batch) {
+  const double N = double(micro_batch) * double(c.seq_len), C = double(c.d_model);
+  const double F = double(c.ffn_hidden);
+  const double qd = double(c.heads * c.head_dim), kvd = double(c.kv_heads * c.head_dim);
+  const bool ln = c.arch == Arch::gpt2;  // LayerNorm keeps the mean as well
+  double block = 4 * N * C + 2 * N + (ln ? 2 * N : 0);  // n1, h, n2, out; rstd (and mean)
+  block += 2 * N * qd + 2 * N * kvd + N * double(c.heads);  // q, k, v, att; lse rows
+  block += N * F * (c.arch == Arch::llama ? 3 : 2);         // gate, up, act (gpt2: up, act)
+  const double embed = N * C;
+  const double head = N + (ln ? N : 0) + N * C;  // rstd (mean), dxn
+  return 4 * (double(c.layers) * block + embed + head);
+}
+
+double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch) {
+  const double B = double(micro_batch), N = B * double(c.seq_len), C = double(c.d_model);
+  const double F = double(c.ffn_hidden);
+  const double qd = double(c.heads * c.head_dim), kvd = double(c.kv_heads * c.head_dim);
+  double scratch = 2 * N * qd + 2 * N * kvd;                  // d_att, dq, dk, dv
+  scratch += N * F * (c.arch == Arch::llama ? 3 : 2);         // d_act, d_up (, d_gate)
+  scratch += 2 * N * C + N * C;                               // d_norm, dh; xn
+  scratch += N * double(c.vocab_padded) + N;                  // logits, losses
+  scratch += 2 * N * C;                                       // the two gradient streams
+  const double tokens = B * double(c.seq_len + 1) + 2 * N;    // int32 tokens, inputs, targets
+  return 4 * (scratch + tokens);
+}
+
+}  // namespace tessera

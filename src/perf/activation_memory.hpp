@@ -1,0 +1,63 @@
+// Activation memory: what a layer saves for its backward, and how many micro-batches'
+// worth a pipeline stage holds at once.
+//
+// Per layer and micro-batch (Korthikanti et al. 2022, "Reducing Activation Recomputation in
+// Large Transformer Models", section 4, generalised to grouped-query attention, a gated MLP
+// and optional dropout). With a bytes per element, T = b s / cp tokens on this rank, C the
+// hidden size, q = heads x head_dim, k = kv_heads x head_dim (per TP rank at least one
+// head), F the MLP hidden size, t the TP degree:
+//   replicated over TP (divided by t with sequence parallelism):
+//     a T C x 4            inputs of the two norms and of the QKV and first MLP GEMMs
+//     T C x 2              two dropout masks (1 byte each), with dropout
+//   split over TP:
+//     a T (q + 2k) / t     Q, K, V
+//     a T q / t            attention output (input of the output projection)
+//     a T F x 2 / t        MLP: GeLU input and output (gated: 3, gate, up and product)
+//   attention scores, split over TP (absent with FlashAttention, which keeps only the
+//   log-sum-exp, 4 bytes per row):
+//     b (heads/t) (s/cp) s x (a + 1 + a)   softmax output, dropout mask, dropout output
+//                                          (without dropout only the softmax output, a)
+// For GPT-3 shapes (q = k = C, F = 4C, a = 2, dropout) this is Korthikanti's
+// s b h (34 + 5 a s / h) bytes; with TP, s b h (10 + 24/t + 5 a s/(h t)); with TP and SP,
+// s b h (34/t + 5 a s/(h t)).
+// Selective recompute drops the score terms; full recompute keeps only each layer's input
+// (a T C, /t with SP) and rebuilds one layer's activations at a time during backward.
+//
+// A stage holds L/p layers' activations for each micro-batch in flight (Korthikanti 4.2.3):
+// 1F1B: min(p, m) micro-batches on the first stage (p x L/p = L layers' worth); interleaved
+// 1F1B with v chunks: L (1 + (p-1)/(p v)); GPipe: all m; no pipeline: one.
+#pragma once
+
+#include <cstdint>
+
+#include "perf/layout.hpp"
+
+namespace tessera {
+
+struct LayerActivations {
+  double replicated = 0;  // bytes held on every TP rank (unless SP)
+  double split = 0;       // bytes already divided over TP
+  double scores = 0;      // attention scores/softmax (TP-split), zero with flash attention
+  double input = 0;       // the layer's input alone (what full recompute keeps)
+  double total() const { return replicated + split + scores; }
+};
+// Bytes one layer saves for one micro-batch on one rank, before recompute.
+LayerActivations layer_activations(const Workload& w, const Layout& l, bool moe_layer);
+// What stays saved per layer under the layout's recompute policy.
+double saved_bytes_per_layer(const LayerActivations& a, Recompute r);
+
+// Layers' worth of one micro-batch's activations the first pipeline stage holds at its peak
+// (see above); m micro-batches per step.
+double inflight_layer_equivalents(const Layout& l, int64_t layers, int64_t m);
+
+// tessera's own CPU implementation today (fp32, src/model/*): every buffer a forward
+// allocates per micro-batch slot, in bytes (block: two norm outputs, the residual stream
+// twice, norm statistics, Q, K, V, attention output, log-sum-exp rows, the MLP's hidden
+// tensors; embedding output; head: norm statistics and the gradient of its input).
+double tessera_activation_bytes(const ModelConfig& c, int64_t micro_batch);
+// The shared scratch of backward temporaries (largest request per scratch slot: gradients of
+// Q/K/V and attention output, of the MLP hidden tensors, of the norms and the residual
+// stream, the logits) plus the token buffers of one micro-batch.
+double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch);
+
+}  // namespace tessera

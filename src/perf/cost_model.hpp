@@ -1,0 +1,109 @@
+// The planner's cost model: memory per accelerator by category and step time by component
+// for one layout of one workload on one cluster. Each term is a named function in perf/
+// (compute_model, activation_memory, comm_model, memory); this file adds them up.
+//
+// Step time (per optimizer step; m micro-batches per model replica, p stages, v chunks):
+//   compute    m x (L/p x (forward + backward of a layer) + the head on the last stage)
+//   recompute  m x L/p x (the forward work recompute repeats)
+//   tp, cp, ep m x L/p x (the dimension's traffic per layer; CP only what exceeds the
+//              attention it overlaps)
+//   p2p        m x (the stage's send/recv per micro-batch)
+//   bubble     (p-1)/v x (one micro-batch's time on the slowest stage) (Narayanan et al.
+//              2021: bubble fraction (p-1)/(v m); seed 000's (p-1)/m for v = 1)
+//   dp         DP/ZeRO traffic less the part hidden behind backward (comm_model.hpp)
+//   optimizer  28 bytes moved per locally updated parameter at memory bandwidth (AdamW: read
+//              gradient, read and write weight, m and v)
+// Throughput: tokens/s = B s / step; model FLOPs per step = workload_flops_per_token x B s;
+// hardware FLOPs add the recomputed forward work; MFU and HFU divide by accelerators x peak x
+// step (seed 001's MFU definition); "TFLOP/s per accelerator" is hardware FLOPs / step /
+// accelerators, as Megatron-LM reports it.
+//
+// Memory per accelerator, for the first and the last pipeline stage, the larger reported:
+//   params, grads, optimizer   perf/memory.hpp's ZeRO formulas on the stage's parameters
+//                              per TP rank (Psi_r), N = ranks per shard group
+//   activations                activation_memory.hpp: saved bytes per layer x layers in flight
+//                              (+ embedding output on the first stage, logits in fp32 on the
+//                              last; + one layer rebuilt at a time under full recompute)
+//   comm                       send/recv buffers (PP, CP, EP), ZeRO-3's gathered layers
+//                              (current and prefetched), ZeRO-2/3's gradient staging (two
+//                              layers)
+//   workspace                  backward temporaries: two gradients of the widest activation
+//   reserved                   the cluster's reserved_gb (runtime context, fragmentation)
+//
+// Runtime tessera (the code in this repository, as it runs today: fp32, DP and ZeRO only)
+// uses tessera's own layer buffers instead (tessera_activation_bytes and friends), which the
+// plan_validate_tessera test compares with the allocator's high-water marks.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "perf/cluster.hpp"
+#include "perf/comm_model.hpp"
+#include "perf/layout.hpp"
+
+namespace tessera {
+
+enum class Runtime { megatron, tessera };
+const char* runtime_name(Runtime r);
+Runtime parse_runtime(const std::string& s);
+
+struct MemoryBreakdown {
+  double params = 0, grads = 0, optimizer = 0, activations = 0, comm = 0, workspace = 0;
+  double reserved = 0;
+  double total() const { return params + grads + optimizer + activations + comm + workspace + reserved; }
+};
+
+struct TimeBreakdown {
+  double compute = 0, recompute = 0;
+  double tp_comm = 0, cp_comm = 0, ep_comm = 0;
+  double pp_p2p = 0, pp_bubble = 0;
+  double dp_comm = 0, dp_hidden = 0;  // DP/ZeRO traffic, and the part of it hidden by overlap
+  double optimizer = 0;
+  // Of compute: forward and backward (for comparison with a run's phase timers).
+  double forward = 0, backward = 0;
+  double total() const {
+    return compute + recompute + tp_comm + cp_comm + ep_comm + pp_p2p + pp_bubble + dp_comm -
+           dp_hidden + optimizer;
+  }
+};
+
+struct Estimate {
+  Layout layout;
+  Runtime runtime = Runtime::megatron;
+  int64_t microbatches = 0;
+  MemoryBreakdown memory;  // the fuller of the first and last stage
+  double capacity = 0;     // bytes per accelerator
+  TimeBreakdown time;
+  double step_seconds = 0, tokens_per_second = 0;
+  double model_flops_per_step = 0, hardware_flops_per_step = 0;
+  double model_tflops = 0, hardware_tflops = 0;  // per accelerator
+  double mfu = 0, hfu = 0;
+  double bubble_fraction = 0;  // (p-1)/(v m)
+  double params_per_rank = 0;  // Psi_r of the stage reported
+  GroupLinks links;
+  std::vector<std::string> warnings;
+  bool fits() const { return memory.total() <= capacity; }
+};
+
+// Why the layout cannot run this workload on this cluster (divisibility, heads, layers,
+// batch, machine size, what the runtime implements); empty when it can.
+std::string layout_problem(const Workload& w, const Layout& l, const Cluster& c, Runtime rt,
+                           int accelerators);
+// The estimate (call only for a layout without a problem).
+Estimate estimate(const Workload& w, const Layout& l, const Cluster& c, Runtime rt);
+
+// Parameters per TP rank of the first and the last pipeline stage.
+struct StageParams {
+  double first = 0, last = 0;
+};
+StageParams stage_params(const Workload& w, const Layout& l);
+
+// tessera's parameter buffer as laid out (each tensor padded to 16 elements; with ZeRO each
+// part, the embedding, every block and the head, padded to 16 x shard ranks).
+double tessera_padded_params(const ModelConfig& c, int zero, int shard_ranks);
+// tessera's ZeRO communication buffers at their peak (see activation_memory.hpp's neighbours
+// in cost_model.cpp for the derivation).
+double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks);
+
+}  // namespace tessera

@@ -1,0 +1,66 @@
+// One parallel layout as the planner costs it, and the workload it runs: the model shape
+// (ModelConfig, from the same [model] section a training deck has), the global batch, and the
+// few facts about the kernels that change memory and time (flash attention, dropout, MoE).
+//
+// Text form (what --explain takes and reports print), comma- or space-separated key=value:
+//   dp=2 tp=8 pp=4 v=1 cp=1 ep=1 zero=1 hsdp=0 mb=1 sp=1 rc=selective prec=bf16 sched=1f1b
+// Omitted keys keep their defaults (all degrees 1, zero 0, mb 1, no SP, no recompute, bf16,
+// 1F1B); dp may be omitted when the accelerator count is known (it is what is left).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/config.hpp"
+#include "perf/cluster.hpp"
+
+namespace tessera {
+
+enum class Recompute { none, selective, full };
+enum class PipeSchedule { gpipe, one_f_one_b };  // interleaved 1F1B: one_f_one_b with v > 1
+const char* recompute_name(Recompute r);
+const char* schedule_name(PipeSchedule s);
+
+struct Layout {
+  int dp = 1, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1;
+  int zero = 0;
+  int shard_group = 0;  // HSDP: ranks sharing one copy of the sharded state; 0: all of dp x cp
+  int micro_batch = 1;  // sequences per micro-batch per model replica
+  bool seq_parallel = false;
+  Recompute recompute = Recompute::none;
+  ComputeType precision = ComputeType::bf16;
+  PipeSchedule schedule = PipeSchedule::one_f_one_b;
+
+  int accelerators() const { return dp * tp * pp * cp; }
+  // Ranks over which ZeRO shards the model state (ZeRO shards over dp x cp, as Megatron's
+  // distributed optimizer does).
+  int shard_ranks() const { return zero == 0 ? 1 : shard_group > 0 ? shard_group : dp * cp; }
+  bool mixed() const { return precision != ComputeType::fp32; }
+  bool operator==(const Layout&) const = default;
+};
+
+std::string to_string(const Layout& l);
+// Parses the text form over `base`; dp = 0 in the result means "not given".
+Layout parse_layout(const std::string& text, Layout base = Layout{});
+
+// Mixture-of-experts shape (not yet in the deck; planner options --experts/--top-k/...).
+struct MoeShape {
+  int experts = 0;          // routed experts per MoE layer; 0: a dense model
+  int top_k = 1;            // experts each token is sent to
+  int64_t expert_ffn = 0;   // hidden size of one expert's MLP; 0: model.ffn_hidden
+  bool any() const { return experts > 0; }
+};
+
+struct Workload {
+  ModelConfig cfg;
+  MoeShape moe;
+  int64_t global_batch = 1;       // sequences per optimizer step
+  bool flash_attention = true;    // attention scores never stored (FlashAttention)
+  bool dropout = false;           // dropout layers (and their masks) as in GPT-3/Megatron
+};
+
+// Sequences per model replica per step and micro-batches per step for a layout; 0 when the
+// global batch does not split evenly.
+int64_t microbatches(const Workload& w, const Layout& l);
+
+}  // namespace tessera

@@ -1,0 +1,121 @@
+#include "plan/measure.hpp"
+
+#include <mpi.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "kernels/kernels.hpp"
+#include "perf/flops.hpp"
+
+namespace tessera {
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Best of several GEMMs (m x k).(k x n), FLOP/s, all ranks running together.
+double gemm_rate(int64_t m, int64_t n, int64_t k) {
+  std::vector<float> a(size_t(m * k), 0.5f), b(size_t(k * n), 0.25f), c(size_t(m * n));
+  double best = 1e30;
+  for (int rep = 0; rep < 6; ++rep) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now();
+    kernels::matmul(a.data(), b.data(), c.data(), m, n, k, false, false);
+    if (rep > 0) best = std::min(best, now() - t0);
+  }
+  return 2.0 * double(m) * double(n) * double(k) / best;
+}
+
+// Bytes/s of a copy-scale-add triad over arrays far larger than the caches.
+double triad_bandwidth() {
+  const size_t n = size_t(1) << 24;  // 64 MiB per array
+  std::vector<float> a(n, 1.0f), b(n, 2.0f), c(n, 0.0f);
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now();
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) c[i] = a[i] + 0.5f * b[i];
+    best = std::min(best, now() - t0);
+  }
+  if (c[n / 2] != 2.0f) std::fprintf(stderr, "triad check failed\n");
+  return 3.0 * 4.0 * double(n) / best;
+}
+
+// All-reduce bus bandwidth (2 (n-1)/n x bytes / time) and per-hop latency of the world.
+void allreduce_rates(double& bw, double& latency) {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  const int count = 1 << 22;  // 16 MiB of floats
+  std::vector<float> x(size_t(count), 1.0f), y(size_t(count), 0.0f);
+  double best = 1e30;
+  for (int rep = 0; rep < 6; ++rep) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now();
+    MPI_Allreduce(x.data(), y.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (rep > 0) best = std::min(best, now() - t0);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &best, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  bw = n > 1 ? 2.0 * (n - 1) / n * 4.0 * count / best : 0;
+  double small = 1e30;
+  float one = 1, out = 0;
+  for (int rep = 0; rep < 200; ++rep) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now();
+    MPI_Allreduce(&one, &out, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    small = std::min(small, now() - t0);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &small, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  latency = n > 1 ? small / (2.0 * (n - 1)) : 0;
+}
+
+double mean_over_ranks(double x) {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return x / n;
+}
+
+}  // namespace
+
+void measure_cluster() {
+  int rank = 0, n = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  const double peak = mean_over_ranks(gemm_rate(1536, 1536, 1536));
+  // Efficiency against the thin dimension d: rate(d) / peak = d / (d + d_half), so each
+  // measurement gives d_half = d (peak / rate - 1); the mean of those is reported.
+  double half = 0;
+  int samples = 0;
+  for (int64_t d : {16, 32, 64, 128}) {
+    const double r = mean_over_ranks(gemm_rate(1536, 1536, d));
+    if (r < peak) half += double(d) * (peak / r - 1), ++samples;
+  }
+  half = samples ? half / samples : 0;
+  const double bw = mean_over_ranks(triad_bandwidth());
+  double ar_bw = 0, ar_lat = 0;
+  allreduce_rates(ar_bw, ar_lat);
+  if (rank != 0) return;
+  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / n;
+  std::printf("# Measured by `mpiexec -n %d tessera-plan --measure-cluster` (%d rank(s), %d "
+              "thread(s) each):\n# every rank ran the benchmarks at once, as a training run "
+              "loads the machine.\n",
+              n, n, omp_get_max_threads());
+  std::printf("[cluster]\nname = this-machine\nnodes = 1\n\n[accelerator]\n"
+              "name = cpu-rank\npeak_fp32_tflops = %.6g   # oneDNN fp32 GEMM 1536^3 per rank\n"
+              "memory_gb = %.4g   # the machine's memory / ranks\n"
+              "memory_bw_gbs = %.4g   # triad per rank\n"
+              "gemm_efficiency = 1   # relative to the measured GEMM rate\n"
+              "gemm_half_dim = %.3g   # from 1536x1536xd GEMMs, d = 16..128\n\n"
+              "[node]\naccelerators = %d\nbw_gbs = %.4g   # MPI_Allreduce bus bandwidth, 16 MiB\n"
+              "latency_us = %.3g\n",
+              peak / 1e12, memory / 1e9, bw / 1e9, half, n, ar_bw / 1e9, ar_lat * 1e6);
+}
+
+}  // namespace tessera

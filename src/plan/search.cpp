@@ -1,0 +1,176 @@
+#include "plan/search.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "core/error.hpp"
+
+namespace tessera {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+namespace {
+
+std::string family_of(const Layout& l) {
+  return cat("tp=", l.tp, " pp=", l.pp, " cp=", l.cp, " ep=", l.ep);
+}
+
+std::string gb(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GB", bytes / 1e9);
+  return buf;
+}
+
+std::string pct(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f%%", 100 * x);
+  return buf;
+}
+
+}  // namespace
+
+std::string FamilyRejection::summary() const {
+  std::string s;
+  auto add = [&](const std::string& part) { s += (s.empty() ? "" : "; ") + part; };
+  if (illegal == layouts) return "illegal: " + illegal_reason;
+  if (tp_across_nodes > 0)
+    add(cat("TP across nodes in ", tp_across_nodes, " of ", layouts, " layouts",
+            fastest_rejected.step_seconds > 0
+                ? cat(" (fastest: ", fastest_rejected.step_seconds, " s/step, MFU ",
+                      pct(fastest_rejected.mfu), ", TP all-reduces ",
+                      pct(fastest_rejected.time.tp_comm / fastest_rejected.step_seconds),
+                      " of the step)")
+                : std::string()));
+  if (out_of_memory > 0)
+    add(cat("out of memory in ", out_of_memory, " (closest needs ",
+            gb(closest.memory.total()), " of ", gb(closest.capacity), ", ", gb(min_excess),
+            " over, at ", to_string(closest.layout), ")"));
+  if (bubble > 0)
+    add(cat("bubble over the limit in ", bubble, " (smallest ", pct(min_bubble), ")"));
+  if (illegal > 0) add(cat("illegal in ", illegal, " (", illegal_reason, ")"));
+  return s;
+}
+
+SearchResult search(const Workload& w, const Cluster& c, int accelerators, Runtime rt,
+                    const SearchSpace& space) {
+  TESSERA_REQUIRE(accelerators >= 1, "the number of accelerators must be at least 1");
+  const ModelConfig& cfg = w.cfg;
+  auto or_all = [](const std::vector<int>& given, std::vector<int> all) {
+    return given.empty() ? all : given;
+  };
+  std::vector<int> tps = space.tp;
+  if (tps.empty())
+    for (int d : divisors(accelerators))
+      if (space.tp_across_nodes || d <= 2 * c.per_node) tps.push_back(d);
+  const std::vector<int> zeros = or_all(space.zero, {0, 1, 2, 3});
+  const std::vector<int> mbs = or_all(space.micro_batch, {1, 2, 4, 8, 16});
+  const bool long_context = cfg.seq_len >= 16384;
+
+  SearchResult r;
+  std::map<std::string, FamilyRejection> families;
+  std::map<std::string, bool> family_ok;
+  for (int tp : tps) {
+    if (accelerators % tp) continue;
+    const std::vector<int> pps = or_all(space.pp, divisors(accelerators / tp));
+    for (int pp : pps) {
+      if ((accelerators / tp) % pp) continue;
+      const int rest = accelerators / (tp * pp);
+      std::vector<int> cps = space.cp;
+      if (cps.empty()) {
+        cps = {1};
+        if (long_context)
+          for (int d : divisors(rest))
+            if (d > 1 && d <= 16) cps.push_back(d);
+      }
+      for (int cp : cps) {
+        if (rest % cp) continue;
+        const int dp = rest / cp;
+        std::vector<int> eps = space.ep;
+        if (eps.empty()) eps = w.moe.any() ? divisors(dp) : std::vector<int>{1};
+        for (int ep : eps) {
+          std::vector<int> vpps = space.vpp;
+          if (vpps.empty()) {
+            vpps = {1};
+            if (pp > 1)
+              for (int v : {2, 3, 4, 6, 8})
+                if (cfg.layers % (int64_t(pp) * v) == 0) vpps.push_back(v);
+          }
+          Layout base;
+          base.tp = tp, base.pp = pp, base.cp = cp, base.dp = dp, base.ep = ep;
+          base.schedule = space.schedule;
+          const std::string fam = family_of(base);
+          FamilyRejection& fr = families[fam];
+          fr.family = fam;
+          family_ok.emplace(fam, false);
+          for (int v : vpps)
+            for (int zero : zeros) {
+              std::vector<int> groups{0};
+              const int node_group = c.per_node / std::min(c.per_node, tp * cp);
+              if (space.hsdp && zero > 0 && node_group > 1 && node_group < dp * cp &&
+                  (dp * cp) % node_group == 0)
+                groups.push_back(node_group);
+              for (int group : groups)
+                for (int mb : mbs)
+                  for (Recompute rc : space.recompute)
+                    for (int spar : space.seq_parallel)
+                      for (ComputeType prec : space.precision) {
+                        if (spar && tp == 1) continue;
+                        Layout l = base;
+                        l.vpp = v, l.zero = zero, l.shard_group = group, l.micro_batch = mb;
+                        l.recompute = rc, l.seq_parallel = spar != 0, l.precision = prec;
+                        ++r.considered;
+                        ++fr.layouts;
+                        const std::string problem = layout_problem(w, l, c, rt, accelerators);
+                        if (!problem.empty()) {
+                          if (fr.illegal++ == 0) fr.illegal_reason = problem;
+                          continue;
+                        }
+                        ++r.legal;
+                        Estimate e = estimate(w, l, c, rt);
+                        const bool across = tp > 1 && e.links.tp.bw < c.intra.bw;
+                        if (across && !space.tp_across_nodes) {
+                          ++fr.tp_across_nodes;
+                          if (e.fits() && (fr.fastest_rejected.step_seconds == 0 ||
+                                           e.step_seconds < fr.fastest_rejected.step_seconds))
+                            fr.fastest_rejected = e;
+                          continue;
+                        }
+                        if (space.memory_budget > 0) e.capacity = std::min(e.capacity, space.memory_budget);
+                        if (!e.fits()) {
+                          const double excess = e.memory.total() - e.capacity;
+                          if (fr.out_of_memory++ == 0 || excess < fr.min_excess)
+                            fr.min_excess = excess, fr.closest = e;
+                          continue;
+                        }
+                        if (e.bubble_fraction > space.max_bubble) {
+                          if (fr.bubble++ == 0 || e.bubble_fraction < fr.min_bubble)
+                            fr.min_bubble = e.bubble_fraction;
+                          if (fr.fastest_rejected.step_seconds == 0 ||
+                              e.step_seconds < fr.fastest_rejected.step_seconds)
+                            fr.fastest_rejected = e;
+                          continue;
+                        }
+                        family_ok[fam] = true;
+                        r.accepted.push_back(std::move(e));
+                      }
+            }
+        }
+      }
+    }
+  }
+  std::stable_sort(r.accepted.begin(), r.accepted.end(), [](const Estimate& a, const Estimate& b) {
+    if (a.tokens_per_second != b.tokens_per_second) return a.tokens_per_second > b.tokens_per_second;
+    return a.memory.total() < b.memory.total();
+  });
+  for (auto& [name, fr] : families)
+    if (!family_ok[name] && fr.layouts > 0) r.rejected.push_back(fr);
+  return r;
+}
+
+}  // namespace tessera

@@ -1,0 +1,57 @@
+// Layout search: every legal layout of a workload on a number of accelerators, costed by
+// perf/cost_model.hpp, ranked by predicted throughput; and for every family of layouts
+// (one choice of tp, pp, cp, ep) that yields nothing acceptable, why.
+//
+// A layout is rejected when it is illegal (layout_problem), does not fit in memory (or in a
+// smaller budget the user sets, to keep headroom), puts a
+// TP group across nodes (unless allowed), or idles in the pipeline bubble more than
+// max_bubble of the step.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "perf/cost_model.hpp"
+
+namespace tessera {
+
+struct SearchSpace {
+  // Candidate values per dimension; empty: every value that divides (tp up to a node,
+  // unless tp_across_nodes; cp 1 below 16K tokens; ep 1 for dense models).
+  std::vector<int> tp, pp, vpp, cp, ep, zero, micro_batch;
+  std::vector<Recompute> recompute{Recompute::none, Recompute::selective, Recompute::full};
+  std::vector<int> seq_parallel{0, 1};
+  std::vector<ComputeType> precision{ComputeType::bf16};
+  PipeSchedule schedule = PipeSchedule::one_f_one_b;
+  bool hsdp = true;              // also try ZeRO shard groups of one node
+  bool tp_across_nodes = false;  // accept TP groups that span nodes
+  double max_bubble = 0.5;       // reject bubble fractions (p-1)/(v m) above this
+  double memory_budget = 0;      // bytes per accelerator a layout may use; 0: the capacity
+};
+
+// Why the layouts of one family (tp, pp, cp, ep) were turned down.
+struct FamilyRejection {
+  std::string family;  // "tp=16 pp=4 cp=1 ep=1"
+  int layouts = 0;     // layouts tried in the family
+  int illegal = 0, out_of_memory = 0, tp_across_nodes = 0, bubble = 0;
+  std::string illegal_reason;         // the first reason a layout was illegal
+  double min_excess = 0;              // bytes over capacity of the smallest-memory layout
+  Estimate closest;                   // that layout (valid when out_of_memory > 0)
+  double min_bubble = 0;              // smallest bubble fraction among bubble rejections
+  Estimate fastest_rejected;          // fastest layout rejected for TP across nodes/bubble
+  std::string summary() const;        // one line: the reasons, with numbers
+};
+
+struct SearchResult {
+  std::vector<Estimate> accepted;  // best first
+  std::vector<FamilyRejection> rejected;
+  int considered = 0, legal = 0;
+};
+
+SearchResult search(const Workload& w, const Cluster& c, int accelerators, Runtime rt,
+                    const SearchSpace& space);
+
+// Divisors of n in increasing order.
+std::vector<int> divisors(int n);
+
+}  // namespace tessera

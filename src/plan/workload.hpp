@@ -1,0 +1,22 @@
+// The planner's input: the [model] and [train] sections of a training deck (the same file
+// tessera trains from; data.path is not needed) and the kernel facts the deck does not hold.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/deck.hpp"
+#include "perf/layout.hpp"
+
+namespace tessera {
+
+// Parses deck text with overrides (--section.key=value) as tessera would, except that
+// data.path may be absent.
+Deck plan_deck(const std::string& ini_text, const std::vector<std::string>& overrides,
+               const std::string& origin);
+Deck plan_deck_file(const std::string& path, const std::vector<std::string>& overrides);
+
+// model.* -> the model shape; train.global_batch (sequences per step) must be set.
+Workload workload_from_deck(const Deck& deck);
+
+}  // namespace tessera
