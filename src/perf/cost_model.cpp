@@ -103,39 +103,54 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
   return {};
 }
 
-double tessera_padded_params(const ModelConfig& c, int zero, int shard_ranks) {
+TesseraParts tessera_parts(const ModelConfig& c, int zero, int shard_ranks) {
   auto r16 = [](double n) { return std::ceil(n / 16) * 16; };
   const double C = double(c.d_model), F = double(c.ffn_hidden), Vp = double(c.vocab_padded);
   const double qd = double(c.heads * c.head_dim), kvd = double(c.kv_heads * c.head_dim);
   const bool b = c.has_bias();
-  double embed = r16(Vp * C) + (c.arch == Arch::gpt2 ? r16(double(c.seq_len) * C) : 0);
-  double block = 2 * r16(C) + (b ? 2 * r16(C) : 0);                      // norms
-  block += r16(qd * C) + 2 * r16(kvd * C) + r16(C * qd);                  // q, k, v, o
-  if (b) block += r16(qd) + 2 * r16(kvd) + r16(C);
-  block += (c.arch == Arch::llama ? 3 : 2) * r16(C * F);                  // (gate,) up, down
-  if (b) block += r16(F) + r16(C);
-  double head = r16(C) + (b ? r16(C) : 0) + (c.tie_embeddings ? 0 : r16(Vp * C));
-  if (zero == 0) return embed + double(c.layers) * block + head;
+  TesseraParts p;
+  p.embed = r16(Vp * C) + (c.arch == Arch::gpt2 ? r16(double(c.seq_len) * C) : 0);
+  p.block = 2 * r16(C) + (b ? 2 * r16(C) : 0);                      // norms
+  p.block += r16(qd * C) + 2 * r16(kvd * C) + r16(C * qd);          // q, k, v, o
+  if (b) p.block += r16(qd) + 2 * r16(kvd) + r16(C);
+  p.block += (c.arch == Arch::llama ? 3 : 2) * r16(C * F);          // (gate,) up, down
+  if (b) p.block += r16(F) + r16(C);
+  p.head = r16(C) + (b ? r16(C) : 0) + (c.tie_embeddings ? 0 : r16(Vp * C));
+  if (zero == 0) {  // one part, 16-aligned
+    p.total = p.embed + double(c.layers) * p.block + p.head;
+    return p;
+  }
   const double align = 16.0 * shard_ranks;
   auto ra = [&](double n) { return std::ceil(n / align) * align; };
-  return ra(embed) + double(c.layers) * ra(block) + ra(head);
+  p.embed = ra(p.embed), p.block = ra(p.block), p.head = ra(p.head);
+  p.total = p.embed + double(c.layers) * p.block + p.head;
+  return p;
 }
 
-double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks) {
-  if (zero < 2) return 0;  // stage 1 reduces from the full gradient buffer into the shard
-  // Part sizes as laid out (one block; the embedding; the head).
+double tessera_padded_params(const ModelConfig& c, int zero, int shard_ranks) {
+  return tessera_parts(c, zero, shard_ranks).total;
+}
+
+CommBounds tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64_t accum) {
+  CommBounds r;
+  if (zero < 2) return r;  // stages 0-1 reduce in place / from the full gradient buffer
+  const TesseraParts p = tessera_parts(c, zero, shard_ranks);
   const double K = shard_ranks;
-  ModelConfig z = c;
-  z.layers = 0;
-  const double ends = tessera_padded_params(z, zero, shard_ranks);  // embedding + head
-  ModelConfig onel = c;
-  onel.layers = 1;
-  const double block = tessera_padded_params(onel, zero, shard_ranks) - ends;
-  // Stage 2: the gradients of the part whose backward runs and of the part being
-  // reduce-scattered, each with its reduced piece, plus the head's staged gradients.
-  double floats = 2 * (block + block / K);
-  if (zero == 3) floats += 2 * block;  // the gathered part and the prefetched next one
-  return 4 * floats;
+  // A part's staging buffer (its size) and reduced piece (size/K) return to the pool when
+  // its reduce-scatter completes; the pool reuses buffers of equal size only.
+  // Low: each reduction completes at the next poll, before the next part stages its
+  // gradients: one staging buffer and one piece of each part size (block, embedding, head).
+  r.low = (p.block + p.embed + p.head) * (1 + 1 / K);
+  // High: no reduction completes before the step's end (MPI progresses a non-blocking
+  // collective only inside MPI calls): every part of every micro-batch in flight.
+  r.high = double(accum) * p.total * (1 + 1 / K);
+  if (zero == 3) {  // parameters gathered: the part in use and the prefetched next one
+    r.low += 2 * p.block;
+    r.high += 2 * p.block + p.embed + p.head;
+  }
+  if (shard_ranks == 1) r.high = r.low;  // a one-rank reduce-scatter completes at once
+  r.low *= 4, r.high *= 4;
+  return r;
 }
 
 Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime rt) {
@@ -168,7 +183,9 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
     e.memory.optimizer = s.optimizer;
     e.memory.activations = tessera_activation_bytes(c, l.micro_batch);
     e.memory.workspace = tessera_workspace_bytes(c, l.micro_batch);
-    e.memory.comm = tessera_comm_bytes(c, l.zero, N);
+    const CommBounds cb = tessera_comm_bytes(c, l.zero, N, m);
+    e.memory.comm = cb.high;  // conservative: what a run may reach
+    e.comm_low = cb.low;
   } else {
     auto stage_memory = [&](bool first, bool last, double psi) {
       MemoryBreakdown mb;

@@ -81,6 +81,7 @@ struct Estimate {
   double mfu = 0, hfu = 0;
   double bubble_fraction = 0;  // (p-1)/(v m)
   double params_per_rank = 0;  // Psi_r of the stage reported
+  double comm_low = 0;         // runtime tessera: the comm buffers' lower bound (see below)
   GroupLinks links;
   std::vector<std::string> warnings;
   bool fits() const { return memory.total() <= capacity; }
@@ -100,10 +101,20 @@ struct StageParams {
 StageParams stage_params(const Workload& w, const Layout& l);
 
 // tessera's parameter buffer as laid out (each tensor padded to 16 elements; with ZeRO each
-// part, the embedding, every block and the head, padded to 16 x shard ranks).
+// part, the embedding, every block and the head, padded to 16 x shard ranks), in elements.
+struct TesseraParts {
+  double embed = 0, block = 0, head = 0, total = 0;
+};
+TesseraParts tessera_parts(const ModelConfig& c, int zero, int shard_ranks);
 double tessera_padded_params(const ModelConfig& c, int zero, int shard_ranks);
-// tessera's ZeRO communication buffers at their peak (see activation_memory.hpp's neighbours
-// in cost_model.cpp for the derivation).
-double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks);
+// tessera's ZeRO-2/3 communication buffers (gradient staging, reduced pieces, gathered
+// parameters) at their peak, in bytes. How many reductions are in flight at once depends on
+// when MPI progresses them, so the peak lies between two bounds: low, each part's
+// reduce-scatter completes while the next part computes; high, none completes before the
+// end of the step (every part of every micro-batch in flight). Zero below stage 2.
+struct CommBounds {
+  double low = 0, high = 0;
+};
+CommBounds tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64_t accum);
 
 }  // namespace tessera

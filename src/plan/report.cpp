@@ -32,7 +32,7 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
-std::string num(double x) { return fmt("%.6g", x); }
+std::string num(double x) { return fmt("%.10g", x); }
 
 }  // namespace
 
@@ -124,7 +124,11 @@ std::string format_explain(const Workload& w, const Estimate& e, const Cluster& 
             m.activations / 1e9, recompute_name(l.recompute),
             e.runtime == Runtime::tessera ? "tessera's layer buffers"
                                           : "Korthikanti et al. per layer x layers in flight");
-  os << fmt("  comm buffers                              %9.2f\n", m.comm / 1e9);
+  if (e.runtime == Runtime::tessera && m.comm > 0)
+    os << fmt("  comm buffers                              %9.4f   ZeRO-%d staging: at least %.4f, "
+              "at most this, as MPI progresses\n", m.comm / 1e9, l.zero, e.comm_low / 1e9);
+  else
+    os << fmt("  comm buffers                              %9.2f\n", m.comm / 1e9);
   os << fmt("  workspace                                 %9.2f\n", m.workspace / 1e9);
   os << fmt("  reserved                                  %9.2f   cluster reserved_gb\n",
             m.reserved / 1e9);
@@ -171,7 +175,8 @@ std::string estimate_json(const Estimate& e) {
      << e.microbatches;
   os << ", \"memory_bytes\": {\"params\": " << num(m.params) << ", \"grads\": " << num(m.grads)
      << ", \"optimizer\": " << num(m.optimizer) << ", \"activations\": " << num(m.activations)
-     << ", \"comm\": " << num(m.comm) << ", \"workspace\": " << num(m.workspace)
+     << ", \"comm\": " << num(m.comm) << ", \"comm_low\": " << num(e.comm_low)
+     << ", \"workspace\": " << num(m.workspace)
      << ", \"reserved\": " << num(m.reserved) << ", \"total\": " << num(m.total())
      << ", \"capacity\": " << num(e.capacity) << "}";
   os << ", \"time_seconds\": {\"compute\": " << num(t.compute) << ", \"forward\": " << num(t.forward)

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""tessera-plan's memory model of tessera itself against tessera's measured high-water marks.
+
+usage: validate_tessera.py WORKDIR "MPIEXEC... -np" TESSERA TESSERA_PLAN CLUSTER DATA
+
+For each case (data parallelism and ZeRO 0-3, HSDP, both architectures, with and without
+gradient accumulation: the layouts tessera implements today; TP, PP, CP and EP do not exist
+yet) it runs tessera for 2 steps on the CPU, reads output.dir/memory.json (peak bytes per
+category, max over ranks) and asks `tessera-plan --runtime tessera --explain LAYOUT --json -`
+for its prediction. Checks:
+  * params, grads, optimizer, activations, workspace: within 5% of the measured peak;
+  * comm (ZeRO-2/3 staging and gather buffers): zero below stage 2; otherwise between the
+    planner's bounds (comm_low <= measured <= comm), because how many reduce-scatters are in
+    flight at once depends on when MPI progresses them and changes from run to run;
+  * total: measured <= predicted (the prediction is conservative in comm only).
+"""
+import json
+import os
+import subprocess
+import sys
+
+MODEL = ["--model.layers=6", "--model.d_model=128", "--model.seq_len=64"]
+# (name, ranks, deck, overrides, layout)
+CASES = [
+    ("serial_llama", 1, "tiny-llama.in", ["--train.micro_batch=4", "--train.global_batch=8"], "zero=0 mb=4"),
+    ("dp2_gpt2", 2, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=0 mb=2"),
+    ("zero1_llama", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=1 mb=2"),
+    ("zero2_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=16"], "zero=2 mb=2"),
+    ("zero3_llama", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=3 mb=2"),
+    ("hsdp3_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=8",
+                                       "--parallel.shard_group=2"], "zero=3 hsdp=2 mb=1"),
+    ("zero2_serial", 1, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=4"], "zero=2 mb=2"),
+]
+EXACT = ["params", "grads", "optimizer", "activations", "workspace"]
+
+
+def main():
+    work, mpiexec, tessera, plan, cluster, data = sys.argv[1:7]
+    inputs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "inputs")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    bad = 0
+    print(f"{'case':14s} {'category':12s} {'measured':>12s} {'predicted':>12s} {'ratio':>7s}")
+    for name, np, deck, overrides, layout in CASES:
+        out = os.path.join(work, name)
+        deck_path = os.path.join(inputs, deck)
+        zero = int(layout.split("zero=")[1].split()[0])
+        common = [deck_path, *MODEL, *overrides, f"--parallel.zero={zero}"]
+        subprocess.run(mpiexec.split() + [str(np), tessera, *common, f"--data.path={data}",
+                       f"--output.dir={out}", "--train.steps=2", "--hardware.peak_flops=1e9",
+                       "--output.echo_deck=false", "--checkpoint.at_end=false"],
+                       check=True, env=env, stdout=subprocess.DEVNULL)
+        with open(os.path.join(out, "memory.json")) as f:
+            measured = json.load(f)["peak"]
+        pred = json.loads(subprocess.run(
+            [plan, *common, "--cluster", cluster, "--gpus", str(np), "--runtime", "tessera",
+             "--explain", layout, "--json", "-"],
+            check=True, capture_output=True, text=True).stdout)["estimate"]["memory_bytes"]
+        for cat in EXACT + ["comm", "total"]:
+            got, want = measured[cat], pred[cat]
+            if cat in EXACT:
+                ok = abs(got - want) <= 0.05 * max(got, 1)
+            elif cat == "comm":  # memory.json holds 6 significant digits
+                ok = (got == 0 and want == 0) or pred["comm_low"] * (1 - 1e-5) <= got <= want * (1 + 1e-5)
+            else:
+                ok = got <= want * (1 + 1e-5)
+            bad += not ok
+            ratio = f"{got / want:7.3f}" if want else "      -"
+            extra = f"  (bounds {pred['comm_low']:.0f}..{want:.0f})" if cat == "comm" and want else ""
+            print(f"{name:14s} {cat:12s} {got:12.0f} {want:12.0f} {ratio} {'ok' if ok else 'FAIL'}{extra}")
+    print("plan validation: MATCH" if bad == 0 else f"plan validation: DIFFER ({bad})")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
