@@ -40,10 +40,12 @@ constexpr Option kOptions[] = {
     {"--explain", "LAYOUT", "full breakdown of one layout, e.g. 'tp=8 pp=4 zero=1 rc=selective'"},
     {"--json", "FILE", "also write the result as JSON ('-': to stdout instead of the tables)"},
     {"--plot", "DIR", "write PNGs of the top layouts' memory and time (tools/plan-plot.py)"},
-    {"--runtime", "NAME", "megatron (a Megatron-LM-style GPU framework, default) or tessera "
-                          "(this code as it runs today: fp32, DP and ZeRO)"},
+    {"--runtime", "NAME",
+     "megatron (a Megatron-LM-style GPU framework, default) or tessera "
+     "(this code as it runs today: fp32, DP and ZeRO)"},
     {"--precision", "LIST", "fp32, bf16, fp16, fp8 (default bf16; fp32 for --runtime tessera)"},
-    {"--tp", "LIST", "restrict the search, e.g. --tp 4,8 (likewise --pp --v --cp --ep --zero --mb)"},
+    {"--tp", "LIST",
+     "restrict the search, e.g. --tp 4,8 (likewise --pp --v --cp --ep --zero --mb)"},
     {"--pp", "LIST", "pipeline stages to try"},
     {"--v", "LIST", "model chunks per stage (interleaved 1F1B) to try"},
     {"--cp", "LIST", "context-parallel degrees to try (default 1 below 16K tokens)"},
@@ -57,13 +59,15 @@ constexpr Option kOptions[] = {
     {"--memory-budget", "GB", "use at most this much memory per accelerator (default: all of it)"},
     {"--max-bubble", "X", "reject layouts whose bubble (p-1)/(v m) exceeds X (default 0.5)"},
     {"--allow-tp-across-nodes", nullptr, "accept TP groups that span nodes"},
-    {"--attention", "KIND", "flash (default) or materialized (scores stored, as before FlashAttention)"},
+    {"--attention", "KIND",
+     "flash (default) or materialized (scores stored, as before FlashAttention)"},
     {"--dropout", nullptr, "the model has dropout layers (GPT-3/Megatron style)"},
     {"--experts", "E", "MoE: routed experts per layer"},
     {"--top-k", "K", "MoE: experts per token (default 1)"},
     {"--expert-ffn", "F", "MoE: hidden size of one expert (default model.ffn_hidden)"},
-    {"--measure-cluster", nullptr, "measure this machine (run under mpiexec -n 2 or more) and "
-                                   "print a cluster file"},
+    {"--measure-cluster", nullptr,
+     "measure this machine (run under mpiexec -n 2 or more) and "
+     "print a cluster file"},
     {"--cluster-reference", nullptr, "print the cluster-file reference (doc/cluster-file.md)"},
     {"--help", nullptr, "print this help"},
 };
@@ -126,8 +130,8 @@ Args parse_args(const std::vector<std::string>& argv) {
 int to_int(const std::string& name, const std::string& v) {
   char* end = nullptr;
   const long x = std::strtol(v.c_str(), &end, 10);
-  TESSERA_REQUIRE(!v.empty() && *end == '\0' && x >= 0 && x < (1L << 30), "option ", name,
-                  " = '", v, "' is not a non-negative integer");
+  TESSERA_REQUIRE(!v.empty() && *end == '\0' && x >= 0 && x < (1L << 30), "option ", name, " = '",
+                  v, "' is not a non-negative integer");
   return int(x);
 }
 
@@ -171,14 +175,15 @@ void run(const std::vector<std::string>& argv) {
     auto it = a.options.find(n);
     return it == a.options.end() ? dflt : it->second;
   };
-  TESSERA_REQUIRE(!a.deck.empty(), "no input deck given; usage: tessera-plan DECK.in --cluster "
-                                   "FILE --gpus N (see `tessera-plan --help`)");
+  TESSERA_REQUIRE(!a.deck.empty(),
+                  "no input deck given; usage: tessera-plan DECK.in --cluster "
+                  "FILE --gpus N (see `tessera-plan --help`)");
   TESSERA_REQUIRE(has("--cluster"), "no cluster given; pass --cluster FILE (inputs/clusters/)");
   const Cluster cluster = Cluster::from_file(opt("--cluster", ""));
   Workload w = workload_from_deck(plan_deck_file(a.deck, a.overrides));
   const std::string attention = opt("--attention", "flash");
-  TESSERA_REQUIRE(attention == "flash" || attention == "materialized", "--attention = '",
-                  attention, "' is not flash or materialized");
+  TESSERA_REQUIRE(attention == "flash" || attention == "materialized", "--attention = '", attention,
+                  "' is not flash or materialized");
   w.flash_attention = attention == "flash";
   w.dropout = has("--dropout");
   w.moe.experts = to_int("--experts", opt("--experts", "0"));
@@ -209,7 +214,8 @@ void run(const std::vector<std::string>& argv) {
   space.precision = {rt == Runtime::tessera ? ComputeType::fp32 : ComputeType::bf16};
   if (has("--precision")) {
     space.precision.clear();
-    for (const std::string& s : split(opt("--precision", ""))) space.precision.push_back(parse_compute_type(s));
+    for (const std::string& s : split(opt("--precision", "")))
+      space.precision.push_back(parse_compute_type(s));
   }
   if (rt == Runtime::tessera) {
     space.recompute = {Recompute::none};
@@ -244,18 +250,20 @@ void run(const std::vector<std::string>& argv) {
     const SearchResult r = search(w, cluster, accelerators, rt, space);
     json = search_json(w, cluster, accelerators, r, std::max(top, 1));
     if (!json_stdout) {
-      std::printf("tessera-plan: %s\n  %s\n  %d accelerators on %s; runtime %s; %d layouts "
-                  "considered, %d legal, %zu accepted\n\n",
-                  a.deck.c_str(), describe_workload(w).c_str(), accelerators,
-                  cluster.summary().c_str(), runtime_name(rt), r.considered, r.legal,
-                  r.accepted.size());
+      std::printf(
+          "tessera-plan: %s\n  %s\n  %d accelerators on %s; runtime %s; %d layouts "
+          "considered, %d legal, %zu accepted\n\n",
+          a.deck.c_str(), describe_workload(w).c_str(), accelerators, cluster.summary().c_str(),
+          runtime_name(rt), r.considered, r.legal, r.accepted.size());
       std::fputs(format_ranking(r, top).c_str(), stdout);
       const std::string rej = format_rejections(r);
       if (!rej.empty()) std::printf("\n%s", rej.c_str());
     }
   }
-  if (json_stdout) std::fputs(json.c_str(), stdout);
-  else if (has("--json")) write_file(opt("--json", ""), json);
+  if (json_stdout)
+    std::fputs(json.c_str(), stdout);
+  else if (has("--json"))
+    write_file(opt("--json", ""), json);
   if (has("--plot")) {
     const std::string dir = opt("--plot", "");
     std::filesystem::create_directories(dir);

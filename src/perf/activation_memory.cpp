@@ -16,7 +16,8 @@ LayerActivations layer_activations(const Workload& w, const Layout& l, bool moe_
   const double k = double(std::max<int64_t>(1, c.kv_heads / l.tp) * c.head_dim);
   const bool gated = c.arch == Arch::llama;
   double mlp_hidden = double(c.ffn_hidden);
-  if (moe_layer) mlp_hidden = double(w.moe.top_k) * double(w.moe.expert_ffn ? w.moe.expert_ffn : c.ffn_hidden);
+  if (moe_layer)
+    mlp_hidden = double(w.moe.top_k) * double(w.moe.expert_ffn ? w.moe.expert_ffn : c.ffn_hidden);
   LayerActivations r;
   r.replicated = a * T * C * 4 + (w.dropout ? T * C * 2 : 0);
   if (moe_layer) r.replicated += a * T * C * w.moe.top_k;  // tokens as dispatched to experts
@@ -33,9 +34,12 @@ LayerActivations layer_activations(const Workload& w, const Layout& l, bool moe_
 
 double saved_bytes_per_layer(const LayerActivations& a, Recompute r) {
   switch (r) {
-    case Recompute::none: return a.total();
-    case Recompute::selective: return a.replicated + a.split;
-    case Recompute::full: return a.input;
+    case Recompute::none:
+      return a.total();
+    case Recompute::selective:
+      return a.replicated + a.split;
+    case Recompute::full:
+      return a.input;
   }
   return a.total();
 }
@@ -53,8 +57,8 @@ double tessera_activation_bytes(const ModelConfig& c, int64_t micro_batch) {
   const double N = double(micro_batch) * double(c.seq_len), C = double(c.d_model);
   const double F = double(c.ffn_hidden);
   const double qd = double(c.heads * c.head_dim), kvd = double(c.kv_heads * c.head_dim);
-  const bool ln = c.arch == Arch::gpt2;  // LayerNorm keeps the mean as well
-  double block = 4 * N * C + 2 * N + (ln ? 2 * N : 0);  // n1, h, n2, out; rstd (and mean)
+  const bool ln = c.arch == Arch::gpt2;                     // LayerNorm keeps the mean as well
+  double block = 4 * N * C + 2 * N + (ln ? 2 * N : 0);      // n1, h, n2, out; rstd (and mean)
   block += 2 * N * qd + 2 * N * kvd + N * double(c.heads);  // q, k, v, att; lse rows
   block += N * F * (c.arch == Arch::llama ? 3 : 2);         // gate, up, act (gpt2: up, act)
   const double embed = N * C;
@@ -66,12 +70,12 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch) {
   const double B = double(micro_batch), N = B * double(c.seq_len), C = double(c.d_model);
   const double F = double(c.ffn_hidden);
   const double qd = double(c.heads * c.head_dim), kvd = double(c.kv_heads * c.head_dim);
-  double scratch = 2 * N * qd + 2 * N * kvd;                  // d_att, dq, dk, dv
-  scratch += N * F * (c.arch == Arch::llama ? 3 : 2);         // d_act, d_up (, d_gate)
-  scratch += 2 * N * C + N * C;                               // d_norm, dh; xn
-  scratch += N * double(c.vocab_padded) + N;                  // logits, losses
-  scratch += 2 * N * C;                                       // the two gradient streams
-  const double tokens = B * double(c.seq_len + 1) + 2 * N;    // int32 tokens, inputs, targets
+  double scratch = 2 * N * qd + 2 * N * kvd;                // d_att, dq, dk, dv
+  scratch += N * F * (c.arch == Arch::llama ? 3 : 2);       // d_act, d_up (, d_gate)
+  scratch += 2 * N * C + N * C;                             // d_norm, dh; xn
+  scratch += N * double(c.vocab_padded) + N;                // logits, losses
+  scratch += 2 * N * C;                                     // the two gradient streams
+  const double tokens = B * double(c.seq_len + 1) + 2 * N;  // int32 tokens, inputs, targets
   return 4 * (scratch + tokens);
 }
 

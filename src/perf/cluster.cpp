@@ -100,10 +100,14 @@ double number(const KeySpec& k, const std::string& raw, const std::string& origi
 
 const char* compute_type_name(ComputeType t) {
   switch (t) {
-    case ComputeType::fp32: return "fp32";
-    case ComputeType::bf16: return "bf16";
-    case ComputeType::fp16: return "fp16";
-    case ComputeType::fp8: return "fp8";
+    case ComputeType::fp32:
+      return "fp32";
+    case ComputeType::bf16:
+      return "bf16";
+    case ComputeType::fp16:
+      return "fp16";
+    case ComputeType::fp8:
+      return "fp8";
   }
   return "?";
 }
@@ -186,8 +190,8 @@ Cluster Cluster::from_text(const std::string& ini, const std::string& origin) {
   TESSERA_REQUIRE(c.peak_fp32 + c.peak_bf16 + c.peak_fp16 + c.peak_fp8 > 0, "cluster file '",
                   origin, "' gives no peak FLOP/s; set accelerator.peak_bf16_tflops or another");
   TESSERA_REQUIRE(c.reserved < c.memory, "accelerator.reserved_gb (", c.reserved / 1e9,
-                  ") leaves no memory of accelerator.memory_gb (", c.memory / 1e9, ") in '",
-                  origin, "'");
+                  ") leaves no memory of accelerator.memory_gb (", c.memory / 1e9, ") in '", origin,
+                  "'");
   return c;
 }
 
@@ -197,8 +201,8 @@ double Cluster::peak(ComputeType t) const {
                    : t == ComputeType::fp16 ? peak_fp16
                                             : peak_fp8;
   TESSERA_REQUIRE(p > 0, "cluster '", name, "' (", origin, ") gives no ", compute_type_name(t),
-                  " peak; choose another precision or set accelerator.peak_",
-                  compute_type_name(t), "_tflops");
+                  " peak; choose another precision or set accelerator.peak_", compute_type_name(t),
+                  "_tflops");
   return p;
 }
 
@@ -218,11 +222,11 @@ std::string Cluster::summary() const {
                 "%s: %s x %d per node%s, %.0f GB at %.0f GB/s; node %.0f GB/s, network %.0f "
                 "GB/s per accelerator%s",
                 name.c_str(), accelerator.c_str(), per_node,
-                nodes > 0 ? cat(", ", nodes, " nodes").c_str() : "", memory / 1e9,
-                memory_bw / 1e9, intra.bw / 1e9, inter.bw / 1e9,
-                pod_nodes > 0 ? cat(", pods of ", pod_nodes, " nodes at ", pod.bw / 1e9, " GB/s")
-                                    .c_str()
-                              : "");
+                nodes > 0 ? cat(", ", nodes, " nodes").c_str() : "", memory / 1e9, memory_bw / 1e9,
+                intra.bw / 1e9, inter.bw / 1e9,
+                pod_nodes > 0
+                    ? cat(", pods of ", pod_nodes, " nodes at ", pod.bw / 1e9, " GB/s").c_str()
+                    : "");
   return buf;
 }
 
@@ -240,10 +244,11 @@ std::string cluster_reference_markdown() {
   for (const KeySpec& k : cluster_schema()) {
     if (k.section != section) {
       section = k.section;
-      os << "\n## [" << section << "]\n\n| key | default | allowed | meaning |\n|---|---|---|---|\n";
+      os << "\n## [" << section
+         << "]\n\n| key | default | allowed | meaning |\n|---|---|---|---|\n";
     }
-    os << "| `" << k.key << "` | `" << k.default_value << "` | " << k.allowed() << " | "
-       << k.help << " |\n";
+    os << "| `" << k.key << "` | `" << k.default_value << "` | " << k.allowed() << " | " << k.help
+       << " |\n";
   }
   return os.str();
 }

@@ -22,8 +22,8 @@ ComputeType parse_compute_type(const std::string& s);  // throws Error on anythi
 
 // A link class between two accelerators, as one collective's ring sees it.
 struct Link {
-  double bw = 0;       // bytes/s per accelerator, one direction, as a bandwidth test achieves
-  double latency = 0;  // seconds per hop
+  double bw = 0;          // bytes/s per accelerator, one direction, as a bandwidth test achieves
+  double latency = 0;     // seconds per hop
   const char* name = "";  // "intra-node", "inter-node", "inter-pod"
 };
 
@@ -32,9 +32,9 @@ struct Cluster {
   int nodes = 0;  // nodes in the machine; 0: as many as asked for
   int per_node = 1;
   double peak_fp32 = 0, peak_bf16 = 0, peak_fp16 = 0, peak_fp8 = 0;  // FLOP/s per accelerator
-  double memory = 0;        // bytes per accelerator
-  double memory_bw = 0;     // bytes/s per accelerator
-  double reserved = 0;      // bytes per accelerator the runtime keeps (context, fragmentation)
+  double memory = 0;                                                 // bytes per accelerator
+  double memory_bw = 0;                                              // bytes/s per accelerator
+  double reserved = 0;           // bytes per accelerator the runtime keeps (context, fragmentation)
   double gemm_efficiency = 0.7;  // fraction of peak a large GEMM reaches
   double gemm_half_dim = 128;    // GEMM dimension at which half of that is reached
   Link intra, inter, pod;

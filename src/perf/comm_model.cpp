@@ -73,8 +73,7 @@ double ep_seconds_per_layer(const Workload& w, const Layout& l, const Link& link
 
 double pp_seconds_per_microbatch(const Workload& w, const Layout& l, const Link& link) {
   if (l.pp == 1) return 0;
-  const double bytes =
-      activation_element_bytes(l) * tokens(w, l) * double(w.cfg.d_model) / l.tp;
+  const double bytes = activation_element_bytes(l) * tokens(w, l) * double(w.cfg.d_model) / l.tp;
   return 2.0 * l.vpp * p2p_seconds(bytes, link);
 }
 

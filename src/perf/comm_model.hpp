@@ -12,7 +12,7 @@
 //   send/recv        bytes / bw + lat
 //
 // Per dimension (a = activation bytes per element, T = b s / cp tokens of a micro-batch on
-// this rank, C hidden, t TP degree; Megatron-LM, Narayanan et al. 2021 section 3.2 and
+// this rank, C hidden, t TP degree; Megatron-LM, Narayanan et al. 2021, and
 // Korthikanti et al. 2022 section 4.2.2):
 //   TP: per layer and micro-batch, 2 all-reduces of a T C bytes in forward, 2 in backward,
 //       2 more with full recompute (with sequence parallelism each all-reduce becomes a
@@ -66,7 +66,7 @@ struct DpComm {
   double overlappable = 0;  // may hide behind compute
   double exposed = 0;       // runs after backward or after the optimizer
   double total() const { return overlappable + exposed; }
-  double bytes = 0;         // sent per rank per step
+  double bytes = 0;  // sent per rank per step
 };
 DpComm dp_comm(const Layout& l, const GroupLinks& links, double params_per_rank, int64_t m);
 

@@ -7,7 +7,9 @@
 
 namespace tessera {
 
-double activation_element_bytes(const Layout& l) { return l.mixed() ? 2.0 : 4.0; }
+double activation_element_bytes(const Layout& l) {
+  return l.mixed() ? 2.0 : 4.0;
+}
 
 double gemm_efficiency(const Cluster& c, double m, double n, double k) {
   const double d = std::min({m, n, k});
@@ -33,9 +35,12 @@ LinearSeconds linear_seconds(const Cluster& c, double peak, double m, double n, 
 
 double LayerCompute::recompute(Recompute r) const {
   switch (r) {
-    case Recompute::none: return 0;
-    case Recompute::selective: return attn_fwd + score_elementwise_fwd;
-    case Recompute::full: return forward();
+    case Recompute::none:
+      return 0;
+    case Recompute::selective:
+      return attn_fwd + score_elementwise_fwd;
+    case Recompute::full:
+      return forward();
   }
   return 0;
 }
@@ -67,7 +72,7 @@ LayerCompute layer_compute(const Workload& w, const Layout& l, const Cluster& cl
     const double E = w.moe.experts, local = E / l.ep;
     const double Fe = double(w.moe.expert_ffn ? w.moe.expert_ffn : c.ffn_hidden) / t;
     const double tokens_per_expert = T * w.moe.top_k / local;  // per local expert, on average
-    linear(T, E, C);  // router
+    linear(T, E, C);                                           // router
     linear(tokens_per_expert, (gated ? 2 : 1) * Fe, C, local);
     linear(tokens_per_expert, C, Fe, local);
   } else {
@@ -83,7 +88,8 @@ LayerCompute layer_compute(const Workload& w, const Layout& l, const Cluster& cl
     r.attn_fwd = r.attn_flops_fwd / (peak * gemm_efficiency(cl, sq, s, 2 * d));
     r.attn_bwd = 2.5 * r.attn_fwd;
   } else {
-    r.attn_fwd = gemm_seconds(cl, peak, sq, s, d, heads, e) + gemm_seconds(cl, peak, sq, d, s, heads, e);
+    r.attn_fwd =
+        gemm_seconds(cl, peak, sq, s, d, heads, e) + gemm_seconds(cl, peak, sq, d, s, heads, e);
     r.attn_bwd = 2 * r.attn_fwd;
   }
   r.flops_fwd += r.attn_flops_fwd;
@@ -117,7 +123,8 @@ double workload_params(const Workload& w) {
   if (!w.moe.any()) return n;
   const double C = double(c.d_model), mats = c.arch == Arch::llama ? 3 : 2;
   const double Fe = double(w.moe.expert_ffn ? w.moe.expert_ffn : c.ffn_hidden);
-  const double dense = mats * C * double(c.ffn_hidden) + (c.has_bias() ? double(c.ffn_hidden) + C : 0);
+  const double dense =
+      mats * C * double(c.ffn_hidden) + (c.has_bias() ? double(c.ffn_hidden) + C : 0);
   return n + double(c.layers) * (w.moe.experts * mats * C * Fe + C * w.moe.experts - dense);
 }
 

@@ -28,8 +28,8 @@ namespace tessera {
 
 double gemm_efficiency(const Cluster& c, double m, double n, double k);
 // Seconds for `batch` independent (m x k).(k x n) products at the given peak.
-double gemm_seconds(const Cluster& c, double peak, double m, double n, double k,
-                    double batch = 1, double element_bytes = 2);
+double gemm_seconds(const Cluster& c, double peak, double m, double n, double k, double batch = 1,
+                    double element_bytes = 2);
 // Forward + data-gradient + weight-gradient seconds of a linear layer y(MxN) = x(MxK) W(KxN).
 struct LinearSeconds {
   double forward = 0, backward = 0;
@@ -39,12 +39,12 @@ LinearSeconds linear_seconds(const Cluster& c, double peak, double m, double n, 
 
 // One layer, one micro-batch, one accelerator (its TP/CP/EP share of the layer).
 struct LayerCompute {
-  double gemm_fwd = 0, gemm_bwd = 0;            // linear layers (QKV, output, MLP or experts)
-  double attn_fwd = 0, attn_bwd = 0;            // attention core (scores and weighted sum)
+  double gemm_fwd = 0, gemm_bwd = 0;  // linear layers (QKV, output, MLP or experts)
+  double attn_fwd = 0, attn_bwd = 0;  // attention core (scores and weighted sum)
   double elementwise_fwd = 0, elementwise_bwd = 0;
-  double score_elementwise_fwd = 0;             // part of elementwise_fwd on the scores
-  double flops_fwd = 0;                         // model FLOPs of the forward (x3 for fwd+bwd)
-  double attn_flops_fwd = 0;                    // of which attention core
+  double score_elementwise_fwd = 0;  // part of elementwise_fwd on the scores
+  double flops_fwd = 0;              // model FLOPs of the forward (x3 for fwd+bwd)
+  double attn_flops_fwd = 0;         // of which attention core
   double forward() const { return gemm_fwd + attn_fwd + elementwise_fwd; }
   double backward() const { return gemm_bwd + attn_bwd + elementwise_bwd; }
   // Extra forward work recompute adds (full: the whole forward; selective: the attention

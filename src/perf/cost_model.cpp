@@ -10,7 +10,9 @@
 
 namespace tessera {
 
-const char* runtime_name(Runtime r) { return r == Runtime::megatron ? "megatron" : "tessera"; }
+const char* runtime_name(Runtime r) {
+  return r == Runtime::megatron ? "megatron" : "tessera";
+}
 
 Runtime parse_runtime(const std::string& s) {
   if (s == "megatron") return Runtime::megatron;
@@ -46,12 +48,17 @@ StageParams stage_params(const Workload& w, const Layout& l) {
   const ModelConfig& c = w.cfg;
   const double C = double(c.d_model), L = double(c.layers) / l.pp;
   const double layers = L * layer_params_per_rank(w, l);
-  const double embed = double(c.vocab_padded) * C / l.tp + (c.arch == Arch::gpt2 ? double(c.seq_len) * C : 0);
+  const double embed =
+      double(c.vocab_padded) * C / l.tp + (c.arch == Arch::gpt2 ? double(c.seq_len) * C : 0);
   const double final_norm = C * (c.has_bias() ? 2 : 1);
   // The output head: its own matrix, or with tied embeddings a copy of the embedding on the
   // last stage when that is not the first (Megatron keeps both and all-reduces their grads).
   const double head = c.tie_embeddings && l.pp == 1 ? 0 : double(c.vocab_padded) * C / l.tp;
   StageParams s;
+  if (w.moe.any()) {
+    const double Fe = double(w.moe.expert_ffn ? w.moe.expert_ffn : c.ffn_hidden) / l.tp;
+    s.experts = L * double(w.moe.experts) / l.ep * (c.arch == Arch::llama ? 3 : 2) * C * Fe;
+  }
   s.first = layers + embed + (l.pp == 1 ? final_norm + head : 0);
   s.last = l.pp == 1 ? s.first : layers + final_norm + head;
   return s;
@@ -78,18 +85,21 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
   if (l.ep > 1 && !w.moe.any()) return "ep > 1 needs a mixture-of-experts model (--experts)";
   if (w.moe.any() && w.moe.experts % l.ep != 0)
     return cat("ep = ", l.ep, " does not divide the ", w.moe.experts, " experts");
-  if (l.dp % l.ep != 0) return cat("ep = ", l.ep, " does not divide dp = ", l.dp, " (EP folds into DP)");
+  if (l.dp % l.ep != 0)
+    return cat("ep = ", l.ep, " does not divide dp = ", l.dp, " (EP folds into DP)");
   if (l.seq_parallel && l.tp == 1) return "sequence parallelism needs tp > 1";
   if (l.shard_group > 0 && (l.zero == 0 || (l.dp * l.cp) % l.shard_group != 0))
-    return cat("hsdp = ", l.shard_group, " needs zero >= 1 and must divide dp x cp = ", l.dp * l.cp);
+    return cat("hsdp = ", l.shard_group,
+               " needs zero >= 1 and must divide dp x cp = ", l.dp * l.cp);
   if (l.zero >= 2 && l.pp > 1)
-    return cat("zero = ", l.zero, " with pp = ", l.pp, ": ZeRO-2/3 shard the gradients that a "
+    return cat("zero = ", l.zero, " with pp = ", l.pp,
+               ": ZeRO-2/3 shard the gradients that a "
                "pipeline accumulates over its micro-batches (Megatron-LM and DeepSpeed allow "
                "only ZeRO-1 with pipeline parallelism)");
   const int64_t m = microbatches(w, l);
   if (m == 0)
-    return cat("the global batch ", w.global_batch, " is not a multiple of dp x mb = ",
-               l.dp * l.micro_batch);
+    return cat("the global batch ", w.global_batch,
+               " is not a multiple of dp x mb = ", l.dp * l.micro_batch);
   if (l.vpp > 1 && m % l.pp != 0)
     return cat("interleaving needs micro-batches (", m, ") to be a multiple of pp = ", l.pp);
   if (rt == Runtime::tessera) {
@@ -110,10 +120,10 @@ TesseraParts tessera_parts(const ModelConfig& c, int zero, int shard_ranks) {
   const bool b = c.has_bias();
   TesseraParts p;
   p.embed = r16(Vp * C) + (c.arch == Arch::gpt2 ? r16(double(c.seq_len) * C) : 0);
-  p.block = 2 * r16(C) + (b ? 2 * r16(C) : 0);                      // norms
-  p.block += r16(qd * C) + 2 * r16(kvd * C) + r16(C * qd);          // q, k, v, o
+  p.block = 2 * r16(C) + (b ? 2 * r16(C) : 0);              // norms
+  p.block += r16(qd * C) + 2 * r16(kvd * C) + r16(C * qd);  // q, k, v, o
   if (b) p.block += r16(qd) + 2 * r16(kvd) + r16(C);
-  p.block += (c.arch == Arch::llama ? 3 : 2) * r16(C * F);          // (gate,) up, down
+  p.block += (c.arch == Arch::llama ? 3 : 2) * r16(C * F);  // (gate,) up, down
   if (b) p.block += r16(F) + r16(C);
   p.head = r16(C) + (b ? r16(C) : 0) + (c.tie_embeddings ? 0 : r16(Vp * C));
   if (zero == 0) {  // one part, 16-aligned
@@ -189,8 +199,12 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   } else {
     auto stage_memory = [&](bool first, bool last, double psi) {
       MemoryBreakdown mb;
-      const ModelStateBytes s = zero_model_state(l.zero, psi, N, prec);
-      mb.params = s.params, mb.grads = s.grads, mb.optimizer = s.optimizer;
+      // Expert weights are replicated over dp x cp / ep ranks only, so ZeRO shards them over
+      // that many (Megatron-LM's expert-data-parallel group).
+      const ModelStateBytes s = zero_model_state(l.zero, psi - sp.experts, N, prec);
+      const ModelStateBytes x = zero_model_state(l.zero, sp.experts, std::max(1, N / l.ep), prec);
+      mb.params = s.params + x.params, mb.grads = s.grads + x.grads;
+      mb.optimizer = s.optimizer + x.optimizer;
       // Micro-batches in flight on this stage: first stage p (1F1B), last stage 1.
       const double layer_eq = first ? inflight_layer_equivalents(l, c.layers, m)
                                     : (l.schedule == PipeSchedule::gpipe ? Ls * M : Ls);
@@ -198,7 +212,9 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
       mb.activations = layer_eq * saved;
       if (l.recompute == Recompute::full) mb.activations += act.total();  // one layer rebuilt
       const double stream = a * T * C / (l.seq_parallel ? l.tp : 1);
-      if (first) mb.activations += in_flight * (stream + (w.dropout ? T * C / (l.seq_parallel ? l.tp : 1) : 0));
+      if (first)
+        mb.activations +=
+            in_flight * (stream + (w.dropout ? T * C / (l.seq_parallel ? l.tp : 1) : 0));
       if (last) mb.activations += stream + 4 * T * double(c.vocab_padded) / l.tp;  // fp32 logits
       // Communication buffers.
       const double wb = l.mixed() ? 2 : 4;
@@ -223,8 +239,10 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
       if (moe && l.ep > 1) mb.comm += 2 * a * T * w.moe.top_k * C;
       // Workspace: two gradients of the widest activation of a layer.
       const double q = double(c.heads * c.head_dim) / l.tp;
-      const double F = double(moe ? w.moe.top_k * (w.moe.expert_ffn ? w.moe.expert_ffn : c.ffn_hidden)
-                                  : c.ffn_hidden) / l.tp;
+      const double F =
+          double(moe ? w.moe.top_k * (w.moe.expert_ffn ? w.moe.expert_ffn : c.ffn_hidden)
+                     : c.ffn_hidden) /
+          l.tp;
       mb.workspace = 2 * a * T * std::max({C, 3 * q, (c.arch == Arch::llama ? 2 : 1) * F});
       mb.reserved = cl.reserved;
       return mb;
@@ -241,7 +259,8 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   const HeadCompute hc = head_compute(w, l, cl);
   const double tp = tp_seconds_per_layer(w, l, e.links.tp);
   const double cp_raw = cp_seconds_per_layer(w, l, e.links.cp);
-  const double attn = lc.attn_fwd + lc.attn_bwd + (l.recompute != Recompute::none ? lc.attn_fwd : 0);
+  const double attn =
+      lc.attn_fwd + lc.attn_bwd + (l.recompute != Recompute::none ? lc.attn_fwd : 0);
   const double cp = std::max(0.0, cp_raw - attn);
   const double ep = ep_seconds_per_layer(w, l, e.links.ep);
   const double rc = lc.recompute(l.recompute);
@@ -262,8 +281,8 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   e.bubble_fraction = (p - 1) / (l.vpp * M);
   const DpComm dc = dp_comm(l, e.links, e.params_per_rank, m);
   t.dp_comm = dc.total();
-  double window = bwd_mb;                       // zero 0-1: the last micro-batch's backward
-  if (l.zero == 2) window = M * bwd_mb;         // every backward
+  double window = bwd_mb;                // zero 0-1: the last micro-batch's backward
+  if (l.zero == 2) window = M * bwd_mb;  // every backward
   if (l.zero == 3) window = M * (fwd_mb + bwd_mb);
   t.dp_hidden = std::min(dc.overlappable, window);
   const double updated = e.params_per_rank / (l.zero >= 1 ? N : 1);
@@ -296,8 +315,8 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
     e.warnings.push_back(cat("fewer micro-batches (", m, ") than pipeline stages (", l.pp,
                              "): stages idle most of the step"));
   if (!e.fits())
-    e.warnings.push_back(cat("out of memory: needs ", e.memory.total() / 1e9, " GB of ",
-                             e.capacity / 1e9, " GB"));
+    e.warnings.push_back(
+        cat("out of memory: needs ", e.memory.total() / 1e9, " GB of ", e.capacity / 1e9, " GB"));
   return e;
 }
 

@@ -51,7 +51,9 @@ Runtime parse_runtime(const std::string& s);
 struct MemoryBreakdown {
   double params = 0, grads = 0, optimizer = 0, activations = 0, comm = 0, workspace = 0;
   double reserved = 0;
-  double total() const { return params + grads + optimizer + activations + comm + workspace + reserved; }
+  double total() const {
+    return params + grads + optimizer + activations + comm + workspace + reserved;
+  }
 };
 
 struct TimeBreakdown {
@@ -97,6 +99,7 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& c, Runtime 
 // Parameters per TP rank of the first and the last pipeline stage.
 struct StageParams {
   double first = 0, last = 0;
+  double experts = 0;  // of each: MoE expert weights, whose ZeRO shards span dp x cp / ep
 };
 StageParams stage_params(const Workload& w, const Layout& l);
 

@@ -9,14 +9,19 @@ namespace tessera {
 
 const char* recompute_name(Recompute r) {
   switch (r) {
-    case Recompute::none: return "none";
-    case Recompute::selective: return "selective";
-    case Recompute::full: return "full";
+    case Recompute::none:
+      return "none";
+    case Recompute::selective:
+      return "selective";
+    case Recompute::full:
+      return "full";
   }
   return "?";
 }
 
-const char* schedule_name(PipeSchedule s) { return s == PipeSchedule::gpipe ? "gpipe" : "1f1b"; }
+const char* schedule_name(PipeSchedule s) {
+  return s == PipeSchedule::gpipe ? "gpipe" : "1f1b";
+}
 
 std::string to_string(const Layout& l) {
   std::ostringstream os;
@@ -53,27 +58,45 @@ Layout parse_layout(const std::string& text, Layout base) {
     TESSERA_REQUIRE(eq != std::string::npos, "layout '", text, "': '", item,
                     "' is not key=value (keys: dp tp pp v cp ep zero hsdp mb sp rc prec sched)");
     const std::string k = item.substr(0, eq), v = item.substr(eq + 1);
-    if (k == "dp") l.dp = integer(k, v, 1);
-    else if (k == "tp") l.tp = integer(k, v, 1);
-    else if (k == "pp") l.pp = integer(k, v, 1);
-    else if (k == "v" || k == "vpp") l.vpp = integer(k, v, 1);
-    else if (k == "cp") l.cp = integer(k, v, 1);
-    else if (k == "ep") l.ep = integer(k, v, 1);
-    else if (k == "zero") l.zero = integer(k, v, 0);
-    else if (k == "hsdp" || k == "shard_group") l.shard_group = integer(k, v, 0);
-    else if (k == "mb" || k == "micro_batch") l.micro_batch = integer(k, v, 1);
-    else if (k == "sp") l.seq_parallel = integer(k, v, 0) != 0;
+    if (k == "dp")
+      l.dp = integer(k, v, 1);
+    else if (k == "tp")
+      l.tp = integer(k, v, 1);
+    else if (k == "pp")
+      l.pp = integer(k, v, 1);
+    else if (k == "v" || k == "vpp")
+      l.vpp = integer(k, v, 1);
+    else if (k == "cp")
+      l.cp = integer(k, v, 1);
+    else if (k == "ep")
+      l.ep = integer(k, v, 1);
+    else if (k == "zero")
+      l.zero = integer(k, v, 0);
+    else if (k == "hsdp" || k == "shard_group")
+      l.shard_group = integer(k, v, 0);
+    else if (k == "mb" || k == "micro_batch")
+      l.micro_batch = integer(k, v, 1);
+    else if (k == "sp")
+      l.seq_parallel = integer(k, v, 0) != 0;
     else if (k == "rc" || k == "recompute") {
-      if (v == "none") l.recompute = Recompute::none;
-      else if (v == "selective") l.recompute = Recompute::selective;
-      else if (v == "full") l.recompute = Recompute::full;
-      else TESSERA_REQUIRE(false, "layout '", text, "': rc = '", v, "' is not none, selective or full");
+      if (v == "none")
+        l.recompute = Recompute::none;
+      else if (v == "selective")
+        l.recompute = Recompute::selective;
+      else if (v == "full")
+        l.recompute = Recompute::full;
+      else
+        TESSERA_REQUIRE(false, "layout '", text, "': rc = '", v,
+                        "' is not none, selective or full");
     } else if (k == "prec" || k == "precision") {
       l.precision = parse_compute_type(v);
     } else if (k == "sched" || k == "schedule") {
-      if (v == "gpipe") l.schedule = PipeSchedule::gpipe;
-      else if (v == "1f1b" || v == "interleaved") l.schedule = PipeSchedule::one_f_one_b;
-      else TESSERA_REQUIRE(false, "layout '", text, "': sched = '", v, "' is not gpipe or 1f1b");
+      if (v == "gpipe")
+        l.schedule = PipeSchedule::gpipe;
+      else if (v == "1f1b" || v == "interleaved")
+        l.schedule = PipeSchedule::one_f_one_b;
+      else
+        TESSERA_REQUIRE(false, "layout '", text, "': sched = '", v, "' is not gpipe or 1f1b");
     } else {
       TESSERA_REQUIRE(false, "layout '", text, "': unknown key '", k,
                       "' (keys: dp tp pp v cp ep zero hsdp mb sp rc prec sched)");

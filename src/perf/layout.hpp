@@ -45,18 +45,18 @@ Layout parse_layout(const std::string& text, Layout base = Layout{});
 
 // Mixture-of-experts shape (not yet in the deck; planner options --experts/--top-k/...).
 struct MoeShape {
-  int experts = 0;          // routed experts per MoE layer; 0: a dense model
-  int top_k = 1;            // experts each token is sent to
-  int64_t expert_ffn = 0;   // hidden size of one expert's MLP; 0: model.ffn_hidden
+  int experts = 0;         // routed experts per MoE layer; 0: a dense model
+  int top_k = 1;           // experts each token is sent to
+  int64_t expert_ffn = 0;  // hidden size of one expert's MLP; 0: model.ffn_hidden
   bool any() const { return experts > 0; }
 };
 
 struct Workload {
   ModelConfig cfg;
   MoeShape moe;
-  int64_t global_batch = 1;       // sequences per optimizer step
-  bool flash_attention = true;    // attention scores never stored (FlashAttention)
-  bool dropout = false;           // dropout layers (and their masks) as in GPT-3/Megatron
+  int64_t global_batch = 1;     // sequences per optimizer step
+  bool flash_attention = true;  // attention scores never stored (FlashAttention)
+  bool dropout = false;         // dropout layers (and their masks) as in GPT-3/Megatron
 };
 
 // Sequences per model replica per step and micro-batches per step for a layout; 0 when the

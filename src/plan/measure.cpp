@@ -103,19 +103,21 @@ void measure_cluster() {
   allreduce_rates(ar_bw, ar_lat);
   if (rank != 0) return;
   const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / n;
-  std::printf("# Measured by `mpiexec -n %d tessera-plan --measure-cluster` (%d rank(s), %d "
-              "thread(s) each):\n# every rank ran the benchmarks at once, as a training run "
-              "loads the machine.\n",
-              n, n, omp_get_max_threads());
-  std::printf("[cluster]\nname = this-machine\nnodes = 1\n\n[accelerator]\n"
-              "name = cpu-rank\npeak_fp32_tflops = %.6g   # oneDNN fp32 GEMM 1536^3 per rank\n"
-              "memory_gb = %.4g   # the machine's memory / ranks\n"
-              "memory_bw_gbs = %.4g   # triad per rank\n"
-              "gemm_efficiency = 1   # relative to the measured GEMM rate\n"
-              "gemm_half_dim = %.3g   # from 1536x1536xd GEMMs, d = 16..128\n\n"
-              "[node]\naccelerators = %d\nbw_gbs = %.4g   # MPI_Allreduce bus bandwidth, 16 MiB\n"
-              "latency_us = %.3g\n",
-              peak / 1e12, memory / 1e9, bw / 1e9, half, n, ar_bw / 1e9, ar_lat * 1e6);
+  std::printf(
+      "# Measured by `mpiexec -n %d tessera-plan --measure-cluster` (%d rank(s), %d "
+      "thread(s) each):\n# every rank ran the benchmarks at once, as a training run "
+      "loads the machine.\n",
+      n, n, omp_get_max_threads());
+  std::printf(
+      "[cluster]\nname = this-machine\nnodes = 1\n\n[accelerator]\n"
+      "name = cpu-rank\npeak_fp32_tflops = %.6g   # oneDNN fp32 GEMM 1536^3 per rank\n"
+      "memory_gb = %.4g   # the machine's memory / ranks\n"
+      "memory_bw_gbs = %.4g   # triad per rank\n"
+      "gemm_efficiency = 1   # relative to the measured GEMM rate\n"
+      "gemm_half_dim = %.3g   # from 1536x1536xd GEMMs, d = 16..128\n\n"
+      "[node]\naccelerators = %d\nbw_gbs = %.4g   # MPI_Allreduce bus bandwidth, 16 MiB\n"
+      "latency_us = %.3g\n",
+      peak / 1e12, memory / 1e9, bw / 1e9, half, n, ar_bw / 1e9, ar_lat * 1e6);
 }
 
 }  // namespace tessera

@@ -32,21 +32,22 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
-std::string num(double x) { return fmt("%.10g", x); }
+std::string num(double x) {
+  return fmt("%.10g", x);
+}
 
 }  // namespace
 
 std::string describe_workload(const Workload& w) {
   const ModelConfig& c = w.cfg;
-  std::string s = fmt("%s, %lld layers, d_model %lld, heads %lld/%lld, ffn %lld, vocab %lld, "
-                      "seq %lld, %.2fB parameters; global batch %lld sequences (%.2fM tokens)",
-                      c.arch_name(), (long long)c.layers, (long long)c.d_model,
-                      (long long)c.heads, (long long)c.kv_heads, (long long)c.ffn_hidden,
-                      (long long)c.vocab, (long long)c.seq_len, workload_params(w) / 1e9,
-                      (long long)w.global_batch,
-                      double(w.global_batch) * double(c.seq_len) / 1e6);
-  if (w.moe.any())
-    s += fmt("; MoE %d experts, top-%d", w.moe.experts, w.moe.top_k);
+  std::string s =
+      fmt("%s, %lld layers, d_model %lld, heads %lld/%lld, ffn %lld, vocab %lld, "
+          "seq %lld, %.2fB parameters; global batch %lld sequences (%.2fM tokens)",
+          c.arch_name(), (long long)c.layers, (long long)c.d_model, (long long)c.heads,
+          (long long)c.kv_heads, (long long)c.ffn_hidden, (long long)c.vocab, (long long)c.seq_len,
+          workload_params(w) / 1e9, (long long)w.global_batch,
+          double(w.global_batch) * double(c.seq_len) / 1e6);
+  if (w.moe.any()) s += fmt("; MoE %d experts, top-%d", w.moe.experts, w.moe.top_k);
   s += w.flash_attention ? "; flash attention" : "; attention scores materialised";
   if (w.dropout) s += "; dropout";
   return s;
@@ -56,18 +57,18 @@ std::string format_ranking(const SearchResult& r, int top) {
   std::ostringstream os;
   const int n = std::min<int>(top, int(r.accepted.size()));
   if (n == 0) return "no layout is acceptable (see the rejected families below)\n";
-  os << fmt("%-4s %-58s %9s %7s %6s %7s %6s %7s\n", "rank", "layout", "tokens/s", "step s",
-            "MFU", "TFLOP/s", "bubble", "mem GB");
+  os << fmt("%-4s %-58s %9s %7s %6s %7s %6s %7s\n", "rank", "layout", "tokens/s", "step s", "MFU",
+            "TFLOP/s", "bubble", "mem GB");
   for (int i = 0; i < n; ++i) {
     const Estimate& e = r.accepted[size_t(i)];
     os << fmt("%-4d %-58s %9.0f %7.3f %5.1f%% %7.1f %5.1f%% %7.1f\n", i + 1,
               to_string(e.layout).c_str(), e.tokens_per_second, e.step_seconds, 100 * e.mfu,
               e.hardware_tflops, 100 * e.bubble_fraction, e.memory.total() / 1e9);
   }
-  os << "\nmemory per accelerator, GB (capacity "
-     << fmt("%.1f", r.accepted.front().capacity / 1e9) << ")\n";
-  os << fmt("%-4s %8s %8s %8s %8s %8s %8s %8s %8s\n", "rank", "params", "grads", "optim",
-            "activ", "comm", "work", "reserved", "total");
+  os << "\nmemory per accelerator, GB (capacity " << fmt("%.1f", r.accepted.front().capacity / 1e9)
+     << ")\n";
+  os << fmt("%-4s %8s %8s %8s %8s %8s %8s %8s %8s\n", "rank", "params", "grads", "optim", "activ",
+            "comm", "work", "reserved", "total");
   for (int i = 0; i < n; ++i) {
     const MemoryBreakdown& m = r.accepted[size_t(i)].memory;
     os << fmt("%-4d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n", i + 1, m.params / 1e9,
@@ -103,10 +104,11 @@ std::string format_explain(const Workload& w, const Estimate& e, const Cluster& 
   const double step = e.step_seconds;
   auto pct = [&](double x) { return 100 * x / step; };
   os << "layout     " << to_string(l) << "  (runtime " << runtime_name(e.runtime) << ")\n";
-  os << fmt("           %d accelerators = dp %d x tp %d x pp %d x cp %d; %lld micro-batches of "
-            "%d per step; ZeRO shard group %d\n",
-            l.accelerators(), l.dp, l.tp, l.pp, l.cp, (long long)e.microbatches, l.micro_batch,
-            l.shard_ranks());
+  os << fmt(
+      "           %d accelerators = dp %d x tp %d x pp %d x cp %d; %lld micro-batches of "
+      "%d per step; ZeRO shard group %d\n",
+      l.accelerators(), l.dp, l.tp, l.pp, l.cp, (long long)e.microbatches, l.micro_batch,
+      l.shard_ranks());
   os << "workload   " << describe_workload(w) << "\n";
   os << "cluster    " << c.summary() << "\n";
   os << fmt("links      tp %s, cp %s, ep %s, dp %s, pp %s\n", e.links.tp.name, e.links.cp.name,
@@ -115,8 +117,10 @@ std::string format_explain(const Workload& w, const Estimate& e, const Cluster& 
             l.pp == 1 ? "the only" : "the fuller");
   const MemoryBreakdown& m = e.memory;
   const char* zf = zero_formula(l.zero, l.mixed() ? Precision::mixed : Precision::fp32);
-  os << fmt("  params                                    %9.2f   ZeRO-%d share of %s (Psi_r = %.3gB per rank)\n",
-            m.params / 1e9, l.zero, zf, e.params_per_rank / 1e9);
+  os << fmt(
+      "  params                                    %9.2f   ZeRO-%d share of %s (Psi_r = %.3gB per "
+      "rank)\n",
+      m.params / 1e9, l.zero, zf, e.params_per_rank / 1e9);
   os << fmt("  grads                                     %9.2f\n", m.grads / 1e9);
   os << fmt("  optimizer                                 %9.2f   Adam m, v%s\n", m.optimizer / 1e9,
             l.mixed() ? " and fp32 master weights" : "");
@@ -125,8 +129,10 @@ std::string format_explain(const Workload& w, const Estimate& e, const Cluster& 
             e.runtime == Runtime::tessera ? "tessera's layer buffers"
                                           : "Korthikanti et al. per layer x layers in flight");
   if (e.runtime == Runtime::tessera && m.comm > 0)
-    os << fmt("  comm buffers                              %9.4f   ZeRO-%d staging: at least %.4f, "
-              "at most this, as MPI progresses\n", m.comm / 1e9, l.zero, e.comm_low / 1e9);
+    os << fmt(
+        "  comm buffers                              %9.4f   ZeRO-%d staging: at least %.4f, "
+        "at most this, as MPI progresses\n",
+        m.comm / 1e9, l.zero, e.comm_low / 1e9);
   else
     os << fmt("  comm buffers                              %9.2f\n", m.comm / 1e9);
   os << fmt("  workspace                                 %9.2f\n", m.workspace / 1e9);
@@ -140,21 +146,28 @@ std::string format_explain(const Workload& w, const Estimate& e, const Cluster& 
   os << "\nstep time                                         s   share\n";
   os << fmt("  compute (forward %.3f + backward %.3f)    %9.3f  %5.1f%%\n", t.forward, t.backward,
             t.compute, pct(t.compute));
-  os << fmt("  recompute                                 %9.3f  %5.1f%%\n", t.recompute, pct(t.recompute));
-  os << fmt("  TP/SP communication                       %9.3f  %5.1f%%\n", t.tp_comm, pct(t.tp_comm));
-  os << fmt("  CP communication (exposed)                %9.3f  %5.1f%%\n", t.cp_comm, pct(t.cp_comm));
-  os << fmt("  EP all-to-all                             %9.3f  %5.1f%%\n", t.ep_comm, pct(t.ep_comm));
-  os << fmt("  PP send/recv                              %9.3f  %5.1f%%\n", t.pp_p2p, pct(t.pp_p2p));
+  os << fmt("  recompute                                 %9.3f  %5.1f%%\n", t.recompute,
+            pct(t.recompute));
+  os << fmt("  TP/SP communication                       %9.3f  %5.1f%%\n", t.tp_comm,
+            pct(t.tp_comm));
+  os << fmt("  CP communication (exposed)                %9.3f  %5.1f%%\n", t.cp_comm,
+            pct(t.cp_comm));
+  os << fmt("  EP all-to-all                             %9.3f  %5.1f%%\n", t.ep_comm,
+            pct(t.ep_comm));
+  os << fmt("  PP send/recv                              %9.3f  %5.1f%%\n", t.pp_p2p,
+            pct(t.pp_p2p));
   os << fmt("  PP bubble  (p-1)/(v m) = %5.1f%%           %9.3f  %5.1f%%\n",
             100 * e.bubble_fraction, t.pp_bubble, pct(t.pp_bubble));
-  os << fmt("  DP/ZeRO communication %8.3f, hidden %6.3f %9.3f  %5.1f%%\n", t.dp_comm,
-            t.dp_hidden, t.dp_comm - t.dp_hidden, pct(t.dp_comm - t.dp_hidden));
-  os << fmt("  optimizer                                 %9.3f  %5.1f%%\n", t.optimizer, pct(t.optimizer));
+  os << fmt("  DP/ZeRO communication %8.3f, hidden %6.3f %9.3f  %5.1f%%\n", t.dp_comm, t.dp_hidden,
+            t.dp_comm - t.dp_hidden, pct(t.dp_comm - t.dp_hidden));
+  os << fmt("  optimizer                                 %9.3f  %5.1f%%\n", t.optimizer,
+            pct(t.optimizer));
   os << fmt("  step                                      %9.3f\n", step);
-  os << fmt("\nthroughput %.0f tokens/s; %.1f TFLOP/s per accelerator counting recompute "
-            "(%.1f model); MFU %.1f%%, HFU %.1f%% of %.0f TFLOP/s %s\n",
-            e.tokens_per_second, e.hardware_tflops, e.model_tflops, 100 * e.mfu, 100 * e.hfu,
-            c.peak(l.precision) / 1e12, compute_type_name(l.precision));
+  os << fmt(
+      "\nthroughput %.0f tokens/s; %.1f TFLOP/s per accelerator counting recompute "
+      "(%.1f model); MFU %.1f%%, HFU %.1f%% of %.0f TFLOP/s %s\n",
+      e.tokens_per_second, e.hardware_tflops, e.model_tflops, 100 * e.mfu, 100 * e.hfu,
+      c.peak(l.precision) / 1e12, compute_type_name(l.precision));
   for (const std::string& warn : e.warnings) os << "warning: " << warn << "\n";
   return os.str();
 }
@@ -165,41 +178,42 @@ std::string estimate_json(const Estimate& e) {
   const TimeBreakdown& t = e.time;
   std::ostringstream os;
   os << "{\"layout\": {\"text\": " << json_string(to_string(l)) << ", \"dp\": " << l.dp
-     << ", \"tp\": " << l.tp << ", \"pp\": " << l.pp << ", \"v\": " << l.vpp
-     << ", \"cp\": " << l.cp << ", \"ep\": " << l.ep << ", \"zero\": " << l.zero
-     << ", \"shard_group\": " << l.shard_ranks() << ", \"micro_batch\": " << l.micro_batch
-     << ", \"sequence_parallel\": " << (l.seq_parallel ? "true" : "false")
-     << ", \"recompute\": \"" << recompute_name(l.recompute) << "\", \"precision\": \""
-     << compute_type_name(l.precision) << "\", \"schedule\": \"" << schedule_name(l.schedule)
-     << "\"}, \"runtime\": \"" << runtime_name(e.runtime) << "\", \"microbatches\": "
-     << e.microbatches;
+     << ", \"tp\": " << l.tp << ", \"pp\": " << l.pp << ", \"v\": " << l.vpp << ", \"cp\": " << l.cp
+     << ", \"ep\": " << l.ep << ", \"zero\": " << l.zero << ", \"shard_group\": " << l.shard_ranks()
+     << ", \"micro_batch\": " << l.micro_batch
+     << ", \"sequence_parallel\": " << (l.seq_parallel ? "true" : "false") << ", \"recompute\": \""
+     << recompute_name(l.recompute) << "\", \"precision\": \"" << compute_type_name(l.precision)
+     << "\", \"schedule\": \"" << schedule_name(l.schedule) << "\"}, \"runtime\": \""
+     << runtime_name(e.runtime) << "\", \"microbatches\": " << e.microbatches;
   os << ", \"memory_bytes\": {\"params\": " << num(m.params) << ", \"grads\": " << num(m.grads)
      << ", \"optimizer\": " << num(m.optimizer) << ", \"activations\": " << num(m.activations)
      << ", \"comm\": " << num(m.comm) << ", \"comm_low\": " << num(e.comm_low)
-     << ", \"workspace\": " << num(m.workspace)
-     << ", \"reserved\": " << num(m.reserved) << ", \"total\": " << num(m.total())
-     << ", \"capacity\": " << num(e.capacity) << "}";
-  os << ", \"time_seconds\": {\"compute\": " << num(t.compute) << ", \"forward\": " << num(t.forward)
-     << ", \"backward\": " << num(t.backward) << ", \"recompute\": " << num(t.recompute)
-     << ", \"tp\": " << num(t.tp_comm) << ", \"cp\": " << num(t.cp_comm) << ", \"ep\": "
-     << num(t.ep_comm) << ", \"pp_p2p\": " << num(t.pp_p2p) << ", \"pp_bubble\": "
-     << num(t.pp_bubble) << ", \"dp\": " << num(t.dp_comm) << ", \"dp_hidden\": "
-     << num(t.dp_hidden) << ", \"optimizer\": " << num(t.optimizer) << ", \"step\": "
-     << num(e.step_seconds) << "}";
+     << ", \"workspace\": " << num(m.workspace) << ", \"reserved\": " << num(m.reserved)
+     << ", \"total\": " << num(m.total()) << ", \"capacity\": " << num(e.capacity) << "}";
+  os << ", \"time_seconds\": {\"compute\": " << num(t.compute)
+     << ", \"forward\": " << num(t.forward) << ", \"backward\": " << num(t.backward)
+     << ", \"recompute\": " << num(t.recompute) << ", \"tp\": " << num(t.tp_comm)
+     << ", \"cp\": " << num(t.cp_comm) << ", \"ep\": " << num(t.ep_comm)
+     << ", \"pp_p2p\": " << num(t.pp_p2p) << ", \"pp_bubble\": " << num(t.pp_bubble)
+     << ", \"dp\": " << num(t.dp_comm) << ", \"dp_hidden\": " << num(t.dp_hidden)
+     << ", \"optimizer\": " << num(t.optimizer) << ", \"step\": " << num(e.step_seconds) << "}";
   os << ", \"tokens_per_second\": " << num(e.tokens_per_second)
      << ", \"model_tflops_per_accelerator\": " << num(e.model_tflops)
      << ", \"hardware_tflops_per_accelerator\": " << num(e.hardware_tflops)
      << ", \"mfu\": " << num(e.mfu) << ", \"hfu\": " << num(e.hfu)
      << ", \"bubble_fraction\": " << num(e.bubble_fraction)
-     << ", \"params_per_rank\": " << num(e.params_per_rank) << ", \"fits\": "
-     << (e.fits() ? "true" : "false") << ", \"links\": {";
-  const std::pair<const char*, const Link*> links[] = {
-      {"tp", &e.links.tp}, {"cp", &e.links.cp}, {"ep", &e.links.ep}, {"dp", &e.links.dp},
-      {"pp", &e.links.pp}};
+     << ", \"params_per_rank\": " << num(e.params_per_rank)
+     << ", \"fits\": " << (e.fits() ? "true" : "false") << ", \"links\": {";
+  const std::pair<const char*, const Link*> links[] = {{"tp", &e.links.tp},
+                                                       {"cp", &e.links.cp},
+                                                       {"ep", &e.links.ep},
+                                                       {"dp", &e.links.dp},
+                                                       {"pp", &e.links.pp}};
   for (size_t i = 0; i < 5; ++i)
     os << (i ? ", " : "") << "\"" << links[i].first << "\": \"" << links[i].second->name << "\"";
   os << "}, \"warnings\": [";
-  for (size_t i = 0; i < e.warnings.size(); ++i) os << (i ? ", " : "") << json_string(e.warnings[i]);
+  for (size_t i = 0; i < e.warnings.size(); ++i)
+    os << (i ? ", " : "") << json_string(e.warnings[i]);
   os << "]}";
   return os.str();
 }
@@ -208,36 +222,38 @@ std::string workload_json(const Workload& w) {
   const ModelConfig& c = w.cfg;
   std::ostringstream os;
   os << "{\"arch\": \"" << c.arch_name() << "\", \"layers\": " << c.layers
-     << ", \"d_model\": " << c.d_model << ", \"heads\": " << c.heads << ", \"kv_heads\": "
-     << c.kv_heads << ", \"ffn_hidden\": " << c.ffn_hidden << ", \"vocab\": " << c.vocab
-     << ", \"seq_len\": " << c.seq_len << ", \"parameters\": " << num(workload_params(w))
-     << ", \"global_batch\": " << w.global_batch << ", \"flash_attention\": "
-     << (w.flash_attention ? "true" : "false") << ", \"dropout\": "
-     << (w.dropout ? "true" : "false") << ", \"experts\": " << w.moe.experts
-     << ", \"top_k\": " << w.moe.top_k << ", \"flops_per_token\": "
-     << num(workload_flops_per_token(w)) << "}";
+     << ", \"d_model\": " << c.d_model << ", \"heads\": " << c.heads
+     << ", \"kv_heads\": " << c.kv_heads << ", \"ffn_hidden\": " << c.ffn_hidden
+     << ", \"vocab\": " << c.vocab << ", \"seq_len\": " << c.seq_len
+     << ", \"parameters\": " << num(workload_params(w)) << ", \"global_batch\": " << w.global_batch
+     << ", \"flash_attention\": " << (w.flash_attention ? "true" : "false")
+     << ", \"dropout\": " << (w.dropout ? "true" : "false") << ", \"experts\": " << w.moe.experts
+     << ", \"top_k\": " << w.moe.top_k
+     << ", \"flops_per_token\": " << num(workload_flops_per_token(w)) << "}";
   return os.str();
 }
 
 std::string search_json(const Workload& w, const Cluster& c, int accelerators,
                         const SearchResult& r, int top) {
   std::ostringstream os;
-  os << "{\n  \"workload\": " << workload_json(w) << ",\n  \"cluster\": {\"name\": "
-     << json_string(c.name) << ", \"accelerator\": " << json_string(c.accelerator)
-     << ", \"per_node\": " << c.per_node << ", \"memory_bytes\": " << num(c.memory)
-     << "},\n  \"accelerators\": " << accelerators << ",\n  \"considered\": " << r.considered
-     << ",\n  \"legal\": " << r.legal << ",\n  \"accepted_count\": " << r.accepted.size()
-     << ",\n  \"accepted\": [";
+  os << "{\n  \"workload\": " << workload_json(w)
+     << ",\n  \"cluster\": {\"name\": " << json_string(c.name)
+     << ", \"accelerator\": " << json_string(c.accelerator) << ", \"per_node\": " << c.per_node
+     << ", \"memory_bytes\": " << num(c.memory) << "},\n  \"accelerators\": " << accelerators
+     << ",\n  \"considered\": " << r.considered << ",\n  \"legal\": " << r.legal
+     << ",\n  \"accepted_count\": " << r.accepted.size() << ",\n  \"accepted\": [";
   const int n = std::min<int>(top, int(r.accepted.size()));
-  for (int i = 0; i < n; ++i) os << (i ? ",\n    " : "\n    ") << estimate_json(r.accepted[size_t(i)]);
+  for (int i = 0; i < n; ++i)
+    os << (i ? ",\n    " : "\n    ") << estimate_json(r.accepted[size_t(i)]);
   os << "\n  ],\n  \"rejected\": [";
   for (size_t i = 0; i < r.rejected.size(); ++i) {
     const FamilyRejection& f = r.rejected[i];
     os << (i ? ",\n    " : "\n    ") << "{\"family\": " << json_string(f.family)
        << ", \"layouts\": " << f.layouts << ", \"illegal\": " << f.illegal
-       << ", \"out_of_memory\": " << f.out_of_memory << ", \"tp_across_nodes\": "
-       << f.tp_across_nodes << ", \"bubble\": " << f.bubble << ", \"min_excess_bytes\": "
-       << num(f.min_excess) << ", \"reason\": " << json_string(f.summary()) << "}";
+       << ", \"out_of_memory\": " << f.out_of_memory
+       << ", \"tp_across_nodes\": " << f.tp_across_nodes << ", \"bubble\": " << f.bubble
+       << ", \"min_excess_bytes\": " << num(f.min_excess)
+       << ", \"reason\": " << json_string(f.summary()) << "}";
   }
   os << "\n  ]\n}\n";
   return os.str();

@@ -48,9 +48,9 @@ std::string FamilyRejection::summary() const {
                       " of the step)")
                 : std::string()));
   if (out_of_memory > 0)
-    add(cat("out of memory in ", out_of_memory, " (closest needs ",
-            gb(closest.memory.total()), " of ", gb(closest.capacity), ", ", gb(min_excess),
-            " over, at ", to_string(closest.layout), ")"));
+    add(cat("out of memory in ", out_of_memory, " (closest needs ", gb(closest.memory.total()),
+            " of ", gb(closest.capacity), ", ", gb(min_excess), " over, at ",
+            to_string(closest.layout), ")"));
   if (bubble > 0)
     add(cat("bubble over the limit in ", bubble, " (smallest ", pct(min_bubble), ")"));
   if (illegal > 0) add(cat("illegal in ", illegal, " (", illegal_reason, ")"));
@@ -92,7 +92,12 @@ SearchResult search(const Workload& w, const Cluster& c, int accelerators, Runti
         if (rest % cp) continue;
         const int dp = rest / cp;
         std::vector<int> eps = space.ep;
-        if (eps.empty()) eps = w.moe.any() ? divisors(dp) : std::vector<int>{1};
+        if (eps.empty()) {
+          eps = {1};
+          if (w.moe.any())
+            for (int d : divisors(dp))
+              if (d > 1 && w.moe.experts % d == 0) eps.push_back(d);
+        }
         for (int ep : eps) {
           std::vector<int> vpps = space.vpp;
           if (vpps.empty()) {
@@ -141,7 +146,8 @@ SearchResult search(const Workload& w, const Cluster& c, int accelerators, Runti
                             fr.fastest_rejected = e;
                           continue;
                         }
-                        if (space.memory_budget > 0) e.capacity = std::min(e.capacity, space.memory_budget);
+                        if (space.memory_budget > 0)
+                          e.capacity = std::min(e.capacity, space.memory_budget);
                         if (!e.fits()) {
                           const double excess = e.memory.total() - e.capacity;
                           if (fr.out_of_memory++ == 0 || excess < fr.min_excess)
@@ -165,7 +171,8 @@ SearchResult search(const Workload& w, const Cluster& c, int accelerators, Runti
     }
   }
   std::stable_sort(r.accepted.begin(), r.accepted.end(), [](const Estimate& a, const Estimate& b) {
-    if (a.tokens_per_second != b.tokens_per_second) return a.tokens_per_second > b.tokens_per_second;
+    if (a.tokens_per_second != b.tokens_per_second)
+      return a.tokens_per_second > b.tokens_per_second;
     return a.memory.total() < b.memory.total();
   });
   for (auto& [name, fr] : families)

@@ -34,12 +34,12 @@ struct FamilyRejection {
   std::string family;  // "tp=16 pp=4 cp=1 ep=1"
   int layouts = 0;     // layouts tried in the family
   int illegal = 0, out_of_memory = 0, tp_across_nodes = 0, bubble = 0;
-  std::string illegal_reason;         // the first reason a layout was illegal
-  double min_excess = 0;              // bytes over capacity of the smallest-memory layout
-  Estimate closest;                   // that layout (valid when out_of_memory > 0)
-  double min_bubble = 0;              // smallest bubble fraction among bubble rejections
-  Estimate fastest_rejected;          // fastest layout rejected for TP across nodes/bubble
-  std::string summary() const;        // one line: the reasons, with numbers
+  std::string illegal_reason;   // the first reason a layout was illegal
+  double min_excess = 0;        // bytes over capacity of the smallest-memory layout
+  Estimate closest;             // that layout (valid when out_of_memory > 0)
+  double min_bubble = 0;        // smallest bubble fraction among bubble rejections
+  Estimate fastest_rejected;    // fastest layout rejected for TP across nodes/bubble
+  std::string summary() const;  // one line: the reasons, with numbers
 };
 
 struct SearchResult {

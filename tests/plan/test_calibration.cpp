@@ -87,10 +87,11 @@ TEST(PlanCalibration, MegatronTable1Within15Percent) {
     const Estimate& e = res.accepted.front();
     const double err = e.hardware_tflops / r.tflops - 1;
     worst = std::max(worst, std::abs(err));
-    std::printf("table1 %7.1fB %5d GPUs %-52s predicted %6.1f TFLOP/s, published %5.0f, "
-                "error %+5.1f%% (mem %.1f GB, bubble %.1f%%)\n",
-                r.params_billion, r.gpus, to_string(e.layout).c_str(), e.hardware_tflops,
-                r.tflops, 100 * err, e.memory.total() / 1e9, 100 * e.bubble_fraction);
+    std::printf(
+        "table1 %7.1fB %5d GPUs %-52s predicted %6.1f TFLOP/s, published %5.0f, "
+        "error %+5.1f%% (mem %.1f GB, bubble %.1f%%)\n",
+        r.params_billion, r.gpus, to_string(e.layout).c_str(), e.hardware_tflops, r.tflops,
+        100 * err, e.memory.total() / 1e9, 100 * e.bubble_fraction);
     EXPECT_LE(std::abs(err), 0.15) << r.params_billion << "B";
   }
   std::printf("table1 worst |error| %.1f%%\n", 100 * worst);

@@ -41,11 +41,11 @@ oversubscription = 2
 
 // A GPT-3-like model: h = 4096, 32 heads, seq 2048, 4h MLP.
 Workload gpt(int64_t layers = 4, int64_t global_batch = 64) {
-  Workload w = workload_from_deck(plan_deck(
-      "[model]\narch = gpt2\nd_model = 4096\nheads = 32\nvocab = 51200\nseq_len = 2048\n",
-      {"--model.layers=" + std::to_string(layers),
-       "--train.global_batch=" + std::to_string(global_batch)},
-      "test"));
+  Workload w = workload_from_deck(
+      plan_deck("[model]\narch = gpt2\nd_model = 4096\nheads = 32\nvocab = 51200\nseq_len = 2048\n",
+                {"--model.layers=" + std::to_string(layers),
+                 "--train.global_batch=" + std::to_string(global_batch)},
+                "test"));
   w.flash_attention = false;
   w.dropout = true;
   return w;
@@ -82,7 +82,8 @@ TEST(PlanActivations, KorthikantiFormulas) {
   EXPECT_NEAR(layer_activations(w, l, false).total(), s * b * h * (34 + 5 * a * s / h), 1);
   // TP = 8: s b h (10 + 24/t + 5 a s / (h t)).
   l.tp = 8;
-  EXPECT_NEAR(layer_activations(w, l, false).total(), s * b * h * (10 + 24.0 / 8 + 5 * a * s / (h * 8)), 1);
+  EXPECT_NEAR(layer_activations(w, l, false).total(),
+              s * b * h * (10 + 24.0 / 8 + 5 * a * s / (h * 8)), 1);
   // TP + SP: s b h (34/t + 5 a s/(h t)); selective recompute: s b h 34/t; full: 2 s b h / t.
   l.seq_parallel = true;
   const LayerActivations act = layer_activations(w, l, false);
@@ -101,7 +102,7 @@ TEST(PlanActivations, MicroBatchesInFlight) {
   l.pp = 4;
   EXPECT_DOUBLE_EQ(inflight_layer_equivalents(l, 80, 64), 80);  // 1F1B: p x L/p
   EXPECT_DOUBLE_EQ(inflight_layer_equivalents(l, 80, 2), 40);   // fewer than p micro-batches
-  l.vpp = 5;  // interleaved: L (1 + (p-1)/(p v))
+  l.vpp = 5;                                                    // interleaved: L (1 + (p-1)/(p v))
   EXPECT_DOUBLE_EQ(inflight_layer_equivalents(l, 80, 64), 80 * (1 + 3.0 / 20));
   l.vpp = 1;
   l.schedule = PipeSchedule::gpipe;  // all m
@@ -116,7 +117,8 @@ TEST(PlanCompute, GemmEfficiencyAndRoofline) {
   const double n = 8192, peak = c.peak(ComputeType::bf16);
   EXPECT_NEAR(gemm_seconds(c, peak, n, n, n), 2 * n * n * n / (peak * 0.5 * n / (n + 100)), 1e-12);
   // A thin GEMM whose operands dominate is bound by memory (on a slow-memory part).
-  const Cluster slow = Cluster::from_text(std::string(kCluster) + "[accelerator]\nmemory_bw_gbs = 10\n");
+  const Cluster slow =
+      Cluster::from_text(std::string(kCluster) + "[accelerator]\nmemory_bw_gbs = 10\n");
   const double mem = (1e6 * 4 + 4 * 4 + 1e6 * 4) * 2 / slow.memory_bw;
   EXPECT_DOUBLE_EQ(gemm_seconds(slow, peak, 1e6, 4, 4), mem);
 }
@@ -133,8 +135,10 @@ TEST(PlanCompute, MegatronFlopsWithFullRecompute) {
   const double B = 64, s = 2048, L = 8, h = 4096, V = 51200;
   const double F = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h));
   EXPECT_NEAR(e.hardware_flops_per_step / F, 1.0, 1e-12);
-  EXPECT_NEAR(e.model_flops_per_step / F, 72.0 / 96 * (1 + s / (6 * h) + V / (12 * L * h)) /
-                                              (1 + s / (6 * h) + V / (16 * L * h)), 1e-12);
+  EXPECT_NEAR(
+      e.model_flops_per_step / F,
+      72.0 / 96 * (1 + s / (6 * h) + V / (12 * L * h)) / (1 + s / (6 * h) + V / (16 * L * h)),
+      1e-12);
 }
 
 TEST(PlanCostModel, BubbleAndStageParameters) {
@@ -164,7 +168,7 @@ TEST(PlanCostModel, DataParallelTrafficPerStage) {
   l.precision = ComputeType::bf16;
   EXPECT_DOUBLE_EQ(dp_comm(l, g, 100, 1).bytes, 2.0 * 3 / 4 * 2 * 100);  // all-reduce 2 Psi
   l.zero = 1;
-  EXPECT_DOUBLE_EQ(dp_comm(l, g, 100, 1).bytes, 3.0 / 4 * 4 * 100);      // RS + AG: same
+  EXPECT_DOUBLE_EQ(dp_comm(l, g, 100, 1).bytes, 3.0 / 4 * 4 * 100);  // RS + AG: same
   l.zero = 3;
   EXPECT_DOUBLE_EQ(dp_comm(l, g, 100, 2).bytes, 3.0 / 4 * 2 * (2 * 2 + 2) * 100);
 }
@@ -174,10 +178,10 @@ TEST(PlanCluster, ParsesAndClassifiesLinks) {
   EXPECT_EQ(c.per_node, 8);
   EXPECT_DOUBLE_EQ(c.memory, 80e9);
   EXPECT_DOUBLE_EQ(c.pod.bw, 5e9);
-  EXPECT_STREQ(c.link(8, 1).name, "intra-node");    // TP 8 on one node
-  EXPECT_STREQ(c.link(16, 1).name, "inter-node");   // TP 16 spans two
-  EXPECT_STREQ(c.link(4, 8).name, "inter-node");    // PP 4 across nodes
-  EXPECT_STREQ(c.link(8, 8).name, "inter-pod");     // 64 ranks > a pod of 32
+  EXPECT_STREQ(c.link(8, 1).name, "intra-node");   // TP 8 on one node
+  EXPECT_STREQ(c.link(16, 1).name, "inter-node");  // TP 16 spans two
+  EXPECT_STREQ(c.link(4, 8).name, "inter-node");   // PP 4 across nodes
+  EXPECT_STREQ(c.link(8, 8).name, "inter-pod");    // 64 ranks > a pod of 32
   EXPECT_THROW(c.peak(ComputeType::fp8), Error);
   EXPECT_THROW(Cluster::from_text("[node]\nacelerators = 8\n"), Error);
   try {
@@ -205,15 +209,20 @@ TEST(PlanSearch, LegalityRules) {
   const Workload w = gpt(8, 64);
   Layout l;
   l.dp = 8, l.tp = 3;
-  EXPECT_NE(layout_problem(w, l, c, Runtime::megatron, 24).find("does not divide the 32 heads"), std::string::npos);
+  EXPECT_NE(layout_problem(w, l, c, Runtime::megatron, 24).find("does not divide the 32 heads"),
+            std::string::npos);
   l.tp = 2, l.dp = 2, l.pp = 3;
-  EXPECT_NE(layout_problem(w, l, c, Runtime::megatron, 12).find("does not divide the 8 layers"), std::string::npos);
+  EXPECT_NE(layout_problem(w, l, c, Runtime::megatron, 12).find("does not divide the 8 layers"),
+            std::string::npos);
   l.pp = 2, l.zero = 2;
-  EXPECT_NE(layout_problem(w, l, c, Runtime::megatron, 8).find("only ZeRO-1 with pipeline"), std::string::npos);
+  EXPECT_NE(layout_problem(w, l, c, Runtime::megatron, 8).find("only ZeRO-1 with pipeline"),
+            std::string::npos);
   l.zero = 0, l.micro_batch = 3;
-  EXPECT_NE(layout_problem(w, l, c, Runtime::megatron, 8).find("not a multiple"), std::string::npos);
+  EXPECT_NE(layout_problem(w, l, c, Runtime::megatron, 8).find("not a multiple"),
+            std::string::npos);
   l.micro_batch = 1;
-  EXPECT_NE(layout_problem(w, l, c, Runtime::tessera, 8).find("not implemented"), std::string::npos);
+  EXPECT_NE(layout_problem(w, l, c, Runtime::tessera, 8).find("not implemented"),
+            std::string::npos);
   EXPECT_EQ(layout_problem(w, l, c, Runtime::megatron, 8), "");
   EXPECT_EQ(divisors(12), (std::vector<int>{1, 2, 3, 4, 6, 12}));
 }
