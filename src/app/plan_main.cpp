@@ -1,8 +1,6 @@
 // tessera-plan: predicts memory, step time and MFU of parallel layouts of a training deck on
 // a described cluster, and searches for the fastest one that fits.
 //   tessera-plan DECK.in --cluster FILE --gpus N [options] [--section.key=value ...]
-#include <mpi.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include "app/errors.hpp"
+#include "comm/mpi_env.hpp"
 #include "core/error.hpp"
 #include "perf/cluster.hpp"
 #include "perf/cost_model.hpp"
@@ -291,13 +290,11 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
-  MPI_Init(&argc, &argv);
+  tessera::mpi::init(&argc, &argv);
   for (const std::string& s : args)
     if (s == "--measure-cluster")
       return tessera::run_reporting_errors("tessera-plan", [] { tessera::measure_cluster(); });
   return tessera::run_reporting_errors("tessera-plan", [&] {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank == 0) run(args);
+    if (tessera::mpi::world_rank() == 0) run(args);
   });
 }

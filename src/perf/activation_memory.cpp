@@ -53,30 +53,23 @@ double inflight_layer_equivalents(const Layout& l, int64_t layers, int64_t m) {
   return L / p * in_flight * (1 + (p - 1) / (p * l.vpp));
 }
 
-double tessera_activation_bytes(const ModelConfig& c, int64_t micro_batch) {
-  const double N = double(micro_batch) * double(c.seq_len), C = double(c.d_model);
-  const double F = double(c.ffn_hidden);
-  const double qd = double(c.heads * c.head_dim), kvd = double(c.kv_heads * c.head_dim);
-  const bool ln = c.arch == Arch::gpt2;                     // LayerNorm keeps the mean as well
-  double block = 4 * N * C + 2 * N + (ln ? 2 * N : 0);      // n1, h, n2, out; rstd (and mean)
-  block += 2 * N * qd + 2 * N * kvd + N * double(c.heads);  // q, k, v, att; lse rows
-  block += N * F * (c.arch == Arch::llama ? 3 : 2);         // gate, up, act (gpt2: up, act)
-  const double embed = N * C;
-  const double head = N + (ln ? N : 0) + N * C;  // rstd (mean), dxn
-  return 4 * (double(c.layers) * block + embed + head);
-}
-
 double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch) {
-  const double B = double(micro_batch), N = B * double(c.seq_len), C = double(c.d_model);
-  const double F = double(c.ffn_hidden);
-  const double qd = double(c.heads * c.head_dim), kvd = double(c.kv_heads * c.head_dim);
-  double scratch = 2 * N * qd + 2 * N * kvd;                // d_att, dq, dk, dv
-  scratch += N * F * (c.arch == Arch::llama ? 3 : 2);       // d_act, d_up (, d_gate)
-  scratch += 2 * N * C + N * C;                             // d_norm, dh; xn
-  scratch += N * double(c.vocab_padded) + N;                // logits, losses
-  scratch += 2 * N * C;                                     // the two gradient streams
+  const double t = double(c.tp.size), B = double(micro_batch), N = B * double(c.seq_len);
+  const double C = double(c.d_model), D = double(c.head_dim);
+  const bool sp = c.tp.sequence_parallel && c.tp.size > 1, split = c.tp.size > 1;
+  const double R = sp ? N / t : N;
+  const double Hq = double(c.heads) / t, Hkv = double(c.kv_heads) / t;
+  const double F = double(c.ffn_hidden) / t, Vl = double(c.vocab_padded) / t;
+  double f = 2 * N * Hq * D + 2 * N * Hkv * D;              // d_att, dq; dk, dv
+  f += N * F * (c.arch == Arch::llama ? 3 : 2);             // d_act, d_up (, d_gate)
+  f += 3 * R * C;                                           // d_norm, dh; normed head input
+  f += N * Vl + N;                                          // logits, losses
+  f += 2 * R * C;                                           // the two gradient streams
+  f += 2 * (sp ? N * C : 1);                                // gathered rows and gradients
+  f += R == N ? 1 : N * C;                                  // the head's gathered rows
+  if (split) f += N * C + R * C + N + 2 * N + N;            // partial, sum; CE max, sum, target
   const double tokens = B * double(c.seq_len + 1) + 2 * N;  // int32 tokens, inputs, targets
-  return 4 * (scratch + tokens);
+  return 4 * (f + tokens);
 }
 
 }  // namespace tessera

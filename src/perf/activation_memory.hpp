@@ -50,14 +50,13 @@ double saved_bytes_per_layer(const LayerActivations& a, Recompute r);
 // (see above); m micro-batches per step.
 double inflight_layer_equivalents(const Layout& l, int64_t layers, int64_t m);
 
-// tessera's own CPU implementation today (fp32, src/model/*): every buffer a forward
-// allocates per micro-batch slot, in bytes (block: two norm outputs, the residual stream
-// twice, norm statistics, Q, K, V, attention output, log-sum-exp rows, the MLP's hidden
-// tensors; embedding output; head: norm statistics and the gradient of its input).
-double tessera_activation_bytes(const ModelConfig& c, int64_t micro_batch);
-// The shared scratch of backward temporaries (largest request per scratch slot: gradients of
-// Q/K/V and attention output, of the MLP hidden tensors, of the norms and the residual
-// stream, the logits) plus the token buffers of one micro-batch.
+// tessera's own CPU implementation today (fp32, src/model/*): the activations are
+// perf/memory.hpp's activation_bytes (exact, tested by activation_memory_tp). The workspace
+// is the shared scratch of temporaries, each slot sized to its largest request (gradients of
+// Q/K/V and the attention output, of the MLP hidden tensors, of the norms and the residual
+// stream, the logits; with tensor parallelism the partial sums, reduce-scatter targets,
+// gathered rows and cross-entropy statistics) plus the token buffers of one micro-batch.
+// c.tp gives the tensor-parallel split.
 double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch);
 
 }  // namespace tessera

@@ -103,9 +103,16 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
   if (l.vpp > 1 && m % l.pp != 0)
     return cat("interleaving needs micro-batches (", m, ") to be a multiple of pp = ", l.pp);
   if (rt == Runtime::tessera) {
-    if (l.tp > 1 || l.pp > 1 || l.cp > 1 || l.ep > 1)
-      return "tessera runs data parallelism and ZeRO only today (TP, PP, CP and EP are not "
-             "implemented yet)";
+    if (l.pp > 1 || l.cp > 1 || l.ep > 1)
+      return "tessera runs data, tensor and sequence parallelism and ZeRO today (PP, CP and "
+             "EP are not implemented yet)";
+    if (c.kv_heads % l.tp != 0)
+      return cat("tessera needs tp (", l.tp, ") to divide the ", c.kv_heads, " key/value heads");
+    if (c.vocab_padded % l.tp != 0)
+      return cat("tessera needs tp (", l.tp, ") to divide the padded vocabulary ", c.vocab_padded);
+    if (l.seq_parallel && (int64_t(l.micro_batch) * c.seq_len) % l.tp != 0)
+      return cat("sequence parallelism needs tp (", l.tp, ") to divide the ",
+                 int64_t(l.micro_batch) * c.seq_len, " tokens of a micro-batch");
     if (l.precision != ComputeType::fp32) return "tessera trains in fp32 only today";
     if (l.recompute != Recompute::none) return "tessera has no activation recompute yet";
   }
@@ -115,17 +122,19 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
 
 TesseraParts tessera_parts(const ModelConfig& c, int zero, int shard_ranks) {
   auto r16 = [](double n) { return std::ceil(n / 16) * 16; };
-  const double C = double(c.d_model), F = double(c.ffn_hidden), Vp = double(c.vocab_padded);
-  const double qd = double(c.heads * c.head_dim), kvd = double(c.kv_heads * c.head_dim);
+  const double t = double(c.tp.size);
+  const double C = double(c.d_model), F = double(c.ffn_hidden) / t;
+  const double Vl = double(c.vocab_padded) / t;
+  const double qd = double(c.heads * c.head_dim) / t, kvd = double(c.kv_heads * c.head_dim) / t;
   const bool b = c.has_bias();
   TesseraParts p;
-  p.embed = r16(Vp * C) + (c.arch == Arch::gpt2 ? r16(double(c.seq_len) * C) : 0);
+  p.embed = r16(Vl * C) + (c.arch == Arch::gpt2 ? r16(double(c.seq_len) * C) : 0);
   p.block = 2 * r16(C) + (b ? 2 * r16(C) : 0);              // norms
-  p.block += r16(qd * C) + 2 * r16(kvd * C) + r16(C * qd);  // q, k, v, o
+  p.block += r16(qd * C) + 2 * r16(kvd * C) + r16(C * qd);  // q, k, v (columns), o (rows)
   if (b) p.block += r16(qd) + 2 * r16(kvd) + r16(C);
   p.block += (c.arch == Arch::llama ? 3 : 2) * r16(C * F);  // (gate,) up, down
   if (b) p.block += r16(F) + r16(C);
-  p.head = r16(C) + (b ? r16(C) : 0) + (c.tie_embeddings ? 0 : r16(Vp * C));
+  p.head = r16(C) + (b ? r16(C) : 0) + (c.tie_embeddings ? 0 : r16(Vl * C));
   if (zero == 0) {  // one part, 16-aligned
     p.total = p.embed + double(c.layers) * p.block + p.head;
     return p;
@@ -185,15 +194,17 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   const LayerActivations act = layer_activations(w, l, moe);
   const double saved = saved_bytes_per_layer(act, l.recompute);
   if (rt == Runtime::tessera) {
-    const double psi = tessera_padded_params(c, l.zero, N);
+    ModelConfig tc = c;
+    tc.tp = {l.tp, 0, l.seq_parallel};
+    const double psi = tessera_padded_params(tc, l.zero, N);
     const ModelStateBytes s = zero_model_state(l.zero, psi, N, Precision::fp32);
     e.params_per_rank = psi;
     e.memory.params = s.params;
     e.memory.grads = s.grads;
     e.memory.optimizer = s.optimizer;
-    e.memory.activations = tessera_activation_bytes(c, l.micro_batch);
-    e.memory.workspace = tessera_workspace_bytes(c, l.micro_batch);
-    const CommBounds cb = tessera_comm_bytes(c, l.zero, N, m);
+    e.memory.activations = activation_bytes(tc, l.micro_batch);
+    e.memory.workspace = tessera_workspace_bytes(tc, l.micro_batch);
+    const CommBounds cb = tessera_comm_bytes(tc, l.zero, N, m);
     e.memory.comm = cb.high;  // conservative: what a run may reach
     e.comm_low = cb.low;
   } else {

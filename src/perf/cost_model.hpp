@@ -30,9 +30,10 @@
 //   workspace                  backward temporaries: two gradients of the widest activation
 //   reserved                   the cluster's reserved_gb (runtime context, fragmentation)
 //
-// Runtime tessera (the code in this repository, as it runs today: fp32, DP and ZeRO only)
-// uses tessera's own layer buffers instead (tessera_activation_bytes and friends), which the
-// plan_validate_tessera test compares with the allocator's high-water marks.
+// Runtime tessera (the code in this repository, as it runs today: fp32, DP, ZeRO and TP/SP)
+// uses tessera's own layer buffers instead (activation_bytes, tessera_workspace_bytes,
+// tessera_parts), which the plan_validate_tessera test compares with the allocator's high-water
+// marks.
 #pragma once
 
 #include <string>
@@ -108,6 +109,7 @@ StageParams stage_params(const Workload& w, const Layout& l);
 struct TesseraParts {
   double embed = 0, block = 0, head = 0, total = 0;
 };
+// c.tp gives the tensor-parallel split (each rank holds its blocks of the split matrices).
 TesseraParts tessera_parts(const ModelConfig& c, int zero, int shard_ranks);
 double tessera_padded_params(const ModelConfig& c, int zero, int shard_ranks);
 // tessera's ZeRO-2/3 communication buffers (gradient staging, reduced pieces, gathered

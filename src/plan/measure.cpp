@@ -1,6 +1,5 @@
 #include "plan/measure.hpp"
 
-#include <mpi.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -9,6 +8,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "comm/communicator.hpp"
 #include "kernels/kernels.hpp"
 #include "perf/flops.hpp"
 
@@ -20,11 +20,11 @@ double now() {
 }
 
 // Best of several GEMMs (m x k).(k x n), FLOP/s, all ranks running together.
-double gemm_rate(int64_t m, int64_t n, int64_t k) {
+double gemm_rate(Communicator& world, int64_t m, int64_t n, int64_t k) {
   std::vector<float> a(size_t(m * k), 0.5f), b(size_t(k * n), 0.25f), c(size_t(m * n));
   double best = 1e30;
   for (int rep = 0; rep < 6; ++rep) {
-    MPI_Barrier(MPI_COMM_WORLD);
+    world.barrier();
     const double t0 = now();
     kernels::matmul(a.data(), b.data(), c.data(), m, n, k, false, false);
     if (rep > 0) best = std::min(best, now() - t0);
@@ -33,12 +33,12 @@ double gemm_rate(int64_t m, int64_t n, int64_t k) {
 }
 
 // Bytes/s of a copy-scale-add triad over arrays far larger than the caches.
-double triad_bandwidth() {
+double triad_bandwidth(Communicator& world) {
   const size_t n = size_t(1) << 24;  // 64 MiB per array
   std::vector<float> a(n, 1.0f), b(n, 2.0f), c(n, 0.0f);
   double best = 1e30;
   for (int rep = 0; rep < 5; ++rep) {
-    MPI_Barrier(MPI_COMM_WORLD);
+    world.barrier();
     const double t0 = now();
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; ++i) c[i] = a[i] + 0.5f * b[i];
@@ -49,58 +49,56 @@ double triad_bandwidth() {
 }
 
 // All-reduce bus bandwidth (2 (n-1)/n x bytes / time) and per-hop latency of the world.
-void allreduce_rates(double& bw, double& latency) {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
+void allreduce_rates(Communicator& world, double& bw, double& latency) {
+  const int n = world.size();
   const int count = 1 << 22;  // 16 MiB of floats
-  std::vector<float> x(size_t(count), 1.0f), y(size_t(count), 0.0f);
+  const std::vector<float> x(size_t(count), 1.0f);
+  std::vector<float> y;
   double best = 1e30;
   for (int rep = 0; rep < 6; ++rep) {
-    MPI_Barrier(MPI_COMM_WORLD);
+    y = x;
+    world.barrier();
     const double t0 = now();
-    MPI_Allreduce(x.data(), y.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    world.all_reduce(y.data(), count);  // in place
     if (rep > 0) best = std::min(best, now() - t0);
   }
-  MPI_Allreduce(MPI_IN_PLACE, &best, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  world.all_reduce(&best, 1, ReduceOp::max);
   bw = n > 1 ? 2.0 * (n - 1) / n * 4.0 * count / best : 0;
   double small = 1e30;
-  float one = 1, out = 0;
   for (int rep = 0; rep < 200; ++rep) {
-    MPI_Barrier(MPI_COMM_WORLD);
+    float one = 1;
+    world.barrier();
     const double t0 = now();
-    MPI_Allreduce(&one, &out, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    world.all_reduce(&one, 1);
     small = std::min(small, now() - t0);
   }
-  MPI_Allreduce(MPI_IN_PLACE, &small, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  world.all_reduce(&small, 1, ReduceOp::max);
   latency = n > 1 ? small / (2.0 * (n - 1)) : 0;
 }
 
-double mean_over_ranks(double x) {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  return x / n;
+double mean_over_ranks(Communicator& world, double x) {
+  world.all_reduce(&x, 1);
+  return x / world.size();
 }
 
 }  // namespace
 
 void measure_cluster() {
-  int rank = 0, n = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  const double peak = mean_over_ranks(gemm_rate(1536, 1536, 1536));
+  Communicator world(MPI_COMM_WORLD, "world");
+  const int rank = world.rank(), n = world.size();
+  const double peak = mean_over_ranks(world, gemm_rate(world, 1536, 1536, 1536));
   // Efficiency against the thin dimension d: rate(d) / peak = d / (d + d_half), so each
   // measurement gives d_half = d (peak / rate - 1); the mean of those is reported.
   double half = 0;
   int samples = 0;
   for (int64_t d : {16, 32, 64, 128}) {
-    const double r = mean_over_ranks(gemm_rate(1536, 1536, d));
+    const double r = mean_over_ranks(world, gemm_rate(world, 1536, 1536, d));
     if (r < peak) half += double(d) * (peak / r - 1), ++samples;
   }
   half = samples ? half / samples : 0;
-  const double bw = mean_over_ranks(triad_bandwidth());
+  const double bw = mean_over_ranks(world, triad_bandwidth(world));
   double ar_bw = 0, ar_lat = 0;
-  allreduce_rates(ar_bw, ar_lat);
+  allreduce_rates(world, ar_bw, ar_lat);
   if (rank != 0) return;
   const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / n;
   std::printf(

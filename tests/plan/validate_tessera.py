@@ -3,9 +3,9 @@
 
 usage: validate_tessera.py WORKDIR "MPIEXEC... -np" TESSERA TESSERA_PLAN CLUSTER DATA
 
-For each case (data parallelism and ZeRO 0-3, HSDP, both architectures, with and without
-gradient accumulation: the layouts tessera implements today; TP, PP, CP and EP do not exist
-yet) it runs tessera for 2 steps on the CPU, reads output.dir/memory.json (peak bytes per
+For each case (data parallelism, ZeRO 0-3, HSDP, tensor and sequence parallelism, both
+architectures, with and without gradient accumulation: the layouts tessera implements today;
+PP, CP and EP do not exist yet) it runs tessera for 2 steps on the CPU, reads output.dir/memory.json (peak bytes per
 category, max over ranks) and asks `tessera-plan --runtime tessera --explain LAYOUT --json -`
 for its prediction. Checks:
   * params, grads, optimizer, activations, workspace: within 5% of the measured peak;
@@ -19,17 +19,19 @@ import os
 import subprocess
 import sys
 
-MODEL = ["--model.layers=6", "--model.d_model=128", "--model.seq_len=64"]
-# (name, ranks, deck, overrides, layout)
+MODEL = ["--model.layers=6", "--model.d_model=128", "--model.seq_len=64", "--model.kv_heads=4"]
+# (name, ranks, deck, overrides, layout); the layout's zero, hsdp, tp and sp become the run's
+# parallel.* keys, dp is what is left.
 CASES = [
     ("serial_llama", 1, "tiny-llama.in", ["--train.micro_batch=4", "--train.global_batch=8"], "zero=0 mb=4"),
-    ("dp2_gpt2", 2, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=0 mb=2"),
     ("zero1_llama", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=1 mb=2"),
     ("zero2_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=16"], "zero=2 mb=2"),
     ("zero3_llama", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=3 mb=2"),
-    ("hsdp3_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=8",
-                                       "--parallel.shard_group=2"], "zero=3 hsdp=2 mb=1"),
+    ("hsdp3_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=8"], "zero=3 hsdp=2 mb=1"),
     ("zero2_serial", 1, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=4"], "zero=2 mb=2"),
+    ("tp2_gpt2", 2, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=4"], "tp=2 zero=0 mb=2"),
+    ("tp2_sp_zero1", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=8"], "tp=2 sp=1 zero=1 mb=2"),
+    ("tp4_sp_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=4"], "tp=4 sp=1 zero=0 mb=2"),
 ]
 EXACT = ["params", "grads", "optimizer", "activations", "workspace"]
 
@@ -43,8 +45,11 @@ def main():
     for name, np, deck, overrides, layout in CASES:
         out = os.path.join(work, name)
         deck_path = os.path.join(inputs, deck)
-        zero = int(layout.split("zero=")[1].split()[0])
-        common = [deck_path, *MODEL, *overrides, f"--parallel.zero={zero}"]
+        keys = dict(item.split("=") for item in layout.split())
+        common = [deck_path, *MODEL, *overrides, f"--parallel.zero={keys.get('zero', '0')}",
+                  f"--parallel.shard_group={keys.get('hsdp', '0')}",
+                  f"--parallel.tp={keys.get('tp', '1')}",
+                  f"--parallel.sequence_parallel={'true' if keys.get('sp') == '1' else 'false'}"]
         subprocess.run(mpiexec.split() + [str(np), tessera, *common, f"--data.path={data}",
                        f"--output.dir={out}", "--train.steps=2", "--hardware.peak_flops=1e9",
                        "--output.echo_deck=false", "--checkpoint.at_end=false"],
