@@ -148,6 +148,9 @@ std::vector<KeySpec> build_schema() {
            "Directory for run.json and metrics.jsonl (created if missing)."),
       integer("output", "log_every", "1", 1, kMaxInt, "Print a progress line every N steps."),
       boolean("output", "echo_deck", "true", "Print the resolved deck at start (rank 0)."),
+      boolean("output", "compare_plan", "false",
+              "End the summary with tessera-plan's predicted step-time split and memory per "
+              "category for this run's layout beside the measured ones (doc/planning.md)."),
       // [checkpoint]
       integer("checkpoint", "every", "0", 0, kMaxInt,
               "Write a checkpoint every N steps (and after the last step, see at_end); 0: only at "

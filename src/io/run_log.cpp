@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "perf/flops.hpp"
 #include "perf/memory.hpp"
+#include "perf/plan_compare.hpp"
 
 namespace tessera {
 namespace {
@@ -217,6 +218,13 @@ void RunLog::finish() {
     std::printf("gradient buckets: %d of ~%g MiB; %d started during backward (last step)\n",
                 trainer_.buckets().buckets(), deck_.real("parallel.bucket_mb"),
                 trainer_.buckets().started_early());
+  if (deck_.boolean("output.compare_plan")) {
+    const BatchGeometry& g = trainer_.batch();
+    RunFacts f{trainer_.config(), g.micro_batch, g.global_batch, n, trainer_.zero_stage(),
+               int(trainer_.shard_ranks()), peak_total_ / n, steady_steps_ + 1};
+    for (size_t i = 0; i < 6; ++i) f.phase_seconds[i] = phase_sum[i] / n, f.memory_peak[i] = mem[i];
+    std::printf("%s", plan_comparison(f).c_str());
+  }
   std::fflush(stdout);
 }
 

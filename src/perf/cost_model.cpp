@@ -276,8 +276,12 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   const double ep = ep_seconds_per_layer(w, l, e.links.ep);
   const double rc = lc.recompute(l.recompute);
   // The last stage carries the head; the first the embedding (folded into the head term).
-  const double fwd_mb = Ls * lc.forward() + hc.forward;
-  const double bwd_mb = Ls * lc.backward() + hc.backward;
+  double fwd_mb = Ls * lc.forward() + hc.forward;
+  double bwd_mb = Ls * lc.backward() + hc.backward;
+  if (rt == Runtime::tessera) {  // tessera's head computes its gradients in its forward pass
+    fwd_mb += hc.backward;
+    bwd_mb -= hc.backward;
+  }
   const double stage_mb = fwd_mb + bwd_mb + Ls * (rc + tp + cp + ep);
   TimeBreakdown& t = e.time;
   t.forward = M * fwd_mb;

@@ -65,8 +65,8 @@ std::string format_ranking(const SearchResult& r, int top) {
               to_string(e.layout).c_str(), e.tokens_per_second, e.step_seconds, 100 * e.mfu,
               e.hardware_tflops, 100 * e.bubble_fraction, e.memory.total() / 1e9);
   }
-  os << "\nmemory per accelerator, GB (capacity " << fmt("%.1f", r.accepted.front().capacity / 1e9)
-     << ")\n";
+  os << "\nmemory per accelerator, GB (capacity, or --memory-budget: "
+     << fmt("%.1f", r.accepted.front().capacity / 1e9) << ")\n";
   os << fmt("%-4s %8s %8s %8s %8s %8s %8s %8s %8s\n", "rank", "params", "grads", "optim", "activ",
             "comm", "work", "reserved", "total");
   for (int i = 0; i < n; ++i) {

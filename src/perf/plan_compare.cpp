@@ -1,0 +1,116 @@
+#include "perf/plan_compare.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "perf/cost_model.hpp"
+
+namespace tessera {
+namespace {
+
+std::string line(const char* name, double predicted, double measured) {
+  char buf[160];
+  if (predicted > 0)
+    std::snprintf(buf, sizeof buf, "%-12s %12.4f %12.4f %10.2f\n", name, predicted, measured,
+                  measured / predicted);
+  else
+    std::snprintf(buf, sizeof buf, "%-12s %12s %12.4f %10s\n", name, "-", measured, "-");
+  return buf;
+}
+
+}  // namespace
+
+double measure_stream_bandwidth() {
+  const size_t n = size_t(1) << 23;  // 32 MiB per array
+  std::vector<float> a(n, 1.0f), b(n, 2.0f), c(n, 0.0f);
+  double best = 1e30;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) c[i] = a[i] + 0.5f * b[i];
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return c[n / 2] == 2.0f ? 3.0 * 4.0 * double(n) / best : 0;
+}
+
+std::string plan_comparison(const RunFacts& run) {
+  // This machine as the planner sees it.
+  Cluster cl;
+  cl.name = "this run's machine";
+  cl.accelerator = "cpu-rank";
+  cl.per_node = run.ranks;
+  cl.peak_fp32 = run.gemm_flops_per_rank;
+  cl.memory = 1e15;
+  cl.memory_bw = std::max(1e9, measure_stream_bandwidth());
+  cl.gemm_efficiency = 1;  // the rate is a measured GEMM rate already
+  cl.gemm_half_dim = 0;
+  cl.intra = {2e9, 1e-6, "intra-node"};  // shared-memory MPI: assumed, not measured
+  cl.inter = cl.pod = cl.intra;
+  Workload w;
+  w.cfg = run.cfg;
+  w.cfg.tp = TensorParallel{};
+  w.global_batch = run.global_batch;
+  Layout l;
+  l.tp = int(run.cfg.tp.size);
+  l.seq_parallel = run.cfg.tp.sequence_parallel && l.tp > 1;
+  l.dp = run.ranks / l.tp;
+  l.zero = run.zero;
+  l.shard_group = run.zero > 0 && run.shard_ranks != l.dp ? run.shard_ranks : 0;
+  l.micro_batch = int(run.micro_batch);
+  l.precision = ComputeType::fp32;
+  std::string out = "\n== plan comparison (tessera-plan --runtime tessera; doc/planning.md) ==\n";
+  const std::string problem = layout_problem(w, l, cl, Runtime::tessera, run.ranks);
+  if (!problem.empty()) return out + "the planner cannot cost this layout: " + problem + "\n";
+  const Estimate e = estimate(w, l, cl, Runtime::tessera);
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "machine: GEMM %.1f GFLOP/s per rank (the run's), memory %.1f GB/s (triad, "
+                "now), MPI %.1f GB/s per rank (assumed)\nlayout: %s\n",
+                cl.peak_fp32 / 1e9, cl.memory_bw / 1e9, cl.intra.bw / 1e9, to_string(l).c_str());
+  out += buf;
+  const double steps = double(std::max<int64_t>(run.steps, 1));
+  const TimeBreakdown& t = e.time;
+  // TP all-reduces run inside the layers: half in forward, half in backward.
+  const double fwd = t.forward + 0.5 * t.tp_comm, bwd = t.backward + 0.5 * t.tp_comm;
+  const double sync = t.dp_comm - t.dp_hidden;
+  const double* m = run.phase_seconds.data();
+  double measured_step = 0;
+  for (double s : run.phase_seconds) measured_step += s / steps;
+  out +=
+      "\nper step     predicted s   measured s   measured/predicted (measured: mean over "
+      "ranks and steps, step 1 included)\n";
+  out += line("forward", fwd, m[1] / steps);
+  out += line("backward", bwd, m[2] / steps);
+  out += line("grad sync", sync, m[3] / steps);
+  out += line("optimizer", t.optimizer, m[4] / steps);
+  out += line("data", 0, m[0] / steps);
+  out += line("other", 0, m[5] / steps);
+  out += line("step", e.step_seconds, measured_step);
+  const MemoryBreakdown& p = e.memory;
+  const double predicted[6] = {p.params, p.grads, p.optimizer, p.activations, p.comm, p.workspace};
+  const char* names[6] = {"params", "grads", "optimizer", "activations", "comm", "workspace"};
+  out +=
+      "\nmemory       predicted MiB measured MiB   measured/predicted (peak per rank, max over "
+      "ranks)\n";
+  for (int c = 0; c < 6; ++c) {
+    std::snprintf(buf, sizeof buf, "%-12s %12.2f %12.2f %10s\n", names[c], predicted[c] / 1048576,
+                  run.memory_peak[c] / 1048576,
+                  predicted[c] > 0
+                      ? std::to_string(run.memory_peak[c] / predicted[c]).substr(0, 5).c_str()
+                      : "-");
+    out += buf;
+  }
+  if (e.comm_low > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "(comm: ZeRO-%d staging lies between %.2f and %.2f MiB as MPI progresses the "
+                  "reductions)\n",
+                  l.zero, e.comm_low / 1048576, p.comm / 1048576);
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace tessera

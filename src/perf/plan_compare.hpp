@@ -1,0 +1,36 @@
+// The planner beside a finished run: tessera-plan's prediction (runtime tessera) of the
+// step-time split and memory per category for the run's own layout, printed beside what the
+// run measured, so a user sees where reality departs from the model. Called at the end of a
+// run with output.compare_plan = true (io/run_log.cpp).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "model/config.hpp"
+
+namespace tessera {
+
+struct RunFacts {
+  ModelConfig cfg;  // as trained (cfg.tp: the tensor-parallel split)
+  int64_t micro_batch = 1, global_batch = 1;
+  int ranks = 1, zero = 0, shard_ranks = 1;
+  double gemm_flops_per_rank = 0;  // the GEMM rate the run measured (or the deck's peak)
+  int64_t steps = 0;               // steps the phase times cover
+  // Seconds per phase summed over the steps (mean over ranks): data, forward, backward,
+  // grad_sync, optimizer, other (core/timer.hpp's Phase order).
+  std::array<double, 6> phase_seconds{};
+  // Peak bytes per category, max over ranks: params, grads, optimizer, activations, comm,
+  // workspace (tensor/tensor.hpp's Charge order).
+  std::array<double, 6> memory_peak{};
+};
+
+// Streaming (triad) bandwidth of this process, bytes/s.
+double measure_stream_bandwidth();
+
+// The comparison table. The machine is described from the run's GEMM rate, a triad measured
+// now, and an assumed shared-memory MPI bandwidth (printed).
+std::string plan_comparison(const RunFacts& run);
+
+}  // namespace tessera
