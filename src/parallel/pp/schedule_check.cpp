@@ -1,0 +1,342 @@
+#include "parallel/pp/schedule_check.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <deque>
+#include <map>
+#include <tuple>
+
+#include "core/error.hpp"
+
+namespace tessera::pp {
+
+namespace {
+
+constexpr std::size_t kMaxProblems = 20;
+constexpr int kKinds = 6;
+
+class Problems {
+ public:
+  template <class... Parts>
+  void add(const Parts&... parts) {
+    if (list_.size() < kMaxProblems) list_.push_back(cat(parts...));
+    ++count_;
+  }
+  bool any() const { return count_ > 0; }
+  std::vector<std::string> take() {
+    if (count_ > list_.size()) list_.push_back(cat("... and ", count_ - list_.size(), " more"));
+    return std::move(list_);
+  }
+
+ private:
+  std::vector<std::string> list_;
+  std::size_t count_ = 0;
+};
+
+std::string describe(const Op& op) {
+  std::string s = cat(to_string(op.kind), "(micro ", op.micro, ", chunk ", op.chunk);
+  if (!op.is_compute()) s += cat(", peer ", op.peer);
+  return s + ")";
+}
+
+std::string where(int stage, std::size_t index, const Op& op) {
+  return cat("stage ", stage, " op ", index, " ", describe(op));
+}
+
+// Whether stage s's local chunk j sends/receives op kind k at all.
+bool needed(const ScheduleShape& shape, int stage, int chunk, Op::Kind kind) {
+  const int c = shape.model_chunk(stage, chunk), last = shape.model_chunks() - 1;
+  switch (kind) {
+    case Op::recv_act:
+    case Op::send_grad:
+      return c > 0;
+    case Op::send_act:
+    case Op::recv_grad:
+      return c < last;
+    default:
+      return true;
+  }
+}
+
+// Steps 1-3 of check_schedule.
+void check_structure(const Schedule& sched, Problems& problems) {
+  const ScheduleShape& shape = sched.shape;
+  const int p = shape.stages, m = shape.micro_batches, v = shape.chunks;
+  if (p < 1 || m < 1 || v < 1) {
+    problems.add("shape: stages ", p, ", micro-batches ", m, ", chunks ", v,
+                 " must all be at least 1");
+    return;
+  }
+  if (int(sched.stages.size()) != p) {
+    problems.add("shape: ", sched.stages.size(), " op lists for ", p, " stages");
+    return;
+  }
+  for (int s = 0; s < p; ++s) {
+    const std::vector<Op>& ops = sched.stages[s];
+    // count[kind][micro * v + chunk] and the index of the last one seen.
+    std::array<std::vector<int>, kKinds> count, pos;
+    for (auto& c : count) c.assign(std::size_t(m) * v, 0);
+    for (auto& x : pos) x.assign(std::size_t(m) * v, -1);
+    for (std::size_t x = 0; x < ops.size(); ++x) {
+      const Op& op = ops[x];
+      if (op.kind < Op::forward || op.kind > Op::recv_grad || op.micro < 0 || op.micro >= m ||
+          op.chunk < 0 || op.chunk >= v) {
+        problems.add(where(s, x, op), ": kind, micro-batch or chunk out of range");
+        continue;
+      }
+      if (!needed(shape, s, op.chunk, op.kind)) {
+        problems.add(where(s, x, op), ": model chunk ", shape.model_chunk(s, op.chunk), " of ",
+                     shape.model_chunks(), " has no such message");
+        continue;
+      }
+      int peer = -1;
+      if (!op.is_compute()) {
+        const Message msg = message_of(shape, s, op);
+        peer = op.is_send() ? msg.dst : msg.src;
+      }
+      if (op.peer != peer) problems.add(where(s, x, op), ": the peer should be ", peer);
+      const std::size_t slot = std::size_t(op.micro) * v + op.chunk;
+      ++count[op.kind][slot];
+      pos[op.kind][slot] = int(x);
+    }
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < v; ++j) {
+        const std::size_t slot = std::size_t(i) * v + j;
+        bool complete = true;
+        for (int k = 0; k < kKinds; ++k) {
+          const auto kind = Op::Kind(k);
+          const int want = needed(shape, s, j, kind) ? 1 : 0;
+          if (count[k][slot] == want) continue;
+          if (want == 1) complete = false;
+          problems.add("stage ", s, ": ", to_string(kind), "(micro ", i, ", chunk ", j,
+                       ") appears ", count[k][slot], " times, not ", want);
+        }
+        if (!complete) continue;
+        const auto at = [&](Op::Kind k) { return pos[k][slot]; };
+        const std::string pass = cat("micro ", i, ", chunk ", j);
+        if (at(Op::backward) < at(Op::forward)) {
+          problems.add("stage ", s, ": backward(", pass, ") at op ", at(Op::backward),
+                       " comes before its forward at op ", at(Op::forward));
+        }
+        const auto adjacent = [&](Op::Kind comm, Op::Kind compute, int offset) {
+          if (!needed(shape, s, j, comm) || at(comm) == at(compute) + offset) return;
+          problems.add("stage ", s, ": ", to_string(comm), "(", pass, ") at op ", at(comm),
+                       " is not immediately ", offset < 0 ? "before" : "after", " its ",
+                       to_string(compute), " at op ", at(compute));
+        };
+        adjacent(Op::recv_act, Op::forward, -1);
+        adjacent(Op::send_act, Op::forward, +1);
+        adjacent(Op::recv_grad, Op::backward, -1);
+        adjacent(Op::send_grad, Op::backward, +1);
+      }
+    }
+  }
+}
+
+using Channel = std::tuple<int, int, bool>;  // src, dst, grad
+
+// Step 4: the k-th send on a channel moves the k-th recv's message.
+void check_pairing(const Schedule& sched, Problems& problems) {
+  std::map<Channel, std::vector<Message>> sent, received;
+  for (int s = 0; s < sched.shape.stages; ++s) {
+    for (const Op& op : sched.stages[s]) {
+      if (op.is_compute()) continue;
+      const Message msg = message_of(sched.shape, s, op);
+      (op.is_send() ? sent : received)[{msg.src, msg.dst, msg.grad}].push_back(msg);
+    }
+  }
+  const auto name = [](const Channel& ch) {
+    return cat(std::get<2>(ch) ? "gradients" : "activations", " from stage ", std::get<0>(ch),
+               " to stage ", std::get<1>(ch));
+  };
+  for (const auto& [channel, sends] : sent) {
+    const std::vector<Message>& recvs = received[channel];
+    if (sends.size() != recvs.size()) {
+      problems.add(name(channel), ": ", sends.size(), " sends but ", recvs.size(), " recvs");
+    }
+    for (std::size_t k = 0; k < std::min(sends.size(), recvs.size()); ++k) {
+      if (sends[k] == recvs[k]) continue;
+      problems.add(name(channel), ": send ", k, " carries micro ", sends[k].micro,
+                   " across boundary ", sends[k].boundary, " but recv ", k, " expects micro ",
+                   recvs[k].micro, " across boundary ", recvs[k].boundary);
+      break;
+    }
+  }
+  for (const auto& [channel, recvs] : received) {
+    if (!sent.count(channel)) problems.add(name(channel), ": ", recvs.size(), " recvs, no sends");
+  }
+}
+
+// Step 5, and the timing of simulate(): every stage steps through its list; sends never
+// block, a recv blocks until its send has run. Fills sim when given.
+void run(const Schedule& sched, OpCosts costs, Problems& problems, Simulation* sim) {
+  const ScheduleShape& shape = sched.shape;
+  const int p = shape.stages, m = shape.micro_batches, chunks = shape.model_chunks();
+  std::vector<std::size_t> pc(p, 0);
+  std::vector<std::int64_t> clock(p, 0);
+  std::vector<char> fwd_done(std::size_t(m) * chunks, 0), bwd_done(fwd_done);
+  std::map<Channel, std::deque<std::pair<Message, std::int64_t>>> in_flight;
+  if (sim) sim->timeline.assign(p, {});
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; ++s) {
+      const std::vector<Op>& ops = sched.stages[s];
+      for (; pc[s] < ops.size(); ++pc[s], progress = true) {
+        const Op& op = ops[pc[s]];
+        if (!op.is_compute()) {
+          const Message msg = message_of(shape, s, op);
+          auto& queue = in_flight[{msg.src, msg.dst, msg.grad}];
+          if (op.is_send()) {
+            queue.emplace_back(msg, clock[s]);
+            continue;
+          }
+          if (queue.empty()) break;  // blocked on this recv
+          if (!(queue.front().first == msg)) {
+            problems.add(where(s, pc[s], op), ": the message waiting is micro ",
+                         queue.front().first.micro, " across boundary ",
+                         queue.front().first.boundary);
+          }
+          clock[s] = std::max(clock[s], queue.front().second);
+          queue.pop_front();
+          continue;
+        }
+        const int c = shape.model_chunk(s, op.chunk);
+        const std::size_t slot = std::size_t(op.micro) * chunks + c;
+        if (op.kind == Op::forward) {
+          if (c > 0 && !fwd_done[slot - 1]) {
+            problems.add(where(s, pc[s], op), ": runs before the forward of model chunk ", c - 1);
+          }
+          fwd_done[slot] = 1;
+        } else {
+          if (!fwd_done[slot]) problems.add(where(s, pc[s], op), ": runs before its forward");
+          if (c < chunks - 1 && !bwd_done[slot + 1]) {
+            problems.add(where(s, pc[s], op), ": runs before the backward of model chunk ", c + 1);
+          }
+          bwd_done[slot] = 1;
+        }
+        const std::int64_t cost = op.kind == Op::forward ? costs.forward : costs.backward;
+        if (sim) sim->timeline[s].push_back({clock[s], clock[s] + cost, op});
+        clock[s] += cost;
+      }
+    }
+  }
+  for (int s = 0; s < p; ++s) {
+    if (pc[s] == sched.stages[s].size()) continue;
+    const Op& op = sched.stages[s][pc[s]];
+    problems.add(where(s, pc[s], op), ": waits for ever (deadlock): stage ", op.peer,
+                 " never reaches the matching send");
+  }
+  if (sim) sim->makespan = *std::max_element(clock.begin(), clock.end());
+}
+
+std::string label(const ScheduleShape& shape, const Op& op) {
+  std::string s = cat(op.kind == Op::forward ? 'F' : 'B', op.micro);
+  if (shape.chunks > 1) s += char('a' + op.chunk);
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> check_schedule(const Schedule& sched) {
+  Problems problems;
+  check_structure(sched, problems);
+  if (problems.any()) return problems.take();
+  check_pairing(sched, problems);
+  if (problems.any()) return problems.take();
+  run(sched, OpCosts{}, problems, nullptr);
+  return problems.take();
+}
+
+bool completes_with_blocking_sends(const Schedule& sched) {
+  TESSERA_REQUIRE(check_schedule(sched).empty(),
+                  "pipeline: completes_with_blocking_sends() "
+                  "needs a schedule that passes check_schedule");
+  const int p = sched.shape.stages;
+  std::vector<std::size_t> pc(p, 0);
+  const auto at_end = [&](int s) { return pc[s] == sched.stages[s].size(); };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; ++s) {
+      for (; !at_end(s); ++pc[s], progress = true) {
+        const Op& op = sched.stages[s][pc[s]];
+        if (op.is_compute()) continue;
+        if (op.is_recv()) break;  // the sender moves both
+        const Message msg = message_of(sched.shape, s, op);
+        if (at_end(msg.dst)) break;
+        const Op& peer_op = sched.stages[msg.dst][pc[msg.dst]];
+        if (!peer_op.is_recv() || !(message_of(sched.shape, msg.dst, peer_op) == msg)) break;
+        ++pc[msg.dst];
+      }
+    }
+  }
+  for (int s = 0; s < p; ++s) {
+    if (!at_end(s)) return false;
+  }
+  return true;
+}
+
+std::vector<int> peak_activations(const Schedule& sched) {
+  std::vector<int> peak;
+  for (const std::vector<Op>& ops : sched.stages) {
+    int held = 0, most = 0;
+    for (const Op& op : ops) {
+      if (op.kind == Op::forward) most = std::max(most, ++held);
+      if (op.kind == Op::backward) --held;
+    }
+    peak.push_back(most);
+  }
+  return peak;
+}
+
+Simulation simulate(const Schedule& sched, OpCosts costs) {
+  TESSERA_REQUIRE(costs.forward >= 1 && costs.backward >= 1,
+                  "pipeline simulation: forward and backward costs must be at least 1, not ",
+                  costs.forward, " and ", costs.backward);
+  const std::vector<std::string> problems = check_schedule(sched);
+  TESSERA_REQUIRE(problems.empty(), "pipeline schedule (", to_string(sched.shape.kind), ", p ",
+                  sched.shape.stages, ", m ", sched.shape.micro_batches, ", v ", sched.shape.chunks,
+                  ") is invalid: ", problems.front());
+  Simulation sim;
+  Problems none;
+  run(sched, costs, none, &sim);
+  const ScheduleShape& shape = sched.shape;
+  sim.compute = std::int64_t(shape.micro_batches) * shape.chunks * (costs.forward + costs.backward);
+  sim.bubble = make_ratio(sim.makespan - sim.compute, sim.compute);
+  sim.peak_activations = peak_activations(sched);
+  return sim;
+}
+
+std::string render_timeline(const Schedule& sched, OpCosts costs) {
+  const Simulation sim = simulate(sched, costs);
+  const ScheduleShape& shape = sched.shape;
+  std::size_t width = 2;
+  for (const auto& row : sim.timeline) {
+    for (const Interval& iv : row) width = std::max(width, label(shape, iv.op).size() + 1);
+  }
+  std::string out;
+  for (int s = 0; s < shape.stages; ++s) {
+    std::vector<std::string> cells(std::size_t(sim.makespan), ".");
+    for (const Interval& iv : sim.timeline[s]) {
+      const std::string first = label(shape, iv.op);
+      std::string rest = first;
+      std::transform(rest.begin(), rest.end(), rest.begin(),
+                     [](char ch) { return char(std::tolower(ch)); });
+      for (std::int64_t t = iv.begin; t < iv.end; ++t) cells[t] = t == iv.begin ? first : rest;
+    }
+    std::string line = cat("stage ", s, " |");
+    for (const std::string& cell : cells) line += cell + std::string(width - cell.size(), ' ');
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  const Ratio formula = bubble_formula(shape);
+  out += cat(to_string(shape.kind), " p=", shape.stages, " m=", shape.micro_batches);
+  if (shape.chunks > 1) out += cat(" v=", shape.chunks);
+  out += cat(", forward ", costs.forward, " backward ", costs.backward, ": makespan ", sim.makespan,
+             ", compute ", sim.compute, " per stage, bubble ", sim.makespan - sim.compute, "/",
+             sim.compute, " = ", sim.bubble.num, "/", sim.bubble.den, " (formula ", formula.num,
+             "/", formula.den, ")\n");
+  return out;
+}
+
+}  // namespace tessera::pp

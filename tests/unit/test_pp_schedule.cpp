@@ -1,0 +1,423 @@
+// Pipeline schedules as data (parallel/pp/schedule.hpp, doc/pipeline.md): every allowed
+// shape up to p = 8, m = 16, v = 4 is complete, ordered, paired, deadlock-free, has the
+// bubble (p-1)/m or (p-1)/(v m) exactly and the documented peak activations; bad shapes
+// are collective errors; the checker rejects broken schedules.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "parallel/pp/schedule.hpp"
+#include "parallel/pp/schedule_check.hpp"
+
+namespace tessera::pp {
+namespace {
+
+constexpr ScheduleKind kAllKinds[] = {ScheduleKind::gpipe, ScheduleKind::one_f_one_b,
+                                      ScheduleKind::interleaved};
+
+bool allowed(const ScheduleShape& shape) {
+  try {
+    require_valid(shape);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Every allowed shape of one kind with p <= 8, m <= 16, v <= 4.
+std::vector<ScheduleShape> all_shapes(ScheduleKind kind) {
+  std::vector<ScheduleShape> shapes;
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 16; ++m) {
+      for (int v = 1; v <= 4; ++v) {
+        const ScheduleShape shape{p, m, v, kind};
+        if (allowed(shape)) shapes.push_back(shape);
+      }
+    }
+  }
+  return shapes;
+}
+
+std::string name(const ScheduleShape& s) {
+  return cat(to_string(s.kind), " p=", s.stages, " m=", s.micro_batches, " v=", s.chunks);
+}
+
+std::string join(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const std::string& line : lines) out += line + "\n";
+  return out;
+}
+
+// The properties issue 6 asks for, checked here without trusting check_schedule alone.
+void expect_correct(const ScheduleShape& shape) {
+  SCOPED_TRACE(name(shape));
+  const Schedule sched = make_schedule(shape);
+  ASSERT_EQ(int(sched.stages.size()), shape.stages);
+  const std::vector<std::string> problems = check_schedule(sched);
+  ASSERT_TRUE(problems.empty()) << join(problems);
+
+  // Each (micro-batch, local chunk) forward and backward exactly once per stage; sends and
+  // recvs per direction: one per micro-batch per boundary in all.
+  const int p = shape.stages, m = shape.micro_batches, v = shape.chunks, C = shape.model_chunks();
+  std::map<Op::Kind, int> total;
+  for (int s = 0; s < p; ++s) {
+    std::set<std::pair<int, int>> fwd, bwd;
+    for (const Op& op : sched.stages[s]) {
+      ++total[op.kind];
+      if (op.kind == Op::forward) {
+        EXPECT_TRUE(fwd.insert({op.micro, op.chunk}).second);
+      } else if (op.kind == Op::backward) {
+        EXPECT_TRUE(bwd.insert({op.micro, op.chunk}).second);
+      }
+    }
+    EXPECT_EQ(int(fwd.size()), m * v);
+    EXPECT_EQ(int(bwd.size()), m * v);
+  }
+  for (Op::Kind k : {Op::send_act, Op::recv_act, Op::send_grad, Op::recv_grad}) {
+    EXPECT_EQ(total[k], m * (C - 1)) << to_string(k);
+  }
+
+  // Tags: distinct for every message of a step, below 2 m (C - 1).
+  std::set<int> tags;
+  for (int s = 0; s < p; ++s) {
+    for (const Op& op : sched.stages[s]) {
+      if (!op.is_send()) continue;
+      const int tag = message_tag(shape, message_of(shape, s, op));
+      EXPECT_TRUE(tags.insert(tag).second) << tag;
+      EXPECT_GE(tag, 0);
+      EXPECT_LT(tag, 2 * m * (C - 1));
+    }
+  }
+
+  // The ideal-time simulation: dependency order in time, and the exact bubble, for several
+  // forward/backward costs.
+  for (const OpCosts costs : {OpCosts{1, 2}, OpCosts{1, 1}, OpCosts{2, 3}, OpCosts{1, 3}}) {
+    const Simulation sim = simulate(sched, costs);
+    // [micro][model chunk] -> interval, forward and backward.
+    std::vector<std::vector<Interval>> f(m, std::vector<Interval>(C)), b(f);
+    for (int s = 0; s < p; ++s) {
+      for (const Interval& iv : sim.timeline[s]) {
+        const int c = shape.model_chunk(s, iv.op.chunk);
+        (iv.op.kind == Op::forward ? f : b)[iv.op.micro][c] = iv;
+      }
+    }
+    for (int i = 0; i < m; ++i) {
+      for (int c = 0; c < C; ++c) {
+        EXPECT_LE(f[i][c].end, b[i][c].begin) << i << " " << c;
+        if (c + 1 < C) {
+          EXPECT_LE(f[i][c].end, f[i][c + 1].begin) << i << " " << c;
+          EXPECT_LE(b[i][c + 1].end, b[i][c].begin) << i << " " << c;
+        }
+      }
+    }
+    EXPECT_EQ(sim.compute, std::int64_t(m) * v * (costs.forward + costs.backward));
+    // bubble = (makespan - compute) / compute, exactly:
+    const int vv = shape.kind == ScheduleKind::interleaved ? v : 1;
+    EXPECT_EQ(sim.bubble, make_ratio(p - 1, vv * m)) << costs.forward << "/" << costs.backward;
+    EXPECT_EQ(sim.bubble, bubble_formula(shape));
+    EXPECT_EQ((sim.makespan - sim.compute) * vv * m, sim.compute * (p - 1));
+  }
+
+  // Peak activations held per stage, in chunk activations.
+  const std::vector<int> peak = peak_activations(sched);
+  for (int s = 0; s < p; ++s) {
+    EXPECT_EQ(peak[s], peak_activations_formula(shape, s)) << "stage " << s;
+    switch (shape.kind) {
+      case ScheduleKind::gpipe:
+        EXPECT_EQ(peak[s], m);
+        break;
+      case ScheduleKind::one_f_one_b:
+        EXPECT_EQ(peak[s], std::min(p - s, m));
+        EXPECT_LE(peak[s], p);
+        break;
+      case ScheduleKind::interleaved:
+        EXPECT_EQ(peak[s], std::min(2 * (p - s - 1) + (v - 1) * p + 1, v * m));
+        break;
+    }
+  }
+}
+
+TEST(PipelineSchedule, EveryGPipeShape) {
+  const auto shapes = all_shapes(ScheduleKind::gpipe);
+  EXPECT_EQ(shapes.size(), 8u * 16u);
+  for (const ScheduleShape& shape : shapes) expect_correct(shape);
+}
+
+TEST(PipelineSchedule, Every1F1BShape) {
+  const auto shapes = all_shapes(ScheduleKind::one_f_one_b);
+  EXPECT_EQ(shapes.size(), 100u);  // sum over p = 1..8 of (17 - p)
+  for (const ScheduleShape& shape : shapes) expect_correct(shape);
+}
+
+TEST(PipelineSchedule, EveryInterleavedShape) {
+  const auto shapes = all_shapes(ScheduleKind::interleaved);
+  // p = 2..8 with m a multiple of p: 8 + 5 + 4 + 3 + 2 + 2 + 2 = 26, times v = 2, 3, 4.
+  EXPECT_EQ(shapes.size(), 78u);
+  for (const ScheduleShape& shape : shapes) expect_correct(shape);
+}
+
+// One stage: forward then backward per micro-batch, nothing sent (GUIDE.md, "a training
+// step").
+TEST(PipelineSchedule, OneStageIsForwardThenBackward) {
+  const Schedule s = make_schedule(1, 3, 1, ScheduleKind::one_f_one_b);
+  const std::vector<Op> want = {{Op::forward, 0, 0, -1}, {Op::backward, 0, 0, -1},
+                                {Op::forward, 1, 0, -1}, {Op::backward, 1, 0, -1},
+                                {Op::forward, 2, 0, -1}, {Op::backward, 2, 0, -1}};
+  EXPECT_EQ(s.stages[0], want);
+}
+
+// The op-list format, written out for 1f1b with p = 2, m = 3.
+TEST(PipelineSchedule, OneFOneBOpList) {
+  const Schedule s = make_schedule(2, 3, 1, ScheduleKind::one_f_one_b);
+  const std::vector<Op> stage0 = {
+      {Op::forward, 0, 0, -1},  {Op::send_act, 0, 0, 1},    // warm-up: p - 0 - 1 = 1
+      {Op::forward, 1, 0, -1},  {Op::send_act, 1, 0, 1},    // steady: F1 B0
+      {Op::recv_grad, 0, 0, 1}, {Op::backward, 0, 0, -1},   //
+      {Op::forward, 2, 0, -1},  {Op::send_act, 2, 0, 1},    // F2 B1
+      {Op::recv_grad, 1, 0, 1}, {Op::backward, 1, 0, -1},   //
+      {Op::recv_grad, 2, 0, 1}, {Op::backward, 2, 0, -1}};  // cool-down: B2
+  const std::vector<Op> stage1 = {
+      {Op::recv_act, 0, 0, 0},  {Op::forward, 0, 0, -1},  {Op::backward, 0, 0, -1},
+      {Op::send_grad, 0, 0, 0}, {Op::recv_act, 1, 0, 0},  {Op::forward, 1, 0, -1},
+      {Op::backward, 1, 0, -1}, {Op::send_grad, 1, 0, 0}, {Op::recv_act, 2, 0, 0},
+      {Op::forward, 2, 0, -1},  {Op::backward, 2, 0, -1}, {Op::send_grad, 2, 0, 0}};
+  EXPECT_EQ(s.stages[0], stage0);
+  EXPECT_EQ(s.stages[1], stage1);
+}
+
+std::string compute_order(const std::vector<Op>& ops) {
+  std::string out;
+  for (const Op& op : ops) {
+    if (!op.is_compute()) continue;
+    out += cat(op.kind == Op::forward ? "F" : "B", op.micro, char('a' + op.chunk), " ");
+  }
+  return out;
+}
+
+// Megatron-LM's order: micro-batches go through the chunks in groups of p (forwards chunk
+// a then b, backwards b then a); warm-up 2 (p - s - 1) + (v - 1) p.
+TEST(PipelineSchedule, InterleavedOrder) {
+  const Schedule s = make_schedule(2, 4, 2, ScheduleKind::interleaved);
+  EXPECT_EQ(warmup_forwards(s.shape, 0), 4);
+  EXPECT_EQ(warmup_forwards(s.shape, 1), 2);
+  EXPECT_EQ(compute_order(s.stages[0]),
+            "F0a F1a F0b F1b F2a B0b F3a B1b F2b B0a F3b B1a B2b B3b B2a B3a ");
+  EXPECT_EQ(compute_order(s.stages[1]),
+            "F0a F1a F0b B0b F1b B1b F2a B0a F3a B1a F2b B2b F3b B3b B2a B3a ");
+  // Model chunk 1 (stage 1, local chunk 0) sends to model chunk 2 (stage 0, local chunk 1).
+  EXPECT_EQ(s.stages[1][2], (Op{Op::send_act, 0, 0, 0}));
+  EXPECT_EQ(message_of(s.shape, 1, s.stages[1][2]), (Message{1, 0, 0, 1, false}));
+}
+
+TEST(PipelineSchedule, GPipeIsAllForwardsThenAllBackwards) {
+  const Schedule s = make_schedule(3, 4, 1, ScheduleKind::gpipe);
+  for (int st = 0; st < 3; ++st) {
+    EXPECT_EQ(compute_order(s.stages[st]), "F0a F1a F2a F3a B0a B1a B2a B3a ");
+  }
+}
+
+// The lists assume sends that do not block (doc/pipeline.md, "For the executor"): with
+// rendezvous sends only gpipe, and 1f1b on one stage, run to the end.
+TEST(PipelineSchedule, OneFOneBNeedsNonBlockingSends) {
+  for (ScheduleKind kind : kAllKinds) {
+    for (const ScheduleShape& shape : all_shapes(kind)) {
+      const bool completes = kind == ScheduleKind::gpipe || shape.stages == 1;
+      EXPECT_EQ(completes_with_blocking_sends(make_schedule(shape)), completes) << name(shape);
+    }
+  }
+}
+
+// ---- errors --------------------------------------------------------------------------
+
+void expect_error(const ScheduleShape& shape, const std::string& fragment) {
+  SCOPED_TRACE(name(shape));
+  try {
+    make_schedule(shape);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.collective());
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(PipelineSchedule, ShapeErrors) {
+  using K = ScheduleKind;
+  expect_error({4, 3, 1, K::one_f_one_b},
+               "the 1f1b schedule needs at least as many micro-batches as stages, but "
+               "micro-batches is 3 and stages is 4; raise micro-batches to 4 or more");
+  expect_error({2, 4, 2, K::one_f_one_b},
+               "the 1f1b schedule runs one model chunk per stage but chunks per stage is 2");
+  expect_error({2, 4, 3, K::gpipe}, "the gpipe schedule runs one model chunk per stage");
+  expect_error({4, 8, 1, K::interleaved},
+               "needs at least 2 chunks per stage, but chunks per "
+               "stage is 1; use 1f1b");
+  expect_error({1, 4, 2, K::interleaved}, "needs at least 2 stages, but stages is 1");
+  expect_error({4, 6, 2, K::interleaved},
+               "micro-batches to be a multiple of stages (Megatron-LM's rule), but "
+               "micro-batches is 6 and stages is 4; use 4 or 8 micro-batches");
+  expect_error({4, 3, 2, K::interleaved},
+               "micro-batches is 3 and stages is 4; use 4 "
+               "micro-batches");
+  expect_error({0, 4, 1, K::gpipe}, "stages (parallel.pp) is 0; it must be at least 1");
+  expect_error({2, 0, 1, K::gpipe}, "micro-batches is 0; it must be at least 1");
+  expect_error({2, 2, 0, K::gpipe}, "chunks per stage is 0; it must be at least 1");
+  // gpipe takes any m; 1f1b takes m = p.
+  EXPECT_NO_THROW(make_schedule(8, 1, 1, K::gpipe));
+  EXPECT_NO_THROW(make_schedule(8, 8, 1, K::one_f_one_b));
+}
+
+TEST(PipelineSchedule, KindNames) {
+  for (ScheduleKind k : kAllKinds) EXPECT_EQ(parse_schedule_kind(to_string(k)), k);
+  try {
+    parse_schedule_kind("1F1B-interleaved");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.collective());
+    EXPECT_STREQ(e.what(),
+                 "pipeline schedule '1F1B-interleaved' is not known; choose gpipe, "
+                 "1f1b or interleaved");
+  }
+}
+
+// ---- the checker rejects broken schedules ------------------------------------------------
+
+// The first problem contains fragment.
+void expect_rejected(const Schedule& sched, const std::string& fragment) {
+  const std::vector<std::string> problems = check_schedule(sched);
+  ASSERT_FALSE(problems.empty()) << "accepted; expected: " << fragment;
+  EXPECT_NE(problems.front().find(fragment), std::string::npos) << join(problems);
+  EXPECT_THROW(simulate(sched), Error);
+}
+
+std::size_t find(const std::vector<Op>& ops, Op op) {
+  const auto it = std::find(ops.begin(), ops.end(), op);
+  EXPECT_NE(it, ops.end());
+  return std::size_t(it - ops.begin());
+}
+
+TEST(PipelineSchedule, CheckerRejectsBackwardBeforeForward) {
+  // gpipe with one stage: swap F0 and B0.
+  Schedule s = make_schedule(1, 2, 1, ScheduleKind::gpipe);
+  std::swap(s.stages[0][0], s.stages[0][2]);
+  expect_rejected(s,
+                  "stage 0: backward(micro 0, chunk 0) at op 0 comes before its forward at "
+                  "op 2");
+}
+
+TEST(PipelineSchedule, CheckerRejectsMissingBackward) {
+  Schedule s = make_schedule(4, 8, 1, ScheduleKind::one_f_one_b);
+  auto& ops = s.stages[3];
+  ops.erase(ops.begin() + find(ops, {Op::backward, 5, 0, -1}));
+  expect_rejected(s, "stage 3: backward(micro 5, chunk 0) appears 0 times, not 1");
+}
+
+TEST(PipelineSchedule, CheckerRejectsRecvWithoutSend) {
+  Schedule s = make_schedule(4, 8, 1, ScheduleKind::one_f_one_b);
+  auto& ops = s.stages[1];
+  ops.erase(ops.begin() + find(ops, {Op::send_act, 2, 0, 2}));
+  expect_rejected(s, "stage 1: send_act(micro 2, chunk 0) appears 0 times, not 1");
+}
+
+TEST(PipelineSchedule, CheckerRejectsDuplicateAndStrayOps) {
+  Schedule s = make_schedule(2, 2, 1, ScheduleKind::gpipe);
+  s.stages[0].push_back({Op::forward, 1, 0, -1});
+  expect_rejected(s, "stage 0: forward(micro 1, chunk 0) appears 2 times, not 1");
+  s = make_schedule(2, 2, 1, ScheduleKind::gpipe);
+  s.stages[1].push_back({Op::send_act, 1, 0, 0});  // the last model chunk sends nothing on
+  expect_rejected(s,
+                  "stage 1 op 8 send_act(micro 1, chunk 0, peer 0): model chunk 1 of 2 has "
+                  "no such message");
+  s = make_schedule(2, 2, 1, ScheduleKind::gpipe);
+  s.stages[0][1].peer = 0;  // F0's send_act to itself
+  expect_rejected(s, "stage 0 op 1 send_act(micro 0, chunk 0, peer 0): the peer should be 1");
+  s = make_schedule(2, 2, 1, ScheduleKind::gpipe);
+  s.stages[0][0].micro = 2;
+  expect_rejected(s, "out of range");
+}
+
+TEST(PipelineSchedule, CheckerRejectsSendAwayFromItsCompute) {
+  Schedule s = make_schedule(2, 2, 1, ScheduleKind::gpipe);
+  // Stage 0: F0 send0 F1 send1 ...: move send0 after F1.
+  std::swap(s.stages[0][1], s.stages[0][2]);
+  expect_rejected(s,
+                  "stage 0: send_act(micro 0, chunk 0) at op 2 is not immediately after its "
+                  "forward at op 0");
+}
+
+TEST(PipelineSchedule, CheckerRejectsMismatchedPairing) {
+  // Stage 0 runs micro-batch 1 before 0, stage 1 receives 0 first.
+  Schedule s = make_schedule(2, 2, 1, ScheduleKind::gpipe);
+  auto& ops = s.stages[0];  // F0 S0 F1 S1 R0 B0 R1 B1
+  std::swap_ranges(ops.begin(), ops.begin() + 2, ops.begin() + 2);
+  expect_rejected(s,
+                  "activations from stage 0 to stage 1: send 0 carries micro 1 across "
+                  "boundary 0 but recv 0 expects micro 0 across boundary 0");
+}
+
+TEST(PipelineSchedule, CheckerRejectsDeadlock) {
+  // Stage 0 waits for micro 0's gradient before sending micro 1's activations; stage 1
+  // waits for micro 1's activations before sending micro 0's gradient.
+  const auto F = Op::forward, B = Op::backward;
+  Schedule s{{2, 2, 1, ScheduleKind::gpipe}, {}};
+  s.stages.push_back({{F, 0, 0, -1},
+                      {Op::send_act, 0, 0, 1},
+                      {Op::recv_grad, 0, 0, 1},
+                      {B, 0, 0, -1},
+                      {F, 1, 0, -1},
+                      {Op::send_act, 1, 0, 1},
+                      {Op::recv_grad, 1, 0, 1},
+                      {B, 1, 0, -1}});
+  s.stages.push_back({{Op::recv_act, 0, 0, 0},
+                      {F, 0, 0, -1},
+                      {Op::recv_act, 1, 0, 0},
+                      {F, 1, 0, -1},
+                      {B, 0, 0, -1},
+                      {Op::send_grad, 0, 0, 0},
+                      {B, 1, 0, -1},
+                      {Op::send_grad, 1, 0, 0}});
+  const std::vector<std::string> problems = check_schedule(s);
+  ASSERT_EQ(problems.size(), 2u) << join(problems);
+  EXPECT_EQ(problems[0],
+            "stage 0 op 2 recv_grad(micro 0, chunk 0, peer 1): waits for ever "
+            "(deadlock): stage 1 never reaches the matching send");
+  EXPECT_EQ(problems[1],
+            "stage 1 op 2 recv_act(micro 1, chunk 0, peer 0): waits for ever "
+            "(deadlock): stage 0 never reaches the matching send");
+  // The same lists with stage 0 sending micro 1 first run to the end.
+  std::swap_ranges(s.stages[0].begin() + 2, s.stages[0].begin() + 4, s.stages[0].begin() + 4);
+  EXPECT_TRUE(check_schedule(s).empty()) << join(check_schedule(s));
+}
+
+// ---- the timelines in doc/pipeline.md ----------------------------------------------------
+
+// doc/pipeline.md shows these timelines; this test prints them
+// (--gtest_filter=PipelineSchedule.TimelinesInDoc) and fails if the doc differs.
+TEST(PipelineSchedule, TimelinesInDoc) {
+  // This file is tests/unit/test_pp_schedule.cpp; CMake compiles it by absolute path.
+  const auto root = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  std::ifstream in(root / "doc" / "pipeline.md");
+  ASSERT_TRUE(in) << root / "doc" / "pipeline.md";
+  std::stringstream doc;
+  doc << in.rdbuf();
+  for (const Schedule& s : {make_schedule(4, 8, 1, ScheduleKind::gpipe),
+                            make_schedule(4, 8, 1, ScheduleKind::one_f_one_b),
+                            make_schedule(4, 8, 2, ScheduleKind::interleaved)}) {
+    const std::string timeline = render_timeline(s);
+    std::cout << timeline << "\n";
+    EXPECT_NE(doc.str().find(timeline), std::string::npos)
+        << "doc/pipeline.md lacks this timeline:\n"
+        << timeline;
+  }
+}
+
+}  // namespace
+}  // namespace tessera::pp
