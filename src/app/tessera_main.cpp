@@ -47,9 +47,7 @@ void require_implemented(const tessera::GridDegrees& d) {
     const char* key;
     int degree;
     const char* what;
-  } dims[] = {{"cp", d.cp, "context parallelism"},
-              {"pp", d.pp, "pipeline parallelism"},
-              {"ep", d.ep, "expert parallelism"}};
+  } dims[] = {{"cp", d.cp, "context parallelism"}, {"ep", d.ep, "expert parallelism"}};
   for (const auto& x : dims)
     TESSERA_REQUIRE(x.degree == 1, "parallel.", x.key, " = ", x.degree, ": ", x.what,
                     " is not available in this version; the layout above is what it would use. "
@@ -83,7 +81,7 @@ int main(int argc, char** argv) {
       omp_set_num_threads(int(threads));
     tessera::ProcessGrid grid = make_grid(deck);
     const tessera::GridDegrees& d = grid.layout().degrees();
-    if (layout_only || d.cp > 1 || d.pp > 1 || d.ep > 1) {
+    if (layout_only || d.cp > 1 || d.ep > 1) {
       if (rank == 0) std::printf("%s\n", grid.describe().c_str());
       std::fflush(stdout);
       if (layout_only) return;

@@ -104,8 +104,18 @@ std::vector<KeySpec> build_schema() {
               "Context-parallel degree. Not available yet: above 1 the layout is printed and the "
               "run stops."),
       integer("parallel", "pp", "1", 1, 1 << 20,
-              "Pipeline-parallel degree (stages). Not available yet: above 1 the layout is "
-              "printed and the run stops."),
+              "Pipeline-parallel degree (stages). The layers are cut into pp x pp_virtual "
+              "model chunks; the micro-batches of a step (train.global_batch / (micro_batch x "
+              "dp)) stream through them as parallel.pp_schedule orders (doc/pipeline.md). Not "
+              "yet with parallel.zero >= 1."),
+      choice("parallel", "pp_schedule", "1f1b", {"gpipe", "1f1b", "interleaved"},
+             "Pipeline schedule with parallel.pp > 1: gpipe (all forwards, then all backwards), "
+             "1f1b (one forward, one backward; needs micro-batches >= pp) or interleaved "
+             "(Megatron-LM's virtual pipeline; needs pp_virtual >= 2 and micro-batches a "
+             "multiple of pp)."),
+      integer("parallel", "pp_virtual", "1", 1, 1 << 10,
+              "Model chunks per pipeline stage (v): 1 for gpipe and 1f1b, >= 2 for the "
+              "interleaved schedule, whose bubble is (pp - 1) / (v x micro-batches)."),
       integer("parallel", "dp", "0", 0, 1 << 20,
               "Data-parallel degree; 0 (auto) is ranks / (tp x cp x pp). tp x cp x dp x pp must "
               "equal the number of ranks."),

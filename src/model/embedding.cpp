@@ -8,11 +8,15 @@ namespace {
 enum ScratchId { kPartial = 20, kSum, kFull = 22 };
 }
 
-Embedding::Embedding(ParamStore& store, const ModelConfig& cfg) : cfg_(cfg) {
+Param& Embedding::add_token_table(ParamStore& store, const ModelConfig& cfg) {
   // Vocabulary-parallel: each tensor-parallel rank holds a block of rows of the table.
-  tok_ = &store.add("embed.tok.weight", Shape{cfg.vocab_padded, cfg.d_model},
-                    {ParamInit::normal, cfg.init_std, cfg.vocab}, false,
-                    cfg.tp.size > 1 ? TpSplit{0, cfg.tp.size, cfg.tp.rank} : TpSplit{});
+  return store.add("embed.tok.weight", Shape{cfg.vocab_padded, cfg.d_model},
+                   {ParamInit::normal, cfg.init_std, cfg.vocab}, false,
+                   cfg.tp.size > 1 ? TpSplit{0, cfg.tp.size, cfg.tp.rank} : TpSplit{});
+}
+
+Embedding::Embedding(ParamStore& store, const ModelConfig& cfg) : cfg_(cfg) {
+  tok_ = &add_token_table(store, cfg);
   if (cfg.arch == Arch::gpt2)
     pos_ = &store.add("embed.pos.weight", Shape{cfg.seq_len, cfg.d_model},
                       {ParamInit::normal, cfg.init_std}, false);

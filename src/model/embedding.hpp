@@ -16,6 +16,9 @@ class Embedding {
   const float* forward(StepContext& ctx, const int32_t* ids);
   void backward(StepContext& ctx, const float* dx);
   Param& token_table() { return *tok_; }
+  // Registers embed.tok.weight as the embedding does (a pipeline's last stage keeps its own
+  // copy of the table for a tied head).
+  static Param& add_token_table(ParamStore& store, const ModelConfig& cfg);
 
  private:
   struct Saved {

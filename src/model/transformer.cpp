@@ -1,5 +1,6 @@
 #include "model/transformer.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "model/tensor_parallel.hpp"
@@ -11,16 +12,24 @@ enum ScratchId { kGradA = 14, kGradB };
 }
 
 Transformer::Transformer(const ModelConfig& cfg, ParamStore& store)
-    : cfg_(cfg),
-      store_(store),
-      embed_(store, cfg_),
-      blocks_([&] {
-        std::vector<std::unique_ptr<Block>> b;
-        for (int64_t i = 0; i < cfg_.layers; ++i)
-          b.push_back(std::make_unique<Block>(store, "layers." + std::to_string(i), cfg_));
-        return b;
-      }()),
-      head_(store, cfg_, cfg_.tie_embeddings ? &embed_.token_table() : nullptr) {
+    : Transformer(cfg, store, {pp::ChunkLayers{0, cfg.layers, true, true}}) {}
+
+Transformer::Transformer(const ModelConfig& cfg, ParamStore& store,
+                         std::vector<pp::ChunkLayers> chunks)
+    : cfg_(cfg), store_(store), chunks_(std::move(chunks)) {
+  // Registration order: embedding (or the tied copy), blocks in layer order, head.
+  bool has_embedding = false, has_head = false;
+  for (const pp::ChunkLayers& c : chunks_) has_embedding |= c.embedding, has_head |= c.head;
+  if (has_embedding) embed_ = std::make_unique<Embedding>(store, cfg_);
+  else if (has_head && cfg_.tie_embeddings) tied_copy_ = &Embedding::add_token_table(store, cfg_);
+  blocks_.resize(size_t(cfg_.layers));
+  for (const pp::ChunkLayers& c : chunks_)
+    for (int64_t i = c.first; i < c.last; ++i)
+      blocks_[size_t(i)] = std::make_unique<Block>(store, "layers." + std::to_string(i), cfg_);
+  if (has_head) {
+    Param* tied = !cfg_.tie_embeddings ? nullptr : embed_ ? &embed_->token_table() : tied_copy_;
+    head_ = std::make_unique<OutputHead>(store, cfg_, tied);
+  }
   index_parameters(store);
 }
 
@@ -66,33 +75,52 @@ auto Transformer::around(StepContext& ctx, int part, Pass pass, Fn&& fn) {
 }
 
 const float* Transformer::trunk(StepContext& ctx, const int32_t* ids) {
-  const float* x = around(ctx, 0, Pass::forward, [&] { return embed_.forward(ctx, ids); });
+  const float* x = around(ctx, 0, Pass::forward, [&] { return embed_->forward(ctx, ids); });
   for (size_t l = 0; l < blocks_.size(); ++l)
     x = around(ctx, int(l) + 1, Pass::forward, [&] { return blocks_[l]->forward(ctx, x); });
   return x;
 }
 
-double Transformer::forward(StepContext& ctx, const int32_t* ids, const int32_t* targets) {
-  const float* x = trunk(ctx, ids);
-  return around(ctx, head_part(), Pass::forward, [&] { return head_.forward(ctx, x, targets); });
+const float* Transformer::forward_chunk(StepContext& ctx, int k, const int32_t* ids,
+                                        const float* x, const int32_t* targets, double* loss) {
+  const pp::ChunkLayers& c = chunks_[size_t(k)];
+  if (c.embedding) x = around(ctx, 0, Pass::forward, [&] { return embed_->forward(ctx, ids); });
+  for (int64_t l = c.first; l < c.last; ++l)
+    x = around(ctx, int(l) + 1, Pass::forward,
+               [&] { return blocks_[size_t(l)]->forward(ctx, x); });
+  if (!c.head) return x;
+  *loss += around(ctx, head_part(), Pass::forward, [&] { return head_->forward(ctx, x, targets); });
+  return nullptr;
 }
 
-void Transformer::backward(StepContext& ctx) {
+const float* Transformer::backward_chunk(StepContext& ctx, int k, const float* dy) {
+  const pp::ChunkLayers& c = chunks_[size_t(k)];
   const int64_t n = tp::rows(ctx, ctx.batch * cfg_.seq_len) * cfg_.d_model;
   float* grad = ctx.scratch.get(kGradA, n);
   float* next = ctx.scratch.get(kGradB, n);
-  around(ctx, head_part(), Pass::backward, [&] { return (head_.backward(ctx, grad), 0); });
-  for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
+  if (c.head) around(ctx, head_part(), Pass::backward, [&] { return (head_->backward(ctx, grad), 0); });
+  else std::copy(dy, dy + n, grad);
+  for (int64_t l = c.last - 1; l >= c.first; --l) {
     around(ctx, int(l) + 1, Pass::backward,
            [&] { return (blocks_[size_t(l)]->backward(ctx, grad, next), 0); });
     std::swap(grad, next);
   }
-  around(ctx, 0, Pass::backward, [&] { return (embed_.backward(ctx, grad), 0); });
+  if (!c.embedding) return grad;
+  around(ctx, 0, Pass::backward, [&] { return (embed_->backward(ctx, grad), 0); });
+  return nullptr;
 }
+
+double Transformer::forward(StepContext& ctx, const int32_t* ids, const int32_t* targets) {
+  double loss = 0;
+  forward_chunk(ctx, 0, ids, nullptr, targets, &loss);
+  return loss;
+}
+
+void Transformer::backward(StepContext& ctx) { backward_chunk(ctx, 0, nullptr); }
 
 void Transformer::logits(StepContext& ctx, const int32_t* ids, float* out) {
   const float* x = trunk(ctx, ids);
-  around(ctx, head_part(), Pass::forward, [&] { return (head_.logits(ctx, x, out), 0); });
+  around(ctx, head_part(), Pass::forward, [&] { return (head_->logits(ctx, x, out), 0); });
 }
 
 }  // namespace tessera

@@ -9,12 +9,19 @@
 #include "model/block.hpp"
 #include "model/embedding.hpp"
 #include "model/output_head.hpp"
+#include "parallel/pp/stage_layers.hpp"
 
 namespace tessera {
 
 class Transformer {
  public:
+  // The whole model: one chunk with the embedding, every block and the head.
   Transformer(const ModelConfig& cfg, ParamStore& store);
+  // A pipeline stage's part of the model: its local chunks (blocks named by their global
+  // layer index). A stage with the head but not the embedding of a model with tied
+  // embeddings registers its own copy of embed.tok.weight (initialised like the original;
+  // the trainer keeps the two copies' gradients summed).
+  Transformer(const ModelConfig& cfg, ParamStore& store, std::vector<pp::ChunkLayers> chunks);
 
   // ids, targets: [batch, T]; both must stay valid until backward of the same slot.
   // Returns the summed token loss of the micro-batch.
@@ -22,6 +29,19 @@ class Transformer {
   void backward(StepContext& ctx);
   // logits[batch, T, V] for ids (forward only).
   void logits(StepContext& ctx, const int32_t* ids, float* out);
+
+  // Forward of local chunk k: from ids when the chunk has the embedding, else from x
+  // ([rows, C], valid until backward of the same slot). Returns the chunk's output (owned by
+  // the slot), or null for a chunk with the head, which adds the summed token loss to *loss.
+  const float* forward_chunk(StepContext& ctx, int k, const int32_t* ids, const float* x,
+                             const int32_t* targets, double* loss);
+  // Backward of local chunk k from dy (the gradient of its output; ignored for the head
+  // chunk). Returns the gradient of its input (scratch, valid until the next call), or null
+  // for the chunk with the embedding.
+  const float* backward_chunk(StepContext& ctx, int k, const float* dy);
+  const std::vector<pp::ChunkLayers>& chunks() const { return chunks_; }
+  // This stage's own copy of the tied token table (null unless it has one).
+  Param* tied_copy() const { return tied_copy_; }
 
   const ModelConfig& config() const { return cfg_; }
   // Registration-index ranges of the parts: [0] embedding, [1..L] blocks, [L+1] head.
@@ -47,9 +67,11 @@ class Transformer {
   ModelConfig cfg_;
   ParamStore& store_;
   std::vector<std::pair<int, int>> ranges_;  // [0] embedding, [1..L] blocks, [L+1] head
-  Embedding embed_;
-  std::vector<std::unique_ptr<Block>> blocks_;
-  OutputHead head_;
+  std::vector<pp::ChunkLayers> chunks_;
+  std::unique_ptr<Embedding> embed_;           // null on a stage without the embedding
+  std::vector<std::unique_ptr<Block>> blocks_;  // by global layer; null where not held
+  Param* tied_copy_ = nullptr;
+  std::unique_ptr<OutputHead> head_;           // null on a stage without the head
 };
 
 }  // namespace tessera

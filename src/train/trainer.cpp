@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "kernels/kernels.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace tessera {
 
@@ -42,8 +43,14 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
                   deck.str("data.path"), "' is empty; raise data.val_fraction or set "
                   "train.eval_every = 0");
   split_tensor_parallel(deck);
-  model_ = std::make_unique<Transformer>(cfg_, store_);
   const int stage = int(deck.integer("parallel.zero"));
+  const int stages = grid.group(Group::pp).size();
+  TESSERA_REQUIRE(stages == 1 || stage == 0, "parallel.pp = ", stages, " with parallel.zero = ",
+                  stage, ": pipeline parallelism with ZeRO is not supported yet; set "
+                  "parallel.zero = 0 (data parallelism still reduces the gradients of each stage)");
+  if (stages > 1) model_ = std::make_unique<Transformer>(cfg_, store_, pipeline_stage(deck));
+  else model_ = std::make_unique<Transformer>(cfg_, store_);
+  index_whole_model();
   int64_t shard_group = deck.integer("parallel.shard_group");
   if (shard_group == 0) shard_group = geo_.dp;
   TESSERA_REQUIRE(geo_.dp % shard_group == 0, "parallel.shard_group = ", shard_group,
@@ -77,6 +84,32 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
   tokens_ = Buffer(alloc_, Shape{B, T + 1}, DType::i32, Charge::workspace);
   inputs_ = Buffer(alloc_, Shape{B, T}, DType::i32, Charge::workspace);
   targets_ = Buffer(alloc_, Shape{B, T}, DType::i32, Charge::workspace);
+  if (stages > 1) {
+    const pp::ScheduleShape shape{stages, int(geo_.accum), int(deck.integer("parallel.pp_virtual")),
+                                  pp::parse_schedule_kind(deck.str("parallel.pp_schedule"))};
+    StepContext ctx = context(true);
+    pipeline_ = std::make_unique<pp::Executor>(grid.group(Group::pp), shape,
+                                               tp::rows(ctx, B * T) * cfg_.d_model, alloc_);
+    pp_inputs_ = Buffer(alloc_, Shape{geo_.accum, B, T}, DType::i32, Charge::workspace);
+    pp_targets_ = Buffer(alloc_, Shape{geo_.accum, B, T}, DType::i32, Charge::workspace);
+  }
+}
+
+std::vector<pp::ChunkLayers> Trainer::pipeline_stage(const Deck& deck) {
+  Communicator& pp = grid_.group(Group::pp);
+  const pp::ScheduleShape shape{pp.size(), int(geo_.accum), int(deck.integer("parallel.pp_virtual")),
+                                pp::parse_schedule_kind(deck.str("parallel.pp_schedule"))};
+  TESSERA_REQUIRE(pp.rank() == grid_.coord().pp, "pipeline group rank ", pp.rank(),
+                  " is not the stage ", grid_.coord().pp);
+  // The micro-batches of a step are those one data-parallel rank accumulates.
+  pp::require_valid(shape);
+  return pp::stage_layers(cfg_.layers, shape.stages, shape.chunks, pp.rank());
+}
+
+void Trainer::index_whole_model() {
+  ParamStore whole;
+  Transformer model(cfg_, whole);
+  for (Param* p : whole.params()) whole_model_.push_back({p->name, p->global});
 }
 
 void Trainer::split_tensor_parallel(const Deck& deck) {
@@ -140,7 +173,77 @@ bool Trainer::eval_due(int64_t step, int64_t last_step) const {
   return eval_every_ > 0 && (step % eval_every_ == 0 || step == last_step);
 }
 
+double Trainer::pipeline_step(int64_t s, StepContext& ctx) {
+  const int64_t T = cfg_.seq_len, B = geo_.micro_batch, n = B * T;
+  Communicator& pp = grid_.group(Group::pp);
+  const int stage = pp.rank(), last = pp.size() - 1;
+  if (stage == 0 || stage == last) {  // stage 0 reads the inputs, the last stage the targets
+    timer_.enter(Phase::data);
+    for (int64_t m = 0; m < geo_.accum; ++m) {
+      const int64_t first = (m * geo_.dp + grid_.dp().rank()) * B;
+      load_micro_batch([&](int64_t b, int32_t* row) { sample(s, first + b, row); });
+      std::copy(inputs_.i32(), inputs_.i32() + n, pp_inputs_.i32() + m * n);
+      std::copy(targets_.i32(), targets_.i32() + n, pp_targets_.i32() + m * n);
+    }
+  }
+  // Gradient buckets are reduced as each part finishes its last micro-batch's backward; every
+  // schedule runs a chunk's backwards in micro-batch order, so that is micro-batch m - 1.
+  buckets_->arm(true);
+  struct Work : pp::StageWork {
+    Trainer& t;
+    StepContext& ctx;
+    double loss = 0;
+    Work(Trainer& tr, StepContext& c) : t(tr), ctx(c) {}
+    const float* forward(int micro, int chunk, int slot, const float* x) override {
+      t.timer_.enter(Phase::forward);
+      ctx.slot = slot;
+      const int64_t off = int64_t(micro) * ctx.batch * t.cfg_.seq_len;
+      return t.model_->forward_chunk(ctx, chunk, t.pp_inputs_.i32() + off, x,
+                                     t.pp_targets_.i32() + off, &loss);
+    }
+    const float* backward(int micro, int chunk, int slot, const float* dy) override {
+      t.timer_.enter(Phase::backward);
+      ctx.slot = slot;
+      const bool last_micro = micro == t.geo_.accum - 1;
+      ctx.grads = last_micro ? t.buckets_.get() : nullptr;
+      ctx.reduce_partial_grads = last_micro;
+      return t.model_->backward_chunk(ctx, chunk, dy);
+    }
+  } work(*this, ctx);
+  pipeline_->run(work);
+  ctx.slot = 0;
+  return work.loss;
+}
+
+// Forward only, one micro-batch at a time through the model chunks in order (each stage
+// receives its chunk's input, runs it and sends the output on); the last stage has the loss.
+double Trainer::pipeline_evaluate() {
+  const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
+  Communicator& pp = grid_.group(Group::pp);
+  const pp::ScheduleShape& shape = pipeline_->shape();
+  const int stage = pp.rank(), C = shape.model_chunks();
+  StepContext ctx = context(false);
+  const int64_t n = tp::rows(ctx, B * T) * cfg_.d_model;
+  float* x = ctx.scratch.get(40, n);
+  double loss_sum = 0;
+  for (int64_t first = grid_.dp().rank() * B; first < eval_samples_; first += B * geo_.dp) {
+    if (stage == 0 || stage == pp.size() - 1)
+      load_micro_batch([&](int64_t b, int32_t* row) { data_.validation_sample(first + b, row); });
+    for (int c = 0; c < C; ++c) {
+      if (shape.stage_of(c) != stage) continue;
+      if (c > 0) pp.irecv(x, n, shape.stage_of(c - 1), 0).wait();
+      const float* out = model_->forward_chunk(ctx, shape.local_chunk_of(c), inputs_.i32(),
+                                               c > 0 ? x : nullptr, targets_.i32(), &loss_sum);
+      if (c < C - 1) pp.isend(out, n, shape.stage_of(c + 1), 0).wait();
+    }
+  }
+  grid_.dp().all_reduce(&loss_sum, 1);
+  pp.all_reduce(&loss_sum, 1);
+  return loss_sum / double(eval_samples_ * T);
+}
+
 double Trainer::evaluate() {
+  if (pipeline_) return pipeline_evaluate();
   const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
   StepContext ctx = context(false);
   double loss_sum = 0;
@@ -162,7 +265,8 @@ StepResult Trainer::step(int64_t s) {
   store_.zero_grads();
   if (zero_) zero_->begin_step();
   double loss_sum = 0;
-  for (int64_t m = 0; m < geo_.accum; ++m) {
+  if (pipeline_) loss_sum = pipeline_step(s, ctx);
+  for (int64_t m = 0; m < geo_.accum && !pipeline_; ++m) {
     timer_.enter(Phase::data);
     // Global sample order within a step: micro-batch m of rank r holds samples
     // [(m * dp + r) * B, (m * dp + r + 1) * B).
@@ -182,12 +286,32 @@ StepResult Trainer::step(int64_t s) {
   const float* grads = store_.grads();
   if (!zero_) buckets_->finish();
   else grads = zero_->reduce_gradients();  // each rank receives the summed gradients of its shard
-  // The global norm: tensor-parallel blocks summed over tp, ZeRO pieces over the shard group.
+  // Tied embeddings over a pipeline: the first stage's table and the last stage's copy each
+  // hold part of the gradient; both take the sum, so they stay identical (Megatron-LM).
+  Param* tied = nullptr;
+  if (pipeline_ && cfg_.tie_embeddings && grid_.group(Group::embedding).size() > 1) {
+    tied = model_->tied_copy();
+    if (!tied) tied = const_cast<Param*>(store_.find("embed.tok.weight"));
+    grid_.group(Group::embedding).all_reduce(tied->grad.f32(), tied->local.numel());
+  }
+  // The global norm: tensor-parallel blocks summed over tp, ZeRO pieces over the shard group,
+  // pipeline stages over pp (the last stage's copy of a tied table not counted).
   GradSquares sq = grad_squares(store_, optim_->segments(), grads);
+  if (Param* copy = model_->tied_copy(); copy && tied) {
+    double own = 0;
+    for (int64_t i = 0; i < copy->local.numel(); ++i)
+      own += double(copy->grad.f32()[i]) * double(copy->grad.f32()[i]);
+    (copy->tp.split() ? sq.split : sq.replicated) -= own;
+  }
   grid_.group(Group::tp).all_reduce(&sq.split, 1);
   double squares = sq.split + sq.replicated;
   if (zero_) zero_->shard_comm().all_reduce(&squares, 1);
   grid_.dp().all_reduce(&loss_sum, 1);
+  if (pipeline_) {  // the loss is the last stage's; the norm sums every stage's
+    double both[2] = {squares, loss_sum};
+    grid_.group(Group::pp).all_reduce(both, 2);
+    squares = both[0], loss_sum = both[1];
+  }
   timer_.enter(Phase::optimizer);
   StepResult r;
   r.step = s;
@@ -216,6 +340,9 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors() {
     std::vector<const Communicator*> groups;
     groups.push_back(piece ? &zero_->replica_comm() : &grid_.group(Group::dp_cp));
     if (!p.tp.split()) groups.push_back(&grid_.group(Group::tp));
+    // A tied table's copies on the first and last pipeline stages are replicas.
+    if (pipeline_ && cfg_.tie_embeddings && p.name == "embed.tok.weight")
+      groups.push_back(&grid_.group(Group::embedding));
     ct.holders = 1, ct.holder = 0;
     for (const Communicator* g : groups) ct.holder += ct.holders * g->rank(), ct.holders *= g->size();
   };
@@ -243,8 +370,20 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors() {
     return ct;
   };
   std::vector<CheckpointTensor> t;
-  for (Param* p : store_.params()) {
-    const std::string& n = p->name;
+  // Every rank passes every tensor of the whole model in one order; a pipeline stage passes
+  // those of other stages with nothing held (n = 0).
+  static float nothing = 0;
+  for (const WholeParam& w : whole_model_) {
+    Param* p = const_cast<Param*>(store_.find(w.name));
+    const std::string& n = w.name;
+    if (!p) {
+      for (const char* prefix : {"params/", "optim/adam_m/", "optim/adam_v/"}) {
+        CheckpointTensor ct;
+        ct.path = prefix + n, ct.global = w.global, ct.data = &nothing, ct.n = 0;
+        t.push_back(ct);
+      }
+      continue;
+    }
     if (!zero_) {
       t.push_back(whole("params/" + n, *p, store_.values() + p->offset));
       t.push_back(whole("optim/adam_m/" + n, *p, optim_->m() + p->offset));

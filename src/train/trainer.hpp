@@ -17,6 +17,7 @@
 #include "optim/lr_schedule.hpp"
 #include "parallel/dp/grad_buckets.hpp"
 #include "parallel/dp/zero.hpp"
+#include "parallel/pp/executor.hpp"
 
 namespace tessera {
 
@@ -69,6 +70,8 @@ class Trainer {
   // Data-parallel ranks sharing one copy of the model state (ZeRO shard group); 1 without ZeRO.
   int64_t shard_ranks() const { return zero_ ? zero_->shard_comm().size() : 1; }
   std::string layout_json() const;
+  // The pipeline executor (null with parallel.pp = 1).
+  const pp::Executor* pipeline() const { return pipeline_.get(); }
   int64_t steps() const { return steps_; }
 
  private:
@@ -78,6 +81,15 @@ class Trainer {
   // Splits cfg_ over the tensor-parallel group (checks divisibility, warns when the group
   // spans nodes).
   void split_tensor_parallel(const Deck& deck);
+  // Pipeline parallelism (parallel.pp > 1): checks the schedule's shape and cuts the layers.
+  std::vector<pp::ChunkLayers> pipeline_stage(const Deck& deck);
+  // One step's micro-batches through this stage's op list; returns the summed token loss
+  // (non-zero only on the last stage).
+  double pipeline_step(int64_t step, StepContext& ctx);
+  double pipeline_evaluate();
+  // The checkpoint names and global shapes of the whole model, in registration order (a
+  // stage holds only some of them; every rank passes all).
+  void index_whole_model();
 
   const Deck& deck_;
   ModelConfig cfg_;
@@ -98,6 +110,13 @@ class Trainer {
   TokenDataset data_;
   int64_t eval_every_ = 0, eval_samples_ = 0;
   Buffer tokens_, inputs_, targets_;  // one micro-batch
+  std::unique_ptr<pp::Executor> pipeline_;
+  Buffer pp_inputs_, pp_targets_;  // every micro-batch of a step (pipeline)
+  struct WholeParam {
+    std::string name;
+    Shape global;
+  };
+  std::vector<WholeParam> whole_model_;
   PhaseTimer timer_;
 };
 

@@ -421,3 +421,38 @@ TEST(PipelineSchedule, TimelinesInDoc) {
 
 }  // namespace
 }  // namespace tessera::pp
+
+// Stage partitioning: layers cut into v p model chunks, the remainder in the middle chunks.
+#include "parallel/pp/stage_layers.hpp"
+
+namespace tessera::pp {
+namespace {
+
+TEST(PipelineStages, ChunkSizesEvenAndRemainderInTheMiddle) {
+  EXPECT_EQ(chunk_sizes(8, 4), (std::vector<int64_t>{2, 2, 2, 2}));
+  EXPECT_EQ(chunk_sizes(5, 4), (std::vector<int64_t>{1, 1, 2, 1}));
+  EXPECT_EQ(chunk_sizes(6, 4), (std::vector<int64_t>{1, 2, 2, 1}));
+  EXPECT_EQ(chunk_sizes(7, 4), (std::vector<int64_t>{1, 2, 2, 2}));
+  EXPECT_EQ(chunk_sizes(3, 1), (std::vector<int64_t>{3}));
+  try {
+    chunk_sizes(2, 4);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a stage would be left without layers"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(PipelineStages, InterleavedStagesHoldEveryPthChunk) {
+  // 8 layers, p = 2, v = 2: chunks of 2 layers; stage 0 holds chunks 0 and 2, stage 1 1 and 3.
+  const std::vector<ChunkLayers> s0 = stage_layers(8, 2, 2, 0), s1 = stage_layers(8, 2, 2, 1);
+  ASSERT_EQ(s0.size(), 2u);
+  ASSERT_EQ(s1.size(), 2u);
+  EXPECT_EQ(s0[0].first, 0); EXPECT_EQ(s0[0].last, 2); EXPECT_TRUE(s0[0].embedding);
+  EXPECT_EQ(s0[1].first, 4); EXPECT_EQ(s0[1].last, 6); EXPECT_FALSE(s0[1].head);
+  EXPECT_EQ(s1[0].first, 2); EXPECT_EQ(s1[0].last, 4); EXPECT_FALSE(s1[0].embedding);
+  EXPECT_EQ(s1[1].first, 6); EXPECT_EQ(s1[1].last, 8); EXPECT_TRUE(s1[1].head);
+}
+
+}  // namespace
+}  // namespace tessera::pp

@@ -1,0 +1,101 @@
+#include "parallel/pp/executor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "core/error.hpp"
+
+namespace tessera::pp {
+
+Executor::Executor(Communicator& pp, const ScheduleShape& shape, int64_t message,
+                   Allocator& alloc)
+    : pp_(pp), shape_(shape), stage_(pp.rank()), message_(message), alloc_(alloc) {
+  TESSERA_REQUIRE(pp.size() == shape.stages, "pipeline executor: the pipeline group has ",
+                  pp.size(), " ranks but the schedule ", shape.stages, " stages");
+  ops_ = make_schedule(shape).stages[size_t(stage_)];
+  // Tags stay below 2 m (C - 1); every MPI guarantees tags up to 32767.
+  TESSERA_REQUIRE(2 * int64_t(shape.micro_batches) * (shape.model_chunks() - 1) <= 32767,
+                  "pipeline: ", shape.micro_batches, " micro-batches x ", shape.model_chunks(),
+                  " model chunks need more than the 32767 message tags MPI guarantees; use "
+                  "fewer micro-batches or chunks");
+  const size_t n = size_t(shape.micro_batches) * size_t(shape.chunks);
+  recv_act_.resize(n), recv_grad_.resize(n), send_act_.resize(n), send_grad_.resize(n);
+}
+
+Buffer& Executor::buffer(std::vector<Buffer>& pool, int micro, int chunk) {
+  Buffer& b = pool[size_t(micro) * size_t(shape_.chunks) + size_t(chunk)];
+  if (b.numel() != message_) b = Buffer(alloc_, Shape{message_}, DType::f32, Charge::comm);
+  return b;
+}
+
+void Executor::run(StageWork& work) {
+  const size_t n = size_t(shape_.micro_batches) * size_t(shape_.chunks);
+  auto index = [&](const Op& op) { return size_t(op.micro) * size_t(shape_.chunks) + size_t(op.chunk); };
+  // Every message this stage receives in the step, posted now: each has its own tag.
+  std::vector<Request> recv_act(n), recv_grad(n);
+  std::vector<Request> sends;
+  sends.reserve(ops_.size());
+  for (const Op& op : ops_) {
+    if (!op.is_recv()) continue;
+    const int tag = message_tag(shape_, message_of(shape_, stage_, op));
+    const bool act = op.kind == Op::recv_act;
+    Buffer& b = buffer(act ? recv_act_ : recv_grad_, op.micro, op.chunk);
+    (act ? recv_act : recv_grad)[index(op)] = pp_.irecv(b.f32(), message_, op.peer, tag);
+  }
+  std::vector<int> slot_of(n, -1);
+  std::vector<char> slot_busy;
+  const float* out = nullptr;  // output of the last compute, for the send after it
+  last_wait_ = 0;
+  for (const Op& op : ops_) {
+    const size_t i = index(op);
+    const int C = shape_.model_chunks();
+    const int model_chunk = shape_.model_chunk(stage_, op.chunk);
+    switch (op.kind) {
+      case Op::recv_act:
+      case Op::recv_grad: {
+        const auto t0 = std::chrono::steady_clock::now();
+        (op.kind == Op::recv_act ? recv_act : recv_grad)[i].wait();
+        last_wait_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        break;
+      }
+      case Op::forward: {
+        auto free = std::find(slot_busy.begin(), slot_busy.end(), 0);
+        const int slot = int(free - slot_busy.begin());
+        if (free == slot_busy.end()) slot_busy.push_back(1);
+        else *free = 1;
+        peak_slots_ = std::max(peak_slots_, int(slot_busy.size()));
+        slot_of[i] = slot;
+        out = work.forward(op.micro, op.chunk, slot,
+                           model_chunk == 0 ? nullptr : buffer(recv_act_, op.micro, op.chunk).f32());
+        break;
+      }
+      case Op::backward: {
+        const int slot = slot_of[i];
+        TESSERA_REQUIRE_LOCAL(slot >= 0, "pipeline executor: backward before forward of micro-batch ",
+                              op.micro, " chunk ", op.chunk);
+        out = work.backward(op.micro, op.chunk, slot,
+                            model_chunk == C - 1 ? nullptr
+                                                 : buffer(recv_grad_, op.micro, op.chunk).f32());
+        slot_busy[size_t(slot)] = 0;
+        slot_of[i] = -1;
+        break;
+      }
+      case Op::send_act:
+      case Op::send_grad: {
+        TESSERA_REQUIRE_LOCAL(out != nullptr, "pipeline executor: nothing to send at ",
+                              to_string(op.kind), " of micro-batch ", op.micro);
+        Buffer& b = buffer(op.kind == Op::send_act ? send_act_ : send_grad_, op.micro, op.chunk);
+        std::memcpy(b.f32(), out, size_t(message_) * sizeof(float));
+        sends.push_back(pp_.isend(b.f32(), message_, op.peer,
+                                  message_tag(shape_, message_of(shape_, stage_, op))));
+        out = nullptr;
+        break;
+      }
+    }
+  }
+  for (Request& r : sends) r.wait();
+  total_wait_ += last_wait_;
+}
+
+}  // namespace tessera::pp

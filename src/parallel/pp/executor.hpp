@@ -1,0 +1,63 @@
+// Runs one stage's op list (schedule.hpp) for one training step with non-blocking
+// point-to-point messages on the pipeline group: every irecv of the step is posted at its
+// start (each message has its own tag, message_tag), a recv op waits for its message just
+// before the compute that needs it, a send op copies the chunk's output into a buffer of
+// its own and starts an isend, and all sends are waited at the end of the step (1f1b and
+// interleaved deadlock with blocking sends, doc/pipeline.md).
+//
+// Activation slots: a forward takes the lowest free slot and its backward frees it, so a
+// stage holds at most peak_activations_formula slots of saved state at once.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "parallel/pp/schedule.hpp"
+#include "tensor/tensor.hpp"
+
+namespace tessera::pp {
+
+// What a stage computes; the executor moves the data between stages.
+class StageWork {
+ public:
+  virtual ~StageWork() = default;
+  // Forward of (micro, local chunk) in activation slot `slot`; x is the received input
+  // (null for model chunk 0, which reads the data). Returns the chunk's output, valid until
+  // the next call (null for the last model chunk, which ends in the loss).
+  virtual const float* forward(int micro, int chunk, int slot, const float* x) = 0;
+  // Backward of the same; dy is the received output gradient (null for the last model
+  // chunk). Returns the gradient of the chunk's input, valid until the next call (null for
+  // model chunk 0).
+  virtual const float* backward(int micro, int chunk, int slot, const float* dy) = 0;
+};
+
+class Executor {
+ public:
+  // message: floats in one activation (= one gradient) message, the same on every stage.
+  Executor(Communicator& pp, const ScheduleShape& shape, int64_t message, Allocator& alloc);
+
+  void run(StageWork& work);
+
+  const ScheduleShape& shape() const { return shape_; }
+  // Seconds the last step spent waiting in recv waits, and over all steps.
+  double last_wait() const { return last_wait_; }
+  double total_wait() const { return total_wait_; }
+  int peak_slots() const { return peak_slots_; }
+
+ private:
+  Buffer& buffer(std::vector<Buffer>& pool, int micro, int chunk);
+
+  Communicator& pp_;
+  ScheduleShape shape_;
+  int stage_;
+  std::vector<Op> ops_;
+  int64_t message_;
+  Allocator& alloc_;
+  // Per (micro, local chunk): received activations / gradients and outgoing copies.
+  std::vector<Buffer> recv_act_, recv_grad_, send_act_, send_grad_;
+  double last_wait_ = 0, total_wait_ = 0;
+  int peak_slots_ = 0;
+};
+
+}  // namespace tessera::pp
