@@ -177,6 +177,16 @@ void RunLog::finish() {
   live[kChargeCount] = double(a.live_total());
   grid_.world().all_reduce(mem, kChargeCount + 1, ReduceOp::max);
   grid_.world().all_reduce(live, kChargeCount + 1, ReduceOp::max);
+  // Pipeline bubble per rank: seconds blocked in receive waits (idle) and in its forward and
+  // backward passes (compute).
+  const pp::Executor* pipe = trainer_.pipeline();
+  std::vector<double> bubble(pipe ? 2 * size_t(grid_.world().size()) : 0, 0.0);
+  if (pipe) {
+    const size_t r = size_t(grid_.world().rank());
+    bubble[2 * r] = pipe->total_wait();
+    bubble[2 * r + 1] = pipe->total_compute();
+    grid_.world().all_reduce(bubble.data(), int64_t(bubble.size()));
+  }
   if (!root_) return;
   write_memory_json(mem, live);
 
@@ -218,6 +228,18 @@ void RunLog::finish() {
     std::printf("gradient buckets: %d of ~%g MiB; %d started during backward (last step)\n",
                 trainer_.buckets().buckets(), deck_.real("parallel.bucket_mb"),
                 trainer_.buckets().started_early());
+  if (pipe) {
+    const pp::ScheduleShape& sh = pipe->shape();
+    const pp::Ratio f = pp::bubble_formula(sh);
+    std::printf("pipeline: %s, %d stages x %d chunks, %d micro-batches; bubble = idle / compute "
+                "(idle: blocked in receive waits, all steps), formula (p-1)/(v m) = %lld/%lld = "
+                "%.3f\n", std::string(pp::to_string(sh.kind)).c_str(), sh.stages, sh.chunks,
+                sh.micro_batches, (long long)f.num, (long long)f.den, double(f.num) / double(f.den));
+    for (int r = 0; r < n; ++r)
+      std::printf("  rank %d (stage %d): idle %.3f s, compute %.3f s, bubble %.3f\n", r,
+                  grid_.layout().coord(r).pp, bubble[2 * size_t(r)], bubble[2 * size_t(r) + 1],
+                  bubble[2 * size_t(r)] / std::max(1e-12, bubble[2 * size_t(r) + 1]));
+  }
   if (deck_.boolean("output.compare_plan")) {
     const BatchGeometry& g = trainer_.batch();
     RunFacts f{trainer_.config(), g.micro_batch, g.global_batch, n, trainer_.zero_stage(),

@@ -66,17 +66,21 @@ void Executor::run(StageWork& work) {
         else *free = 1;
         peak_slots_ = std::max(peak_slots_, int(slot_busy.size()));
         slot_of[i] = slot;
+        const auto t0 = std::chrono::steady_clock::now();
         out = work.forward(op.micro, op.chunk, slot,
                            model_chunk == 0 ? nullptr : buffer(recv_act_, op.micro, op.chunk).f32());
+        total_compute_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         break;
       }
       case Op::backward: {
         const int slot = slot_of[i];
         TESSERA_REQUIRE_LOCAL(slot >= 0, "pipeline executor: backward before forward of micro-batch ",
                               op.micro, " chunk ", op.chunk);
+        const auto t0 = std::chrono::steady_clock::now();
         out = work.backward(op.micro, op.chunk, slot,
                             model_chunk == C - 1 ? nullptr
                                                  : buffer(recv_grad_, op.micro, op.chunk).f32());
+        total_compute_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         slot_busy[size_t(slot)] = 0;
         slot_of[i] = -1;
         break;
