@@ -26,6 +26,8 @@ int world_size() {
   return n;
 }
 
+double wtime() { return MPI_Wtime(); }
+
 void abort(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);
   std::exit(code);  // not reached: MPI_Abort does not return

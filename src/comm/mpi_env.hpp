@@ -8,6 +8,7 @@ void init(int* argc, char*** argv);
 void finalize();
 int world_rank();
 int world_size();
+double wtime();  // seconds, MPI's clock
 [[noreturn]] void abort(int code);  // stops every rank of the job
 
 }  // namespace tessera::mpi

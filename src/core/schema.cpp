@@ -143,6 +143,10 @@ std::vector<KeySpec> build_schema() {
       boolean("parallel", "overlap", "true",
               "Data parallel: start each bucket's all-reduce during the last micro-batch's "
               "backward as soon as its gradients are final; false reduces after backward."),
+      choice("parallel", "progress", "poll", {"poll", "none"},
+             "Data parallel with overlap: how buckets in flight move during backward. poll "
+             "tests them with MPI_Test after each layer's backward; none never tests them "
+             "before backward ends (to measure whether MPI progresses on its own)."),
       // [hardware]
       choice("hardware", "device", "cpu", {"cpu"}, "Compute device of each rank."),
       integer("hardware", "ranks_per_node", "0", 0, 1 << 20,

@@ -107,14 +107,31 @@ void RunLog::start() {
 }
 
 void RunLog::step(const StepResult& r) {
-  // Every rank measures its own step; the slowest decides the step time.
-  double worst[2] = {r.seconds, double(trainer_.allocator().peak_total())};
-  grid_.world().all_reduce(worst, 2, ReduceOp::max);
-  const double seconds = worst[0], mem_peak = worst[1];
+  // Every rank measures its own step; the slowest decides the step time. Data-parallel
+  // all-reduce: the last rank to end backward waits in finish() only for what overlap did
+  // not hide, the others also for that rank, so exposed and in flight are minima over ranks
+  // and the longest wait (skew included) is reported apart; posting and polling are maxima.
+  // Phase seconds since the previous record follow (max over ranks).
+  const DpSyncTiming& dp = trainer_.buckets().last_step();
+  double m[7 + kPhaseCount] = {r.seconds,  -dp.in_flight, -dp.exposed,
+                               dp.exposed, dp.posting,    dp.polling,
+                               double(trainer_.allocator().peak_total())};
+  for (int p = 0; p < kPhaseCount; ++p) {
+    const double now = trainer_.timer().seconds(Phase(p));
+    m[7 + p] = now - phase_seen_[p], phase_seen_[p] = now;
+  }
+  grid_.world().all_reduce(m, 7 + kPhaseCount, ReduceOp::max);
+  const double seconds = m[0];
+  DpSyncTiming dp_step = dp;
+  dp_step.in_flight = -m[1], dp_step.exposed = -m[2], dp_step.posting = m[4];
+  dp_step.polling = m[5];
+  const double waited = m[3], mem_peak = m[6];
   elapsed_ += seconds;
   // The first step of a run allocates and warms up; it is left out of the steady state.
   const bool first = r.step == steps_done_ + 1;
   if (!first) steady_elapsed_ += seconds, ++steady_steps_;
+  if (!first) dp_steady_ += dp_step, dp_waited_steady_ += waited;
+  dp_all_ += dp_step, dp_waited_all_ += waited;
   if (first) first_loss_ = r.loss;
   last_loss_ = r.loss;
   if (!root_) return;
@@ -133,12 +150,26 @@ void RunLog::step(const StepResult& r) {
   }
   char val[48] = "";
   if (r.val_loss >= 0) std::snprintf(val, sizeof val, ", \"val_loss\": %.9g", r.val_loss);
+  char dpt[192] = "";
+  if (dp_step.buckets > 0)
+    std::snprintf(dpt, sizeof dpt,
+                  ", \"dp_in_flight\": %.6g, \"dp_exposed\": %.6g, \"dp_waited\": %.6g, "
+                  "\"dp_posting\": %.6g, \"dp_polling\": %.6g",
+                  dp_step.in_flight, dp_step.exposed, waited, dp_step.posting, dp_step.polling);
+  std::string phases;
+  for (int p = 0; p < kPhaseCount; ++p) {
+    std::string name = phase_name(Phase(p));
+    std::replace(name.begin(), name.end(), ' ', '_');
+    char one[64];
+    std::snprintf(one, sizeof one, "%s\"%s\": %.6g", p ? ", " : "", name.c_str(), m[7 + p]);
+    phases += one;
+  }
   std::fprintf(metrics_,
                "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
                "\"step_time\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g, "
-               "\"mem_peak_bytes\": %.0f%s}\n",
+               "\"mem_peak_bytes\": %.0f%s%s, \"phase_max_s\": {%s}}\n",
                (long long)r.step, r.loss, r.lr, r.grad_norm, seconds, tokens / seconds, mfu,
-               mem_peak, val);
+               mem_peak, val, dpt, phases.c_str());
   std::fflush(metrics_);
 }
 
@@ -246,6 +277,29 @@ void RunLog::finish() {
                int(trainer_.shard_ranks()), peak_total_ / n, steady_steps_ + 1};
     for (size_t i = 0; i < 6; ++i) f.phase_seconds[i] = phase_sum[i] / n, f.memory_peak[i] = mem[i];
     std::printf("%s", plan_comparison(f).c_str());
+  }
+  const bool steady = dp_steady_.buckets > 0;
+  const DpSyncTiming& d = steady ? dp_steady_ : dp_all_;
+  if (d.buckets > 0) {
+    // Per step (see step()). With progress = none nothing tests the buckets during backward,
+    // so "in flight" is posted-to-seen time, not transfer time: compare exposed with a run
+    // with parallel.overlap = false instead (doc/performance.md).
+    const double steps = double(steady ? steady_steps_ : steady_steps_ + 1);
+    const GradBuckets& b = trainer_.buckets();
+    const double hidden = d.in_flight - d.exposed - d.posting - d.polling;
+    char share[32] = "not measured";  // progress = none
+    if (!b.overlap() || b.progress() == DpProgress::poll)
+      std::snprintf(share, sizeof share, "%.0f%%",
+                    100 * std::max(0.0, hidden) / std::max(d.in_flight, 1e-12));
+    const double waited = steady ? dp_waited_steady_ : dp_waited_all_;
+    std::printf(
+        "dp gradient all-reduce per step (%s): %.0f buckets, %.1f MB, in flight %.1f ms, "
+        "exposed %.1f ms + posting %.1f ms + polling %.1f ms (hidden %s); longest wait "
+        "%.1f ms (with skew); overlap %s, progress %s\n",
+        steady ? "steady state" : "all steps", double(d.buckets) / steps,
+        double(d.bytes) / steps / 1e6, 1e3 * d.in_flight / steps, 1e3 * d.exposed / steps,
+        1e3 * d.posting / steps, 1e3 * d.polling / steps, share, 1e3 * waited / steps,
+        b.overlap() ? "on" : "off", dp_progress_name(b.progress()));
   }
   std::fflush(stdout);
 }

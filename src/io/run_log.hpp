@@ -42,6 +42,11 @@ class RunLog {
   int64_t steady_steps_ = 0;
   int64_t steps_done_ = 0;
   double first_loss_ = 0, last_loss_ = 0;
+  // Data-parallel gradient all-reduce per step (reduced over ranks as step() says), summed
+  // over the steady steps and over all steps.
+  DpSyncTiming dp_all_, dp_steady_;
+  double dp_waited_all_ = 0, dp_waited_steady_ = 0;  // longest exposed time over ranks
+  double phase_seen_[kPhaseCount] = {};              // this rank's phase totals at the last step()
   FILE* metrics_ = nullptr;
 };
 

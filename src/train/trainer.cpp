@@ -76,7 +76,8 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
                                      std::vector<ShardSegment>{{0, 0, store_.numel()}});
   }
   buckets_ = std::make_unique<GradBuckets>(store_, grid.dp(), deck.real("parallel.bucket_mb"),
-                                           deck.boolean("parallel.overlap"));
+                                           deck.boolean("parallel.overlap"),
+                                           dp_progress_from(deck.str("parallel.progress")));
   schedule_ = {deck.real("optim.lr"), deck.real("optim.min_lr"), deck.integer("optim.warmup"),
                steps_};
   grad_clip_ = deck.real("optim.grad_clip");

@@ -1,9 +1,33 @@
 #include "parallel/dp/grad_buckets.hpp"
 
+#include <algorithm>
+#include <stdexcept>
+#include <utility>
+
+#include "comm/mpi_env.hpp"
+
 namespace tessera {
 
-GradBuckets::GradBuckets(ParamStore& store, Communicator& dp, double bucket_mb, bool overlap)
-    : store_(store), dp_(dp), overlap_(overlap) {
+DpProgress dp_progress_from(const std::string& name) {
+  if (name == "poll") return DpProgress::poll;
+  if (name == "none") return DpProgress::none;
+  throw std::logic_error("parallel.progress: unknown mode '" + name + "'");
+}
+
+const char* dp_progress_name(DpProgress p) {
+  return p == DpProgress::poll ? "poll" : "none";
+}
+
+DpSyncTiming& DpSyncTiming::operator+=(const DpSyncTiming& o) {
+  buckets += o.buckets, bytes += o.bytes;
+  in_flight += o.in_flight, exposed += o.exposed;
+  posting += o.posting, polling += o.polling;
+  return *this;
+}
+
+GradBuckets::GradBuckets(ParamStore& store, Communicator& dp, double bucket_mb, bool overlap,
+                         DpProgress progress)
+    : store_(store), dp_(dp), overlap_(overlap), progress_(progress) {
   const std::vector<Param*> params = store.params();
   bucket_of_param_.assign(params.size(), -1);
   const int64_t limit = std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024 / 4));
@@ -27,17 +51,34 @@ void GradBuckets::arm(bool last_microbatch) {
   armed_ = last_microbatch && dp_.size() > 1;
   if (!armed_) return;
   started_early_ = 0;
-  for (Bucket& b : buckets_) b.pending = b.params, b.started = false;
+  last_ = DpSyncTiming();
+  for (Bucket& b : buckets_) b.pending = b.params, b.started = b.done = false;
 }
 
 void GradBuckets::start(Bucket& b) {
+  b.posted = mpi::wtime();
   b.request = dp_.all_reduce_async(store_.grads() + b.begin, b.end - b.begin);
   b.started = true;
 }
 
+// Tests every bucket in flight once; returns whether any is still in flight.
+bool GradBuckets::test_all() {
+  bool pending = false;
+  for (Bucket& b : buckets_) {
+    if (!b.started || b.done) continue;
+    if (b.request.test())
+      b.done = true, b.seen_done = mpi::wtime();
+    else
+      pending = true;
+  }
+  return pending;
+}
+
 void GradBuckets::poll() {
-  for (Bucket& b : buckets_)
-    if (b.started && !b.request.done()) b.request.test();
+  if (progress_ == DpProgress::none) return;
+  const double t0 = mpi::wtime();
+  test_all();
+  last_.polling += mpi::wtime() - t0;
 }
 
 void GradBuckets::ready(int first, int last) {
@@ -45,7 +86,9 @@ void GradBuckets::ready(int first, int last) {
   for (int i = first; i < last; ++i) {
     Bucket& b = buckets_[size_t(bucket_of_param_[size_t(i)])];
     if (--b.pending == 0) {
+      const double t0 = mpi::wtime();
       start(b);
+      last_.posting += mpi::wtime() - t0;
       ++started_early_;
     }
   }
@@ -54,9 +97,28 @@ void GradBuckets::ready(int first, int last) {
 
 void GradBuckets::finish() {
   if (!armed_) return;
+  const double t0 = mpi::wtime();
   for (Bucket& b : buckets_)
     if (!b.started) start(b);
-  for (Bucket& b : buckets_) b.request.wait();
+  // Like MPI_Waitall (which also spins in MPI's progress engine), but notes when each bucket
+  // is first seen complete.
+  while (test_all()) {
+  }
+  last_.exposed = mpi::wtime() - t0;
+  // In flight: the union of the buckets' [posted, seen complete] intervals.
+  std::vector<std::pair<double, double>> spans;
+  for (const Bucket& b : buckets_) {
+    spans.emplace_back(b.posted, b.seen_done);
+    last_.bytes += (b.end - b.begin) * int64_t(sizeof(float));
+  }
+  std::sort(spans.begin(), spans.end());
+  double covered = 0, lo = spans.front().first, hi = spans.front().second;
+  for (const auto& [a, z] : spans) {
+    if (a > hi) covered += hi - lo, lo = a;
+    hi = std::max(hi, z);
+  }
+  last_.in_flight = covered + (hi - lo);
+  last_.buckets = int64_t(buckets_.size());
   armed_ = false;
 }
 

@@ -6,10 +6,15 @@
 // micro-batch's backward the model reports each layer's parameters as final (ready()); a
 // bucket whose parameters are all final starts its all-reduce at once (non-blocking) while
 // backward continues. MPI moves a non-blocking collective only inside MPI calls, so every
-// ready() also polls the buckets in flight. Earlier micro-batches only accumulate: nothing is
-// reduced until the last one.
+// ready() also polls the buckets in flight (progress = poll; progress = none never tests them
+// before finish(), to measure what MPI does unpolled). Earlier micro-batches only accumulate:
+// nothing is reduced until the last one.
+//
+// Each step records, per rank, how long the reduction was in flight and how long the step
+// was held up by it (DpSyncTiming); doc/performance.md explains how to read them.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -17,10 +22,31 @@
 
 namespace tessera {
 
+// How buckets in flight are driven during backward (parallel.progress).
+enum class DpProgress { poll, none };
+DpProgress dp_progress_from(const std::string& name);  // "poll" or "none"
+const char* dp_progress_name(DpProgress p);
+
+// One step's data-parallel gradient all-reduce as one rank saw it (or a sum over steps).
+struct DpSyncTiming {
+  int64_t buckets = 0;   // all-reduces
+  int64_t bytes = 0;     // gradient bytes reduced
+  double in_flight = 0;  // seconds during which some bucket was posted and not yet seen
+                         // complete (seen: by a test() in ready() or in finish())
+  double exposed = 0;    // seconds in finish(): backward is over and the step waits
+  double posting = 0;    // seconds in ready() starting all-reduces (MPI_Iallreduce)
+  double polling = 0;    // seconds in ready() testing buckets in flight; both are on the
+                         // critical path (MPI does copies and sums inside these calls)
+  DpSyncTiming& operator+=(const DpSyncTiming& o);
+};
+
 class GradBuckets {
  public:
   // overlap = false reduces every bucket after backward (for comparison).
-  GradBuckets(ParamStore& store, Communicator& dp, double bucket_mb, bool overlap);
+  GradBuckets(ParamStore& store, Communicator& dp, double bucket_mb, bool overlap,
+              DpProgress progress = DpProgress::poll);
+  DpProgress progress() const { return progress_; }
+  bool overlap() const { return overlap_; }
 
   // Call before each micro-batch's backward; only the last one reduces.
   void arm(bool last_microbatch);
@@ -32,23 +58,29 @@ class GradBuckets {
   int buckets() const { return int(buckets_.size()); }
   // Buckets whose reduction had started before backward ended (last step).
   int started_early() const { return started_early_; }
+  // The latest reduction (last micro-batch of the latest step) on this rank; zero until one ran.
+  const DpSyncTiming& last_step() const { return last_; }
 
  private:
   struct Bucket {
     int64_t begin = 0, end = 0;  // element range in the flat gradient buffer
     int params = 0, pending = 0;
     Request request;
-    bool started = false;
+    bool started = false, done = false;
+    double posted = 0, seen_done = 0;  // mpi::wtime()
   };
   void start(Bucket& b);
+  bool test_all();
   void poll();
 
   ParamStore& store_;
   Communicator& dp_;
   bool overlap_, armed_ = false;
+  DpProgress progress_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_param_;
   int started_early_ = 0;
+  DpSyncTiming last_;
 };
 
 }  // namespace tessera
