@@ -13,6 +13,7 @@
 #include "core/deck.hpp"
 #include "core/schema.hpp"
 #include "io/run_log.hpp"
+#include "train/stop_signal.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -75,7 +76,9 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
-  return tessera::run_reporting_errors("tessera", [&] {
+  int stopped_by = 0;  // the signal that stopped the run early, 0 when none
+  const int status = tessera::run_reporting_errors("tessera", [&] {
+    tessera::install_stop_handlers();
     const tessera::Deck deck = layout_only ? layout_deck(args) : tessera::Deck::from_args(args);
     if (const int64_t threads = deck.integer("hardware.threads"); threads > 0)
       omp_set_num_threads(int(threads));
@@ -99,8 +102,20 @@ int main(int argc, char** argv) {
       tessera::StepResult r = trainer.step(s);
       if (trainer.eval_due(s, last)) r.val_loss = trainer.evaluate();
       log.step(r);
-      if (checkpoints.due(s, last)) trainer.save(checkpoints, s);
+      // SIGUSR1/SIGTERM on any rank: every rank checkpoints this step and the run stops.
+      if (s < last) stopped_by = tessera::stop_signal_agreed(grid.world());
+      if (checkpoints.due(s, last) || stopped_by) trainer.save(checkpoints, s);
+      if (stopped_by) {
+        if (rank == 0)
+          std::printf("stopped by %s after step %lld: checkpoint written, exit status %d\n",
+                      tessera::stop_signal_name(stopped_by).c_str(), (long long)s,
+                      tessera::kExitStopped);
+        break;
+      }
     }
     log.finish();
+    if (rank == 0 && !stopped_by && last == trainer.steps())
+      tessera::write_completion_marker(deck.str("output.dir"), last);
   });
+  return status == 0 && stopped_by ? tessera::kExitStopped : status;
 }

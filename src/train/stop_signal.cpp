@@ -1,0 +1,61 @@
+#include "train/stop_signal.hpp"
+
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.hpp"
+
+namespace tessera {
+namespace {
+
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the handler needs a lock-free flag");
+
+extern "C" void on_stop_signal(int sig) {
+  g_signal.store(sig, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // a step in a system call (file read, MPI progress) carries on
+  for (int sig : {SIGUSR1, SIGTERM})
+    TESSERA_REQUIRE(sigaction(sig, &sa, nullptr) == 0, "cannot install the handler for ",
+                    stop_signal_name(sig));
+}
+
+int stop_signal_received() {
+  return g_signal.load(std::memory_order_relaxed);
+}
+
+int stop_signal_agreed(Communicator& world) {
+  int64_t sig = stop_signal_received();
+  world.all_reduce(&sig, 1, ReduceOp::max);
+  return int(sig);
+}
+
+std::string stop_signal_name(int sig) {
+  if (sig == SIGUSR1) return "SIGUSR1";
+  if (sig == SIGTERM) return "SIGTERM";
+  return "signal " + std::to_string(sig);
+}
+
+std::string completion_marker_path(const std::string& output_dir) {
+  return (std::filesystem::path(output_dir) / "COMPLETED").string();
+}
+
+void write_completion_marker(const std::string& output_dir, int64_t step) {
+  std::error_code ec;
+  std::filesystem::create_directories(output_dir, ec);
+  const std::string path = completion_marker_path(output_dir);
+  std::ofstream out(path);
+  out << "step " << step << "\n";
+  TESSERA_REQUIRE_LOCAL(bool(out), "cannot write the completion marker '", path, "' (output.dir)");
+}
+
+}  // namespace tessera

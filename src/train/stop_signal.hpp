@@ -1,0 +1,33 @@
+// Stopping a run early on request of the batch system: Slurm sends SIGUSR1 before the time
+// limit (sbatch --signal=USR1@SECONDS) and SIGTERM on scancel, scontrol requeue or preemption.
+// A handler only sets a flag; after each step the ranks agree whether any of them saw one, and
+// if so every rank writes the checkpoint and the run exits with kExitStopped, so a job script
+// can tell "stopped, resume me" from success (0) and failure (anything else). A run that has
+// done its last step writes OUTPUT_DIR/COMPLETED, so a requeued finished job does nothing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "comm/communicator.hpp"
+
+namespace tessera {
+
+// Exit status of a run stopped by SIGUSR1/SIGTERM after writing its checkpoint (EX_TEMPFAIL:
+// "try again later").
+constexpr int kExitStopped = 75;
+
+// Installs the SIGUSR1 and SIGTERM handlers (process-wide; call once, after MPI starts).
+void install_stop_handlers();
+// The signal this process received (SIGUSR1 or SIGTERM), 0 when none.
+int stop_signal_received();
+// Collective over world: the largest signal number any rank received, 0 when none.
+int stop_signal_agreed(Communicator& world);
+// A readable name: "SIGUSR1", "SIGTERM".
+std::string stop_signal_name(int sig);
+
+// OUTPUT_DIR/COMPLETED: one line "step N". Rank 0 alone calls it (a failure is local).
+std::string completion_marker_path(const std::string& output_dir);
+void write_completion_marker(const std::string& output_dir, int64_t step);
+
+}  // namespace tessera

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# jobscripts/train.sbatch on a private one-node Slurm: 4 tasks on a tiny deck run to the end
+# and leave the run's outputs; submitting the finished run again does nothing (completion
+# marker); the script refuses to run outside a job.
+# usage: train_job.sh WORKDIR TESSERA DECK [--section.key=value ...]
+set -euo pipefail
+mkdir -p "$1"
+work=$(cd "$1" && pwd) tessera=$2 deck=$3
+shift 3
+here=$(cd "$(dirname "$0")" && pwd)
+script=$here/../../jobscripts/train.sbatch
+. "$here/cluster.sh"
+
+fail() { echo "FAIL: $*"; exit 1; }
+steps=30
+
+# Outside Slurm the script says how to submit it and exits 2.
+set +e
+msg=$(env -u SLURM_JOB_ID bash "$script" "$deck" 2>&1)
+rc=$?
+set -e
+[ $rc -eq 2 ] && [[ $msg == *"submit it"* ]] || fail "outside a job: rc $rc, '$msg'"
+echo "outside a job: refused (exit 2)"
+
+cluster_start "$work/cluster" 4
+run=$work/run
+rm -rf "$run" && mkdir -p "$run"
+cd "$run"
+# The node declares 4 CPUs on a smaller machine: Open MPI must yield when it waits.
+submit() {
+  sbatch --parsable -n 4 --output="$run/job-%j.out" \
+    --export=ALL,TESSERA_BIN="$tessera",OMPI_MCA_mpi_yield_when_idle=1 \
+    "$script" "$deck" "$@" --train.steps=$steps --checkpoint.every=10 \
+    --hardware.peak_flops=1e9 --output.echo_deck=false --output.dir="$run/out"
+}
+
+id=$(submit "$@")
+echo "submitted job $id"
+log=$run/job-$id.out
+state=$(job_wait "$id" 150) || { cat "$log" || true; fail "job $id: $state"; }
+[ "$state" = COMPLETED ] || { cat "$log"; fail "job $id ended $state"; }
+echo "job $id: $state"
+grep -q "on 1 node(s): 4 rank(s) x 1 thread(s), cpu nodes" "$log" || { cat "$log"; fail "allocation not derived"; }
+grep -q "train.sbatch: srun --ntasks=4 " "$log" || fail "not launched with srun"
+grep -q "dp (1 x 4)" "$log" || fail "tessera did not run on 4 ranks"
+grep -q "run complete: .*COMPLETED (step $steps)" "$log" || fail "no completion message"
+grep -qx "step $steps" "$run/out/COMPLETED" || fail "completion marker"
+for f in run.json memory.json metrics.jsonl checkpoints/ckpt-000000$steps.h5; do
+  [ -s "$run/out/$f" ] || fail "missing output $f"
+done
+/usr/bin/python3 - "$run/out" "$steps" <<'EOF'
+import json, sys
+out, steps = sys.argv[1], int(sys.argv[2])
+recs = [json.loads(l) for l in open(out + "/metrics.jsonl") if l.strip()]
+assert [r["step"] for r in recs] == list(range(1, steps + 1)), "metrics steps"
+assert all(r["loss"] > 0 and r["step_time"] > 0 for r in recs)
+assert recs[-1]["loss"] < recs[0]["loss"], "loss did not fall"
+run = json.load(open(out + "/run.json"))
+assert run["layout"]["dp"] == 4, run["layout"]
+print(f"outputs: {steps} steps, loss {recs[0]['loss']:.4f} -> {recs[-1]['loss']:.4f}, dp 4")
+EOF
+echo "srun job: PASS"
+
+# The same submission again: the marker says the run is complete; nothing is trained.
+lines=$(wc -l < "$run/out/metrics.jsonl")
+id2=$(submit "$@")
+state=$(job_wait "$id2" 60) || fail "job $id2: $state"
+[ "$state" = COMPLETED ] || fail "job $id2 ended $state"
+grep -q "the run is complete, nothing to do" "$run/job-$id2.out" || { cat "$run/job-$id2.out"; fail "finished run redone"; }
+[ "$(wc -l < "$run/out/metrics.jsonl")" = "$lines" ] || fail "metrics changed"
+echo "resubmitted finished run: nothing done: PASS"
+echo "slurm train job: PASS"

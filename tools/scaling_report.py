@@ -1,0 +1,272 @@
+#!/usr/bin/python3
+"""The report of a scaling study (tools/scaling-study): report.md, report.json and plots.
+
+  tools/scaling_report.py STUDY_DIR
+
+Per point, from its own outputs:
+  * metrics.jsonl: step_time of every step (the slowest rank's, as tessera records it);
+    the steady state is the steps after the study's warm-up; T = their median, spread =
+    interquartile range (and min..max);
+  * run.log: the closing summary's phase table (mean over ranks, whole run), which splits T
+    into compute (forward + backward), communication (grad sync: the gradient reduction not
+    hidden behind backward), bubble (pipeline idle time: 0, tessera has no pipeline
+    parallelism yet) and other (data, optimizer, other).
+Efficiencies against the smallest point G0 of each series (G0 = 1 gives the textbook forms):
+  strong: speedup S = T(G0)/T(G), ideal G/G0, efficiency E = G0 T(G0) / (G T(G))
+  weak:   efficiency E = T(G0)/T(G) (the work per rank is the same at every point)
+"""
+import json
+import math
+import re
+import statistics
+import sys
+from pathlib import Path
+
+PHASES = ("data", "forward", "backward", "grad sync", "optimizer", "other")
+SPLIT = {"compute": ("forward", "backward"), "communication": ("grad sync",), "bubble": (),
+         "other": ("data", "optimizer", "other")}
+
+
+def quantile(sorted_values, q):
+    """Linear interpolation between closest ranks (numpy's default)."""
+    n = len(sorted_values)
+    pos = q * (n - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, n - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def steady_step_times(metrics_path, warmup):
+    """Step times of the steps after `warmup` (the last record of a step counts)."""
+    by_step = {}
+    for line in Path(metrics_path).read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            by_step[r["step"]] = r
+    return [by_step[s]["step_time"] for s in sorted(by_step) if s > warmup], len(by_step)
+
+
+def phase_seconds(run_log):
+    """{phase: mean seconds over ranks} from the closing summary, or {} without one."""
+    phases = {}
+    pattern = re.compile(r"^(%s)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)%%\s*$" %
+                         "|".join(re.escape(p) for p in PHASES))
+    if Path(run_log).exists():
+        for line in Path(run_log).read_text().splitlines():
+            m = pattern.match(line)
+            if m:
+                phases[m.group(1)] = float(m.group(2))
+    return phases
+
+
+def analyse_point(study, p, warmup):
+    out = study / p["dir"]
+    r = dict(p)
+    metrics = out / "metrics.jsonl"
+    if not metrics.exists():
+        r["error"] = "no metrics.jsonl (the run failed; see run.log)"
+        return r
+    times, steps = steady_step_times(metrics, warmup)
+    if not times:
+        r["error"] = f"{steps} steps, none after the warm-up of {warmup}"
+        return r
+    s = sorted(times)
+    r.update(steps=steps, steady_steps=len(s), t_median=statistics.median(s),
+             t_q1=quantile(s, 0.25), t_q3=quantile(s, 0.75), t_min=s[0], t_max=s[-1])
+    run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
+    seq = run.get("deck", {}).get("model", {}).get("seq_len")
+    if seq:
+        r["tokens_per_s"] = p["global_batch"] * int(seq) / r["t_median"]
+    phases = phase_seconds(out / "run.log")
+    total = sum(phases.values())
+    if phases and total > 0:
+        r["phase_seconds"] = phases
+        r["split_ms"] = {k: 1e3 * r["t_median"] * sum(phases.get(x, 0) for x in v) / total
+                         for k, v in SPLIT.items()}
+    return r
+
+
+def efficiencies(points):
+    """Adds speedup / efficiency (and their spread from the quartiles of T(G))."""
+    ok = [p for p in points if "t_median" in p]
+    if not ok:
+        return
+    base = min(ok, key=lambda p: p["ranks"])
+    g0, t0 = base["ranks"], base["t_median"]
+    for p in ok:
+        g, t = p["ranks"], p["t_median"]
+        p["baseline_ranks"] = g0
+        if p["mode"] == "strong":
+            p["speedup"] = t0 / t
+            p["ideal_speedup"] = g / g0
+            p["efficiency"] = g0 * t0 / (g * t)
+            p["efficiency_range"] = [g0 * t0 / (g * p["t_q3"]), g0 * t0 / (g * p["t_q1"])]
+        else:
+            p["efficiency"] = t0 / t
+            p["speedup"] = p["efficiency"] * g / g0  # throughput relative to G0
+            p["ideal_speedup"] = g / g0
+            p["efficiency_range"] = [t0 / p["t_q3"], t0 / p["t_q1"]]
+
+
+def fmt(x, spec):
+    return format(x, spec) if x is not None else "-"
+
+
+def table(points, mode):
+    eff = "E = G0·T(G0)/(G·T(G))" if mode == "strong" else "E = T(G0)/T(G)"
+    speed = "speedup T(G0)/T(G)" if mode == "strong" else "throughput / G0's"
+    rows = ["| G ranks | nodes | global batch | micro x accum per rank | T median (ms) "
+            f"| IQR (ms) | min..max (ms) | steady steps | tokens/s | {speed} | ideal "
+            f"| efficiency {eff} | E from IQR | compute ms | comm ms | bubble ms | other ms |",
+            "|" + "---|" * 17]
+    for p in points:
+        if "t_median" not in p:
+            rows.append(f"| {p['ranks']} | {p['nodes'] or '-'} | {p['global_batch']} | "
+                        f"{p['micro_batch']} x {p['accumulation']} | failed: "
+                        f"{p.get('error', '?')} |" + " |" * 12)
+            continue
+        sp = p.get("split_ms", {})
+        rows.append(
+            f"| {p['ranks']} | {p['nodes'] or '-'} | {p['global_batch']} | "
+            f"{p['micro_batch']} x {p['accumulation']} | {1e3 * p['t_median']:.2f} | "
+            f"{1e3 * p['t_q1']:.2f}..{1e3 * p['t_q3']:.2f} | "
+            f"{1e3 * p['t_min']:.2f}..{1e3 * p['t_max']:.2f} | {p['steady_steps']} | "
+            f"{fmt(p.get('tokens_per_s'), '.0f')} | {p['speedup']:.3f} | "
+            f"{p['ideal_speedup']:.0f} | {p['efficiency']:.3f} | "
+            f"{p['efficiency_range'][0]:.3f}..{p['efficiency_range'][1]:.3f} | "
+            f"{fmt(sp.get('compute'), '.2f')} | {fmt(sp.get('communication'), '.2f')} | "
+            f"{fmt(sp.get('bubble'), '.2f')} | {fmt(sp.get('other'), '.2f')} |")
+    return "\n".join(rows)
+
+
+def plots(study, series):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    done = {m: [p for p in pts if "t_median" in p] for m, pts in series.items()}
+    colors = {"strong": "tab:blue", "weak": "tab:orange"}
+
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for mode, pts in done.items():
+        if pts:
+            g = [p["ranks"] for p in pts]
+            ax.plot(g, [p["speedup"] for p in pts], "o-", color=colors[mode],
+                    label=f"{mode}: " + ("T(G0)/T(G)" if mode == "strong" else "throughput / G0's"))
+    allg = sorted({p["ranks"] for pts in done.values() for p in pts})
+    if allg:
+        ax.plot(allg, [g / allg[0] for g in allg], "k--", label="ideal G/G0")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(allg, [str(g) for g in allg])
+    ax.set_xlabel("ranks G")
+    ax.set_ylabel("speedup")
+    ax.set_title("Speedup vs ideal")
+    if allg:
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(study / "speedup.png", dpi=110)
+    plt.close(fig)
+    made.append("speedup.png")
+
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for mode, pts in done.items():
+        if pts:
+            g = [p["ranks"] for p in pts]
+            e = [p["efficiency"] for p in pts]
+            lo = [p["efficiency"] - p["efficiency_range"][0] for p in pts]
+            hi = [p["efficiency_range"][1] - p["efficiency"] for p in pts]
+            ax.errorbar(g, e, yerr=[lo, hi], fmt="o-", capsize=4, color=colors[mode],
+                        label=mode)
+    if allg:
+        ax.axhline(1.0, color="k", ls="--", lw=1, label="ideal")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(allg, [str(g) for g in allg])
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("ranks G")
+    ax.set_ylabel("parallel efficiency E")
+    ax.set_title("Efficiency (bars: from the IQR of T(G))")
+    if allg:
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(study / "efficiency.png", dpi=110)
+    plt.close(fig)
+    made.append("efficiency.png")
+
+    bars = [(m, p) for m, pts in done.items() for p in pts if "split_ms" in p]
+    if bars:
+        fig, ax = plt.subplots(figsize=(1.2 + 0.8 * len(bars), 4))
+        x = range(len(bars))
+        bottom = [0.0] * len(bars)
+        for part, color in (("compute", "tab:green"), ("communication", "tab:red"),
+                            ("bubble", "tab:purple"), ("other", "tab:gray")):
+            h = [p["split_ms"][part] for _, p in bars]
+            ax.bar(x, h, bottom=bottom, color=color, label=part)
+            bottom = [b + v for b, v in zip(bottom, h)]
+        ax.set_xticks(list(x), [f"{m}\nG={p['ranks']}" for m, p in bars], fontsize=8)
+        ax.set_ylabel("ms per step (median step, split by phase shares)")
+        ax.set_title("Time per step")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(study / "time_split.png", dpi=110)
+        plt.close(fig)
+        made.append("time_split.png")
+    return made
+
+
+def write_report(study):
+    study = Path(study)
+    meta = json.loads((study / "study.json").read_text())
+    warmup = meta["warmup"]
+    series = {}
+    for p in meta["points"]:
+        series.setdefault(p["mode"], []).append(analyse_point(study, p, warmup))
+    for pts in series.values():
+        pts.sort(key=lambda p: p["ranks"])
+        efficiencies(pts)
+    images = plots(study, series)
+
+    cores = meta.get("cores")
+    maxg = max(p["ranks"] for p in meta["points"])
+    lines = [f"# Scaling study: {Path(meta['deck']).name}", "",
+             f"* deck `{meta['deck']}`" + (f", overrides `{' '.join(meta['overrides'])}`"
+                                           if meta["overrides"] else ""),
+             f"* launcher {meta['launcher']}, {meta['threads']} OpenMP thread(s) per rank"
+             + (f", {meta['ranks_per_node']} rank(s) per node" if meta.get("ranks_per_node")
+                else "")
+             + (f", Slurm job {meta['slurm_job']}" if meta.get("slurm_job") else ""),
+             f"* study host {meta['host']} ({cores} cores)",
+             f"* {meta['steps']} steps per point; steady state = steps {warmup + 1}..{meta['steps']}"
+             " (warm-up excluded); T = median step time (slowest rank per step, from each run's"
+             " metrics.jsonl); spread = interquartile range, min..max",
+             "* time split: T x the phase shares of the run's closing summary (mean over ranks,"
+             " all steps): compute = forward + backward, comm = grad sync (the gradient"
+             " all-reduce not hidden behind backward), bubble = 0 (no pipeline parallelism in"
+             " this version), other = data + optimizer + other"]
+    if meta["launcher"] == "mpirun" and cores and maxg * meta["threads"] > cores:
+        lines.append(f"* **oversubscribed**: up to {maxg} rank(s) x {meta['threads']} thread(s)"
+                     f" on {cores} cores; beyond {cores} the points measure time-sharing of "
+                     "the cores, not the code's scaling")
+    summary = []
+    for mode, pts in series.items():
+        batch = ("global batch fixed" if mode == "strong" else "batch per rank fixed")
+        lines += ["", f"## {mode.capitalize()} scaling ({batch})", "", table(pts, mode)]
+        for p in pts:
+            if "efficiency" in p:
+                summary.append(f"{mode} G={p['ranks']}: T={1e3 * p['t_median']:.2f} ms, "
+                               f"speedup {p['speedup']:.3f}, efficiency {p['efficiency']:.3f}")
+            else:
+                summary.append(f"{mode} G={p['ranks']}: FAILED ({p.get('error')})")
+    lines += ["", "## Plots", ""] + [f"![{i[:-4]}]({i})" for i in images] + [""]
+    (study / "report.md").write_text("\n".join(lines))
+    result = {"study": meta, "series": series, "images": images, "summary": "\n".join(summary)}
+    (study / "report.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    print(write_report(Path(sys.argv[1]))["summary"])
