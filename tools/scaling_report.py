@@ -60,24 +60,38 @@ def phase_seconds(run_log):
 
 
 def analyse_point(study, p, warmup):
-    out = study / p["dir"]
+    """Pools the steady-state steps of the point's runs (one, or --repeats of them)."""
     r = dict(p)
-    metrics = out / "metrics.jsonl"
-    if not metrics.exists():
-        r["error"] = "no metrics.jsonl (the run failed; see run.log)"
-        return r
-    times, steps = steady_step_times(metrics, warmup)
-    if not times:
-        r["error"] = f"{steps} steps, none after the warm-up of {warmup}"
-        return r
+    times, phases, loads, steps = [], {}, [], []
+    for run in p.get("runs", [p["dir"]]):
+        out = study / run
+        metrics = out / "metrics.jsonl"
+        if not metrics.exists():
+            r["error"] = f"no metrics.jsonl in {run} (the run failed; see its run.log)"
+            return r
+        t, n = steady_step_times(metrics, warmup)
+        if not t:
+            r["error"] = f"{run}: {n} steps, none after the warm-up of {warmup}"
+            return r
+        times += t
+        steps.append(n)
+        for k, v in phase_seconds(out / "run.log").items():
+            phases[k] = phases.get(k, 0) + v
+        if (out / "load").exists():  # host load average before and after (local launchers)
+            loads += [float(x) for x in (out / "load").read_text().split()]
+        run_json = out / "run.json"
+        if run_json.exists() and "seq_len" not in r:
+            seq = json.loads(run_json.read_text()).get("deck", {}).get("model", {}).get("seq_len")
+            if seq:
+                r["seq_len"] = int(seq)
     s = sorted(times)
-    r.update(steps=steps, steady_steps=len(s), t_median=statistics.median(s),
-             t_q1=quantile(s, 0.25), t_q3=quantile(s, 0.75), t_min=s[0], t_max=s[-1])
-    run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
-    seq = run.get("deck", {}).get("model", {}).get("seq_len")
-    if seq:
-        r["tokens_per_s"] = p["global_batch"] * int(seq) / r["t_median"]
-    phases = phase_seconds(out / "run.log")
+    r.update(steps=sum(steps), runs_analysed=len(steps), steady_steps=len(s),
+             t_median=statistics.median(s), t_q1=quantile(s, 0.25), t_q3=quantile(s, 0.75),
+             t_min=s[0], t_max=s[-1])
+    if "seq_len" in r:
+        r["tokens_per_s"] = p["global_batch"] * r["seq_len"] / r["t_median"]
+    if loads:
+        r["load"] = [min(loads), max(loads)]
     total = sum(phases.values())
     if phases and total > 0:
         r["phase_seconds"] = phases
@@ -117,13 +131,14 @@ def table(points, mode):
     speed = "speedup T(G0)/T(G)" if mode == "strong" else "throughput / G0's"
     rows = ["| G ranks | nodes | global batch | micro x accum per rank | T median (ms) "
             f"| IQR (ms) | min..max (ms) | steady steps | tokens/s | {speed} | ideal "
-            f"| efficiency {eff} | E from IQR | compute ms | comm ms | bubble ms | other ms |",
-            "|" + "---|" * 17]
+            f"| efficiency {eff} | E from IQR | compute ms | comm ms | bubble ms | other ms "
+            "| host load (min..max) |",
+            "|" + "---|" * 18]
     for p in points:
         if "t_median" not in p:
             rows.append(f"| {p['ranks']} | {p['nodes'] or '-'} | {p['global_batch']} | "
                         f"{p['micro_batch']} x {p['accumulation']} | failed: "
-                        f"{p.get('error', '?')} |" + " |" * 12)
+                        f"{p.get('error', '?')} |" + " |" * 13)
             continue
         sp = p.get("split_ms", {})
         rows.append(
@@ -135,7 +150,8 @@ def table(points, mode):
             f"{p['ideal_speedup']:.0f} | {p['efficiency']:.3f} | "
             f"{p['efficiency_range'][0]:.3f}..{p['efficiency_range'][1]:.3f} | "
             f"{fmt(sp.get('compute'), '.2f')} | {fmt(sp.get('communication'), '.2f')} | "
-            f"{fmt(sp.get('bubble'), '.2f')} | {fmt(sp.get('other'), '.2f')} |")
+            f"{fmt(sp.get('bubble'), '.2f')} | {fmt(sp.get('other'), '.2f')} | "
+            + (f"{p['load'][0]:.1f}..{p['load'][1]:.1f} |" if "load" in p else "- |"))
     return "\n".join(rows)
 
 
@@ -238,10 +254,15 @@ def write_report(study):
                 else "")
              + (f", Slurm job {meta['slurm_job']}" if meta.get("slurm_job") else ""),
              f"* study host {meta['host']} ({cores} cores)",
-             f"* {meta['steps']} steps per point; steady state = steps {warmup + 1}..{meta['steps']}"
+             f"* {meta['steps']} steps per run, {meta.get('repeats', 1)} run(s) per point"
+             + (" (in rounds over all points)" if meta.get("repeats", 1) > 1 else "")
+             + f"; steady state = steps {warmup + 1}..{meta['steps']} of each run"
              " (warm-up excluded); T = median step time (slowest rank per step, from each run's"
              " metrics.jsonl); spread = interquartile range, min..max",
-             "* time split: T x the phase shares of the run's closing summary (mean over ranks,"
+             "* host load: the 1-minute load average before and after each run (local"
+             " launchers): anything above the point's own ranks x threads is other work"
+             " sharing the cores",
+             "* time split: T x the phase shares of the runs' closing summaries (mean over ranks,"
              " all steps): compute = forward + backward, comm = grad sync (the gradient"
              " all-reduce not hidden behind backward), bubble = 0 (no pipeline parallelism in"
              " this version), other = data + optimizer + other"]

@@ -8,7 +8,8 @@
 # Needs slurm-wlm and munge (tools/install-deps) and root (the daemons run as root, as does
 # the job). Nothing outside WORKDIR is written: its own munge key and socket, free TCP ports,
 # spool, state and logs. The node declares CPUS CPUs (default 4), more than a small test
-# machine has, through SlurmdParameters=config_overrides; tests oversubscribe on purpose.
+# machine has, through SlurmdParameters=config_overrides; tests oversubscribe on purpose. The
+# node is named after this host, so Open MPI's mpirun in a job sees it as the local node.
 
 CLUSTER_PIDS=()     # daemons started here, stopped in reverse order
 CLUSTER_DIR=""
@@ -117,15 +118,15 @@ KillWait=30
 MinJobAge=3600
 InactiveLimit=0
 SlurmdParameters=config_overrides
-NodeName=tessera-node CPUs=$cpus NodeAddr=127.0.0.1 NodeHostname=$host State=UNKNOWN
-PartitionName=test Nodes=tessera-node Default=YES MaxTime=INFINITE State=UP
+NodeName=$host CPUs=$cpus NodeAddr=127.0.0.1 State=UNKNOWN
+PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
   export SLURM_CONF=$dir/slurm.conf
 
   slurmctld -D -i -f "$SLURM_CONF" >"$dir/slurmctld.out" 2>&1 &
   CLUSTER_PIDS+=($!)
   cluster_wait_for 30 scontrol ping || { cluster_log "slurmctld did not answer"; tail -20 "$dir/slurmctld.log" "$dir/slurmctld.out" >&2; return 1; }
-  slurmd -D -N tessera-node -f "$SLURM_CONF" >"$dir/slurmd.out" 2>&1 &
+  slurmd -D -N "$host" -f "$SLURM_CONF" >"$dir/slurmd.out" 2>&1 &
   CLUSTER_PIDS+=($!)
   if ! cluster_wait_for 60 cluster_node_idle; then
     cluster_log "node did not become idle"

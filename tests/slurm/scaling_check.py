@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Checks a scaling study's report against the runs' own outputs, independently of
 tools/scaling_report.py: for every point, the steady-state step times are read again from
-its metrics.jsonl (numpy's median), and the speedups and efficiencies recomputed from them
+its runs' metrics.jsonl (pooled over --repeats; numpy's median), and the speedups and efficiencies recomputed from them
 must be the ones in report.json (to 1e-9) and in report.md's tables (as printed, 3
 decimals); the points ran at the rank counts and batches of the plan (run.json); the plots
 are PNG files.
@@ -52,26 +52,32 @@ for mode in sorted({p["mode"] for p in meta["points"]}):
     check(sorted(p["ranks"] for p in points) == ranks, f"{mode}: rank counts {points}")
     got = {p["ranks"]: p for p in report["series"][mode]}
     rows = md_rows(mode)
-    t = {}
+    t, n_steady = {}, {}
     for p in points:
-        g, out = p["ranks"], study / p["dir"]
-        run = json.loads((out / "run.json").read_text())
-        check(run["layout"]["world"] == g and run["layout"]["dp"] == g,
-              f"{mode} G={g}: run.json layout {run['layout']}")
-        check(run["batch"]["global"] == p["global_batch"],
-              f"{mode} G={g}: ran global batch {run['batch']['global']}, planned {p['global_batch']}")
-        recs = {}
-        for line in (out / "metrics.jsonl").read_text().splitlines():
-            if line.strip():
-                r = json.loads(line)
-                recs[r["step"]] = r["step_time"]
-        steady = np.array([recs[s] for s in sorted(recs) if s > warmup])
-        check(len(recs) == meta["steps"] and len(steady) == meta["steps"] - warmup,
-              f"{mode} G={g}: {len(recs)} steps recorded")
+        g = p["ranks"]
+        steady = []
+        for run in p.get("runs", [p["dir"]]):
+            out = study / run
+            info = json.loads((out / "run.json").read_text())
+            check(info["layout"]["world"] == g and info["layout"]["dp"] == g,
+                  f"{run}: run.json layout {info['layout']}")
+            check(info["batch"]["global"] == p["global_batch"],
+                  f"{run}: ran global batch {info['batch']['global']}, planned {p['global_batch']}")
+            recs = {}
+            for line in (out / "metrics.jsonl").read_text().splitlines():
+                if line.strip():
+                    r = json.loads(line)
+                    recs[r["step"]] = r["step_time"]
+            check(len(recs) == meta["steps"], f"{run}: {len(recs)} steps recorded")
+            steady += [recs[s] for s in sorted(recs) if s > warmup]
+        steady = np.array(steady)
+        runs = len(p.get("runs", [p["dir"]]))
+        check(len(steady) == runs * (meta["steps"] - warmup), f"{mode} G={g}: steady steps")
         t[g] = float(np.median(steady))
         check(close(got[g]["t_median"], t[g]), f"{mode} G={g}: median {got[g]['t_median']} vs {t[g]}")
         q1, q3 = np.percentile(steady, [25, 75])
         check(close(got[g]["t_q1"], q1) and close(got[g]["t_q3"], q3), f"{mode} G={g}: quartiles")
+        n_steady[g] = len(steady)
     # batches: strong keeps the global batch, weak the batch per rank
     batches = {p["ranks"]: p["global_batch"] for p in points}
     if mode == "strong":
@@ -93,7 +99,7 @@ for mode in sorted({p["mode"] for p in meta["points"]}):
             check(cells[4] == f"{1e3 * t[g]:.2f}", f"report.md {mode} G={g}: T {cells[4]}")
             check(cells[9] == f"{s:.3f}", f"report.md {mode} G={g}: speedup {cells[9]} vs {s:.3f}")
             check(cells[11] == f"{e:.3f}", f"report.md {mode} G={g}: efficiency {cells[11]} vs {e:.3f}")
-        print(f"{mode:6s} G={g}: T median {1e3 * t[g]:8.3f} ms over {meta['steps'] - warmup} steps "
+        print(f"{mode:6s} G={g}: T median {1e3 * t[g]:8.3f} ms over {n_steady[g]} steps "
               f"-> speedup {s:.3f}, efficiency {e:.3f} (report: {got[g]['efficiency']:.3f})")
 
 for png in ("speedup.png", "efficiency.png", "time_split.png"):

@@ -69,4 +69,16 @@ state=$(job_wait "$id2" 60) || fail "job $id2: $state"
 grep -q "the run is complete, nothing to do" "$run/job-$id2.out" || { cat "$run/job-$id2.out"; fail "finished run redone"; }
 [ "$(wc -l < "$run/out/metrics.jsonl")" = "$lines" ] || fail "metrics changed"
 echo "resubmitted finished run: nothing done: PASS"
+# The mpirun alternative (the node declares more CPUs than the machine has: no binding).
+id3=$(sbatch --parsable -n 4 --output="$run/job-%j.out" \
+        --export=ALL,TESSERA_BIN="$tessera",TESSERA_LAUNCHER=mpirun,TESSERA_MPIRUN_BIND=none,TESSERA_MPIRUN_FLAGS=--oversubscribe \
+        "$script" "$deck" "$@" --train.steps=10 --hardware.peak_flops=1e9 \
+        --output.echo_deck=false --output.dir="$run/out-mpirun")
+log=$run/job-$id3.out
+state=$(job_wait "$id3" 150) || { cat "$log" || true; fail "job $id3: $state"; }
+[ "$state" = COMPLETED ] || { cat "$log"; fail "job $id3 ended $state"; }
+grep -q "train.sbatch: mpirun -np 4 --map-by ppr:4:node:PE=1 " "$log" || fail "not launched with mpirun"
+grep -q "dp (1 x 4)" "$log" || fail "tessera did not run on 4 ranks under mpirun"
+grep -qx "step 10" "$run/out-mpirun/COMPLETED" || fail "mpirun run not complete"
+echo "mpirun job: PASS"
 echo "slurm train job: PASS"
