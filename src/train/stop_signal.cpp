@@ -1,9 +1,13 @@
 #include "train/stop_signal.hpp"
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "core/error.hpp"
 
@@ -23,10 +27,24 @@ void install_stop_handlers() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;  // a step in a system call (file read, MPI progress) carries on
+  sa.sa_flags = SA_RESTART;  // a system call the signal lands in carries on
   for (int sig : {SIGUSR1, SIGTERM})
     TESSERA_REQUIRE(sigaction(sig, &sa, nullptr) == 0, "cannot install the handler for ",
                     stop_signal_name(sig));
+  // The signals never interrupt the computing threads: this thread blocks them (and the
+  // OpenMP threads it starts later inherit that), and a helper thread that only waits takes
+  // them instead. A handler running on top of a oneDNN GEMM kernel corrupted the heap
+  // (glibc: "corrupted size vs. prev_size") in tests; on a waiting thread it cannot.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGUSR1);
+  sigaddset(&stop, SIGTERM);
+  std::thread([stop] {
+    pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
+    for (;;) pause();
+  }).detach();
+  TESSERA_REQUIRE(pthread_sigmask(SIG_BLOCK, &stop, nullptr) == 0,
+                  "cannot block SIGUSR1/SIGTERM in the computing threads");
 }
 
 int stop_signal_received() {

@@ -1,6 +1,7 @@
 // Stopping a run early on request of the batch system: Slurm sends SIGUSR1 before the time
 // limit (sbatch --signal=USR1@SECONDS) and SIGTERM on scancel, scontrol requeue or preemption.
-// A handler only sets a flag; after each step the ranks agree whether any of them saw one, and
+// A handler only sets a flag, on a helper thread (the computing threads block both signals);
+// after each step the ranks agree whether any of them saw one, and
 // if so every rank writes the checkpoint and the run exits with kExitStopped, so a job script
 // can tell "stopped, resume me" from success (0) and failure (anything else). A run that has
 // done its last step writes OUTPUT_DIR/COMPLETED, so a requeued finished job does nothing.
@@ -17,7 +18,9 @@ namespace tessera {
 // "try again later").
 constexpr int kExitStopped = 75;
 
-// Installs the SIGUSR1 and SIGTERM handlers (process-wide; call once, after MPI starts).
+// Installs the SIGUSR1 and SIGTERM handlers (process-wide), blocks both in the calling thread
+// and starts the helper thread that takes them. Call once, from the main thread, after MPI
+// starts and before any OpenMP parallel region (the OpenMP threads inherit the block).
 void install_stop_handlers();
 // The signal this process received (SIGUSR1 or SIGTERM), 0 when none.
 int stop_signal_received();

@@ -2,21 +2,22 @@
 # A signal to one rank stops every rank after the same step with a checkpoint and exit status
 # 75; the resumed run completes (OUTPUT_DIR/COMPLETED) with the losses and final weights of an
 # uninterrupted run. First SIGTERM to the last rank only (the ranks must agree), then SIGUSR1
-# to the launcher (mpiexec passes it to every rank).
+# to the launcher (mpiexec passes it to every rank). The model is big enough that a signal
+# lands inside a oneDNN GEMM (which corrupted the heap while a handler ran on that thread).
 # usage: stop_signal.sh WORKDIR "MPIEXEC ... -n" TESSERA DECK [overrides]
 set -euo pipefail
 work=$1 mpiexec=$2 tessera=$3
 shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work"
-steps=300
+steps=120
 fail() { echo "FAIL: $*"; exit 1; }
 run() {  # run OUT_DIR [more overrides]: 2 ranks in the background; sets $pid (the launcher)
   local out=$1
   shift
   # shellcheck disable=SC2086  # mpiexec is a command line
-  OMP_NUM_THREADS=1 $mpiexec 2 "$tessera" "$@" --train.steps=$steps --checkpoint.every=100 \
-    --hardware.peak_flops=1e9 --output.echo_deck=false --output.log_every=50 \
+  OMP_NUM_THREADS=1 $mpiexec 2 "$tessera" "$@" --train.steps=$steps --checkpoint.every=50 \
+    --hardware.peak_flops=1e9 --output.echo_deck=false --output.log_every=20 \
     --output.dir="$out" --checkpoint.resume=latest > "$out.log" 2>&1 &
   pid=$!
 }

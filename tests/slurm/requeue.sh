@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # A train.sbatch job interrupted twice finishes with the losses of an uninterrupted run:
-#   1. `scontrol requeue` mid-run (Slurm sends SIGTERM): tessera checkpoints and stops, Slurm
-#      requeues the job, it resumes from that checkpoint;
+#   1. `scontrol requeue` mid-run: Slurm sends SIGTERM to the ranks (which checkpoint the
+#      step in progress and stop) and to srun (which asks for SIGKILL of the ranks), then
+#      SIGKILL after KillWait; so the run is stopped with a checkpoint at its step, or killed
+#      before it; the requeued job must resume from the newest checkpoint written (at the
+#      stop, or the periodic one before);
 #   2. SIGUSR1 to the batch shell, as `#SBATCH --signal=B:USR1@T` sends it before the time
-#      limit (here sent at once with `scancel --batch --signal=USR1`): tessera checkpoints and
-#      exits 75, the script requeues the job itself, it resumes again and completes.
-# The reference is the same run (4 ranks, same deck) launched straight with mpiexec.
+#      limit (here sent at once with `scancel --batch --signal=USR1`): tessera checkpoints the
+#      step and exits 75, the script requeues the job itself, it resumes from exactly that
+#      checkpoint and completes.
+# The reference is the same run (4 ranks, same deck) launched straight with mpiexec; a step
+# that ran twice (after a kill) counts with its last record.
 # usage: requeue.sh WORKDIR "MPIEXEC ... -n" TESSERA DECK [--section.key=value ...]
 set -euo pipefail
 mkdir -p "$1"
@@ -17,7 +22,7 @@ script=$here/../../jobscripts/train.sbatch
 
 fail() { echo "FAIL: $*"; [ -n "${log:-}" ] && [ -f "$log" ] && tail -40 "$log"; exit 1; }
 steps=400
-common=(--train.steps=$steps --checkpoint.every=100 --hardware.peak_flops=1e9
+common=(--train.steps=$steps --checkpoint.every=50 --hardware.peak_flops=1e9
         --output.echo_deck=false --output.log_every=100)
 
 rm -rf "$work/run" && mkdir -p "$work/run"
@@ -62,15 +67,36 @@ state=$(job_wait "$id" 170) || fail "job $id: $state"
 [ "$(restarts)" = 2 ] || fail "job $id restarted $(restarts) times, not 2"
 echo "job $id: $state after $(restarts) restarts"
 
-# Each stop wrote a checkpoint at its step and the next start resumed from exactly it.
-mapfile -t stops < <(sed -n 's/^stopped by \(SIG[A-Z0-9]*\) after step \([0-9]*\):.*/\1 \2/p' "$log")
-[ ${#stops[@]} = 2 ] || fail "expected 2 stops, log shows ${#stops[@]}"
-[[ ${stops[0]} == SIGTERM* ]] && [[ ${stops[1]} == SIGUSR1* ]] || fail "stops: ${stops[*]}"
-for i in 0 1; do
-  k=$(printf '%08d' "${stops[i]#* }")
-  grep -q "resumed from .*ckpt-$k.h5" "$log" || fail "no resume from ckpt-$k.h5"
-  echo "stop $((i + 1)): ${stops[i]% *} after step ${stops[i]#* }, resumed from ckpt-$k.h5"
-done
+# Stop 1: a checkpoint at the stop, or killed; either way the resume is from the newest
+# checkpoint there was (the stop's, or the last periodic one: steps are multiples of 50).
+part1=$(awk '/\(restart 1\)/ {exit} {print}' "$log")
+part2=$(awk '/\(restart 1\)/ {p = 1} /\(restart 2\)/ {exit} p' "$log")
+r1=$(sed -n 's/^resumed from .*ckpt-0*\([0-9]*\)\.h5:.*/\1/p' <<< "$part2")
+[ -n "$r1" ] || fail "restart 1 did not resume from a checkpoint"
+k1=$(sed -n 's/^stopped by SIGTERM after step \([0-9]*\):.*/\1/p' <<< "$part1")
+if [ -n "$k1" ]; then
+  [ "$r1" = "$k1" ] || fail "stopped with a checkpoint at step $k1 but resumed from $r1"
+  echo "stop 1: SIGTERM after step $k1 with a checkpoint, resumed from ckpt-$(printf %08d "$k1").h5"
+else
+  # the last step run before the kill: where the step numbers in metrics.jsonl first go back
+  # (no such place: the stop's checkpoint was written, only its message was lost)
+  last1=$(/usr/bin/python3 -c '
+import json, sys
+steps = [json.loads(l)["step"] for l in open(sys.argv[1]) if l.strip()]
+print(next((a for a, b in zip(steps, steps[1:]) if b != a + 1), sys.argv[2]))' \
+    "$run/out/metrics.jsonl" "$r1")
+  if [ "$r1" != "$last1" ]; then
+    [ $((r1 % 50)) = 0 ] && [ "$r1" -ge 50 ] && [ "$r1" -le "$last1" ] &&
+      [ $((last1 - r1)) -le 50 ] || fail "killed after step $last1, resumed from $r1"
+  fi
+  echo "stop 1: SIGTERM, killed after step $last1 before its checkpoint, resumed from the newest" \
+       "checkpoint, ckpt-$(printf %08d "$r1").h5"
+fi
+# Stop 2: SIGUSR1, always a checkpoint at the stop and a resume from exactly it.
+k2=$(sed -n 's/^stopped by SIGUSR1 after step \([0-9]*\):.*/\1/p' "$log")
+[ -n "$k2" ] || fail "no 'stopped by SIGUSR1' line"
+grep -q "resumed from .*ckpt-$(printf %08d "$k2").h5" "$log" || fail "no resume from step $k2"
+echo "stop 2: SIGUSR1 after step $k2 with a checkpoint, resumed from ckpt-$(printf %08d "$k2").h5"
 grep -q "received SIGTERM" "$log" || fail "the script did not see SIGTERM"
 grep -q "received SIGUSR1" "$log" || fail "the script did not see SIGUSR1"
 grep -q "requeueing job $id" "$log" || fail "the script did not requeue itself after SIGUSR1"
