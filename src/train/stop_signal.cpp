@@ -33,8 +33,9 @@ void install_stop_handlers() {
                     stop_signal_name(sig));
   // The signals never interrupt the computing threads: this thread blocks them (and the
   // OpenMP threads it starts later inherit that), and a helper thread that only waits takes
-  // them instead. A handler running on top of a oneDNN GEMM kernel corrupted the heap
-  // (glibc: "corrupted size vs. prev_size") in tests; on a waiting thread it cannot.
+  // them instead. oneDNN's jit_avx512_common_gemm_f32 points the stack pointer into the heap
+  // while it runs, so a signal delivered to that thread writes its frame into the heap
+  // (glibc: "corrupted size vs. prev_size"; uxlfoundation/oneDNN issue 4845).
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGUSR1);

@@ -3,7 +3,8 @@
 # 75; the resumed run completes (OUTPUT_DIR/COMPLETED) with the losses and final weights of an
 # uninterrupted run. First SIGTERM to the last rank only (the ranks must agree), then SIGUSR1
 # to the launcher (mpiexec passes it to every rank). The model is big enough that a signal
-# lands inside a oneDNN GEMM (which corrupted the heap while a handler ran on that thread).
+# can land inside oneDNN's AVX-512 GEMM, which corrupts the heap when the signal is taken on
+# that thread (oneDNN issue 4845; tessera takes it on a helper thread).
 # usage: stop_signal.sh WORKDIR "MPIEXEC ... -n" TESSERA DECK [overrides]
 set -euo pipefail
 work=$1 mpiexec=$2 tessera=$3
