@@ -5,11 +5,12 @@
 #   (cluster_stop runs on exit: jobs cancelled, then each daemon this shell started is
 #    stopped by its PID)
 #
-# Needs slurm-wlm and munge (tools/install-deps) and root (the daemons run as root, as does
-# the job). Nothing outside WORKDIR is written: its own munge key and socket, free TCP ports,
-# spool, state and logs. The node declares CPUS CPUs (default 4), more than a small test
-# machine has, through SlurmdParameters=config_overrides; tests oversubscribe on purpose. The
-# node is named after this host, so Open MPI's mpirun in a job sees it as the local node.
+# Needs root (the daemons run as root, as does the job) and slurm-wlm and munge, which it
+# installs with tools/install-deps when they are missing. Nothing outside WORKDIR is
+# written: its own munge key and socket, free TCP ports, spool, state and logs. The node
+# declares CPUS CPUs (default 4), more than a small test machine has, through
+# SlurmdParameters=config_overrides; tests oversubscribe on purpose. The node is named after
+# this host, so Open MPI's mpirun in a job sees it as the local node.
 
 CLUSTER_PIDS=()     # daemons started here, stopped in reverse order
 CLUSTER_DIR=""
@@ -63,9 +64,17 @@ cluster_start() {
     echo "cluster: SKIP: the test cluster's daemons and jobs run as root"
     exit 77
   fi
+  local tool missing=""
   for tool in munged slurmctld slurmd sbatch; do
-    command -v "$tool" >/dev/null || { echo "cluster: SKIP: $tool not found: run tools/install-deps"; exit 77; }
+    command -v "$tool" >/dev/null || missing="$missing $tool"
   done
+  if [ -n "$missing" ]; then  # install them (Debian packages, idempotent), then look again
+    cluster_log "installing slurm-wlm and munge (missing:$missing)"
+    "$(dirname "${BASH_SOURCE[0]}")/../../tools/install-deps" >&2 || true
+    for tool in munged slurmctld slurmd sbatch; do
+      command -v "$tool" >/dev/null || { echo "cluster: SKIP: $tool not found (tools/install-deps)"; exit 77; }
+    done
+  fi
   rm -rf "$dir/state" "$dir/spool" "$dir/munge" "$dir"/*.log "$dir/slurm.conf"
   mkdir -p "$dir/state" "$dir/spool" "$dir/munge"
   chmod 700 "$dir/munge"
