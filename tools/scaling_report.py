@@ -7,10 +7,13 @@ Per point, from its own outputs:
   * metrics.jsonl: step_time of every step (the slowest rank's, as tessera records it);
     the steady state is the steps after the study's warm-up; T = their median, spread =
     interquartile range (and min..max);
-  * run.log: the closing summary's phase table (mean over ranks, whole run), which splits T
-    into compute (forward + backward), communication (grad sync: the gradient reduction not
-    hidden behind backward), bubble (pipeline idle time: 0, tessera has no pipeline
-    parallelism yet) and other (data, optimizer, other).
+  * the time split of T: the phase seconds of the steady-state steps (metrics.jsonl's
+    phase_max_s, the slowest rank per phase and step; runs that predate it: the closing
+    summary's phase table, all steps) give the shares of compute (forward + backward),
+    communication (grad sync: the gradient reduction not hidden behind backward) and other
+    (data, optimizer, other); with pipeline parallelism the bubble is each rank's time
+    blocked in pipeline receive waits (the summary's "idle", mean over ranks, all steps),
+    which the timer counts inside forward/backward, so it is moved from compute to bubble.
 Efficiencies against the smallest point G0 of each series (G0 = 1 gives the textbook forms):
   strong: speedup S = T(G0)/T(G), ideal G/G0, efficiency E = G0 T(G0) / (G T(G))
   weak:   efficiency E = T(G0)/T(G) (the work per rank is the same at every point)
@@ -23,7 +26,7 @@ import sys
 from pathlib import Path
 
 PHASES = ("data", "forward", "backward", "grad sync", "optimizer", "other")
-SPLIT = {"compute": ("forward", "backward"), "communication": ("grad sync",), "bubble": (),
+SPLIT = {"compute": ("forward", "backward"), "communication": ("grad sync",),
          "other": ("data", "optimizer", "other")}
 
 
@@ -36,14 +39,28 @@ def quantile(sorted_values, q):
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def steady_step_times(metrics_path, warmup):
-    """Step times of the steps after `warmup` (the last record of a step counts)."""
+def steady_steps(metrics_path, warmup):
+    """The records of the steps after `warmup` (the last record of a step counts), and the
+    number of steps recorded."""
     by_step = {}
     for line in Path(metrics_path).read_text().splitlines():
         if line.strip():
             r = json.loads(line)
             by_step[r["step"]] = r
-    return [by_step[s]["step_time"] for s in sorted(by_step) if s > warmup], len(by_step)
+    return [by_step[s] for s in sorted(by_step) if s > warmup], len(by_step)
+
+
+def pipeline_idle(run_log):
+    """(mean idle seconds, mean phase seconds) per rank of a pipeline run's summary, or None.
+    Idle is the time blocked in pipeline receive waits, over all steps."""
+    if not Path(run_log).exists():
+        return None
+    text = Path(run_log).read_text()
+    idle = [float(x) for x in re.findall(r"^  rank \d+ \(stage \d+\): idle ([0-9.]+) s", text, re.M)]
+    phases = phase_seconds(run_log)
+    if not idle or not phases:
+        return None
+    return sum(idle) / len(idle), sum(phases.values())
 
 
 def phase_seconds(run_log):
@@ -63,20 +80,34 @@ def analyse_point(study, p, warmup):
     """Pools the steady-state steps of the point's runs (one, or --repeats of them)."""
     r = dict(p)
     times, phases, loads, steps = [], {}, [], []
+    idle_frac = []
+    per_step_phases = True
     for run in p.get("runs", [p["dir"]]):
         out = study / run
         metrics = out / "metrics.jsonl"
         if not metrics.exists():
             r["error"] = f"no metrics.jsonl in {run} (the run failed; see its run.log)"
             return r
-        t, n = steady_step_times(metrics, warmup)
-        if not t:
+        recs, n = steady_steps(metrics, warmup)
+        if not recs:
             r["error"] = f"{run}: {n} steps, none after the warm-up of {warmup}"
             return r
-        times += t
+        times += [x["step_time"] for x in recs]
         steps.append(n)
-        for k, v in phase_seconds(out / "run.log").items():
+        run_phases = {}
+        if all("phase_max_s" in x for x in recs):
+            for x in recs:
+                for k, v in x["phase_max_s"].items():
+                    k = k.replace("_", " ")
+                    run_phases[k] = run_phases.get(k, 0) + v
+        else:
+            per_step_phases = False
+            run_phases = phase_seconds(out / "run.log")
+        for k, v in run_phases.items():
             phases[k] = phases.get(k, 0) + v
+        pipe = pipeline_idle(out / "run.log")
+        if pipe:
+            idle_frac.append(pipe[0] / max(pipe[1], 1e-12))
         if (out / "load").exists():  # host load average before and after (local launchers)
             loads += [float(x) for x in (out / "load").read_text().split()]
         run_json = out / "run.json"
@@ -95,8 +126,13 @@ def analyse_point(study, p, warmup):
     total = sum(phases.values())
     if phases and total > 0:
         r["phase_seconds"] = phases
-        r["split_ms"] = {k: 1e3 * r["t_median"] * sum(phases.get(x, 0) for x in v) / total
-                         for k, v in SPLIT.items()}
+        r["phase_source"] = "steady-state steps" if per_step_phases else "whole run (summary)"
+        frac = {k: sum(phases.get(x, 0) for x in v) / total for k, v in SPLIT.items()}
+        bubble = min(statistics.mean(idle_frac), frac["compute"]) if idle_frac else 0.0
+        frac["compute"] -= bubble
+        frac["bubble"] = bubble
+        r["split_ms"] = {k: 1e3 * r["t_median"] * frac[k]
+                         for k in ("compute", "communication", "bubble", "other")}
     return r
 
 
@@ -129,21 +165,20 @@ def fmt(x, spec):
 def table(points, mode):
     eff = "E = G0·T(G0)/(G·T(G))" if mode == "strong" else "E = T(G0)/T(G)"
     speed = "speedup T(G0)/T(G)" if mode == "strong" else "throughput / G0's"
-    rows = ["| G ranks | nodes | global batch | micro x accum per rank | T median (ms) "
+    rows = ["| G ranks | nodes | dp | global batch | micro x accum per dp rank | T median (ms) "
             f"| IQR (ms) | min..max (ms) | steady steps | tokens/s | {speed} | ideal "
             f"| efficiency {eff} | E from IQR | compute ms | comm ms | bubble ms | other ms "
             "| host load (min..max) |",
-            "|" + "---|" * 18]
+            "|" + "---|" * 19]
     for p in points:
+        head = (f"| {p['ranks']} | {p['nodes'] or '-'} | {p.get('dp', p['ranks'])} | "
+                f"{p['global_batch']} | {p['micro_batch']} x {p['accumulation']} | ")
         if "t_median" not in p:
-            rows.append(f"| {p['ranks']} | {p['nodes'] or '-'} | {p['global_batch']} | "
-                        f"{p['micro_batch']} x {p['accumulation']} | failed: "
-                        f"{p.get('error', '?')} |" + " |" * 13)
+            rows.append(head + f"failed: {p.get('error', '?')} |" + " |" * 13)
             continue
         sp = p.get("split_ms", {})
         rows.append(
-            f"| {p['ranks']} | {p['nodes'] or '-'} | {p['global_batch']} | "
-            f"{p['micro_batch']} x {p['accumulation']} | {1e3 * p['t_median']:.2f} | "
+            head + f"{1e3 * p['t_median']:.2f} | "
             f"{1e3 * p['t_q1']:.2f}..{1e3 * p['t_q3']:.2f} | "
             f"{1e3 * p['t_min']:.2f}..{1e3 * p['t_max']:.2f} | {p['steady_steps']} | "
             f"{fmt(p.get('tokens_per_s'), '.0f')} | {p['speedup']:.3f} | "
@@ -213,7 +248,7 @@ def plots(study, series):
 
     bars = [(m, p) for m, pts in done.items() for p in pts if "split_ms" in p]
     if bars:
-        fig, ax = plt.subplots(figsize=(1.2 + 0.8 * len(bars), 4))
+        fig, ax = plt.subplots(figsize=(2.6 + 0.8 * len(bars), 4))
         x = range(len(bars))
         bottom = [0.0] * len(bars)
         for part, color in (("compute", "tab:green"), ("communication", "tab:red"),
@@ -224,7 +259,7 @@ def plots(study, series):
         ax.set_xticks(list(x), [f"{m}\nG={p['ranks']}" for m, p in bars], fontsize=8)
         ax.set_ylabel("ms per step (median step, split by phase shares)")
         ax.set_title("Time per step")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         fig.tight_layout()
         fig.savefig(study / "time_split.png", dpi=110)
         plt.close(fig)
@@ -262,10 +297,12 @@ def write_report(study):
              "* host load: the 1-minute load average before and after each run (local"
              " launchers): anything above the point's own ranks x threads is other work"
              " sharing the cores",
-             "* time split: T x the phase shares of the runs' closing summaries (mean over ranks,"
-             " all steps): compute = forward + backward, comm = grad sync (the gradient"
-             " all-reduce not hidden behind backward), bubble = 0 (no pipeline parallelism in"
-             " this version), other = data + optimizer + other"]
+             "* time split: T x the phase shares of the steady-state steps (metrics.jsonl"
+             " phase_max_s; runs without it: the closing summary, all steps): compute ="
+             " forward + backward, comm = grad sync (the gradient all-reduce not hidden behind"
+             " backward), bubble = pipeline receive-wait time (the summary's idle, mean over"
+             " ranks; timed inside forward/backward, so taken out of compute; 0 without"
+             " parallel.pp), other = data + optimizer + other"]
     if meta["launcher"] == "mpirun" and cores and maxg * meta["threads"] > cores:
         lines.append(f"* **oversubscribed**: up to {maxg} rank(s) x {meta['threads']} thread(s)"
                      f" on {cores} cores; beyond {cores} the points measure time-sharing of "

@@ -3,7 +3,8 @@
 tools/scaling_report.py: for every point, the steady-state step times are read again from
 its runs' metrics.jsonl (pooled over --repeats; numpy's median), and the speedups and efficiencies recomputed from them
 must be the ones in report.json (to 1e-9) and in report.md's tables (as printed, 3
-decimals); the points ran at the rank counts and batches of the plan (run.json); the plots
+decimals); the time split adds up to the median and has a bubble exactly when the run is
+pipelined; the points ran at the rank counts and batches of the plan (run.json); the plots
 are PNG files.
 
 usage: scaling_check.py STUDY_DIR RANKS (e.g. 1,2,4)
@@ -59,7 +60,7 @@ for mode in sorted({p["mode"] for p in meta["points"]}):
         for run in p.get("runs", [p["dir"]]):
             out = study / run
             info = json.loads((out / "run.json").read_text())
-            check(info["layout"]["world"] == g and info["layout"]["dp"] == g,
+            check(info["layout"]["world"] == g and info["layout"]["dp"] == p.get("dp", g),
                   f"{run}: run.json layout {info['layout']}")
             check(info["batch"]["global"] == p["global_batch"],
                   f"{run}: ran global batch {info['batch']['global']}, planned {p['global_batch']}")
@@ -78,12 +79,20 @@ for mode in sorted({p["mode"] for p in meta["points"]}):
         q1, q3 = np.percentile(steady, [25, 75])
         check(close(got[g]["t_q1"], q1) and close(got[g]["t_q3"], q3), f"{mode} G={g}: quartiles")
         n_steady[g] = len(steady)
+        split = got[g].get("split_ms")
+        check(split is not None, f"{mode} G={g}: no time split")
+        if split:
+            check(close(sum(split.values()), 1e3 * t[g], 1e-9), f"{mode} G={g}: split {split}")
+            pp = info["layout"].get("pp", 1)
+            check((split["bubble"] > 0) == (pp > 1), f"{mode} G={g}: bubble {split['bubble']} at pp {pp}")
     # batches: strong keeps the global batch, weak the batch per rank
     batches = {p["ranks"]: p["global_batch"] for p in points}
     if mode == "strong":
         check(len(set(batches.values())) == 1, f"strong: global batches {batches}")
     else:
-        check(len({b // g for g, b in batches.items()}) == 1, f"weak: per-rank batches {batches}")
+        dps = {p["ranks"]: p.get("dp", p["ranks"]) for p in points}
+        check(len({b // dps[g] for g, b in batches.items()}) == 1,
+              f"weak: per-rank batches {batches}")
     g0 = min(t)
     for g in t:
         if mode == "strong":
@@ -96,9 +105,9 @@ for mode in sorted({p["mode"] for p in meta["points"]}):
         cells = rows.get(g)
         check(cells is not None, f"report.md: no {mode} row for G={g}")
         if cells:
-            check(cells[4] == f"{1e3 * t[g]:.2f}", f"report.md {mode} G={g}: T {cells[4]}")
-            check(cells[9] == f"{s:.3f}", f"report.md {mode} G={g}: speedup {cells[9]} vs {s:.3f}")
-            check(cells[11] == f"{e:.3f}", f"report.md {mode} G={g}: efficiency {cells[11]} vs {e:.3f}")
+            check(cells[5] == f"{1e3 * t[g]:.2f}", f"report.md {mode} G={g}: T {cells[5]}")
+            check(cells[10] == f"{s:.3f}", f"report.md {mode} G={g}: speedup {cells[10]} vs {s:.3f}")
+            check(cells[12] == f"{e:.3f}", f"report.md {mode} G={g}: efficiency {cells[12]} vs {e:.3f}")
         print(f"{mode:6s} G={g}: T median {1e3 * t[g]:8.3f} ms over {n_steady[g]} steps "
               f"-> speedup {s:.3f}, efficiency {e:.3f} (report: {got[g]['efficiency']:.3f})")
 
