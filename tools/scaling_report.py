@@ -281,8 +281,14 @@ def write_report(study):
 
     cores = meta.get("cores")
     maxg = max(p["ranks"] for p in meta["points"])
-    lines = [f"# Scaling study: {Path(meta['deck']).name}", "",
-             f"* deck `{meta['deck']}`" + (f", overrides `{' '.join(meta['overrides'])}`"
+    # The deck as the user would name it: relative to the working directory when inside it.
+    deck = Path(meta["deck"])
+    try:
+        deck = deck.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        pass
+    lines = [f"# Scaling study: {deck.name}", "",
+             f"* deck `{deck}`" + (f", overrides `{' '.join(meta['overrides'])}`"
                                            if meta["overrides"] else ""),
              f"* launcher {meta['launcher']}, {meta['threads']} OpenMP thread(s) per rank"
              + (f", {meta['ranks_per_node']} rank(s) per node" if meta.get("ranks_per_node")
