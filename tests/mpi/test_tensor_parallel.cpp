@@ -42,24 +42,19 @@
 #include "model/step_context.hpp"
 #include "model/tensor_parallel.hpp"
 #include "model/transformer.hpp"
+#include "../test_vectors.hpp"
 
 namespace tessera {
 namespace {
 
-using FVec = std::vector<float>;
+using test::FVec;
+using test::randn;
 
 constexpr int64_t kB = 2;       // sequences per micro-batch
 constexpr double kRtol = 1e-5;  // |tp - serial| <= kRtol * max |serial| over the whole tensor
 
 // ---- inputs ------------------------------------------------------------------------------
 
-FVec randn(int64_t n, uint32_t seed, double stddev = 1.0) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(0.0, stddev);
-  FVec v(static_cast<size_t>(n));
-  for (float& x : v) x = float(dist(gen));
-  return v;
-}
 
 // Ids in [0, vocab), including the first and the last valid id and a repeated one.
 std::vector<int32_t> token_ids(int64_t n, int64_t vocab, uint32_t seed) {

@@ -30,6 +30,7 @@
 #include "model/step_context.hpp"
 #include "model/transformer.hpp"
 #include "mpi_environment.hpp"
+#include "../test_vectors.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -38,7 +39,8 @@
 namespace tessera {
 namespace {
 
-using FVec = std::vector<float>;
+using test::FVec;
+using test::randn;
 
 constexpr int64_t kB = 2;       // sequences per micro-batch
 constexpr int kSamples = 20;    // elements checked per parameter tensor
@@ -46,13 +48,6 @@ constexpr double kStep = 1e-2;  // finite-difference step (values are of order 1
 constexpr double kRtol = 2e-2;  // |fd - an| <= kRtol * max(|fd|, |an|) + kAtol
 constexpr double kAtol = 1e-3;
 
-FVec randn(int64_t n, uint32_t seed, double stddev = 1.0) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(0.0, stddev);
-  FVec v(static_cast<size_t>(n));
-  for (float& x : v) x = float(dist(gen));
-  return v;
-}
 
 double dot(const float* a, const FVec& r) {
   double s = 0;

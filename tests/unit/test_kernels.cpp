@@ -14,23 +14,18 @@
 #include <vector>
 
 #include "kernels/kernels.hpp"
+#include "../test_vectors.hpp"
 
 namespace tessera::kernels {
 namespace {
 
 using DVec = std::vector<double>;
-using FVec = std::vector<float>;
+using test::FVec;
+using test::randn;
 
 constexpr double kRel = 1e-5;  // relative tolerance of fp32 results
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-FVec randn(int64_t n, uint32_t seed, double stddev = 1.0, double mean = 0.0) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(mean, stddev);
-  FVec v(static_cast<size_t>(n));
-  for (float& x : v) x = float(dist(gen));
-  return v;
-}
 
 DVec to_double(const FVec& v) {
   return DVec(v.begin(), v.end());
