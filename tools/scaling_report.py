@@ -12,7 +12,7 @@ Per point, from its own outputs:
     summary's phase table, all steps) give the shares of compute (forward + backward),
     communication (grad sync: the gradient reduction not hidden behind backward) and other
     (data, optimizer, other); with pipeline parallelism the bubble is each rank's time
-    blocked in pipeline receive waits (the summary's "idle", mean over ranks, all steps),
+    blocked in pipeline receive waits (the summary's "idle", mean over ranks, steady steps),
     which the timer counts inside forward/backward, so it is moved from compute to bubble.
 Efficiencies against the smallest point G0 of each series (G0 = 1 gives the textbook forms):
   strong: speedup S = T(G0)/T(G), ideal G/G0, efficiency E = G0 T(G0) / (G T(G))
@@ -51,8 +51,9 @@ def steady_steps(metrics_path, warmup):
 
 
 def pipeline_idle(run_log):
-    """(mean idle seconds, mean phase seconds) per rank of a pipeline run's summary, or None.
-    Idle is the time blocked in pipeline receive waits, over all steps."""
+    """(mean idle seconds, seconds of the steps they were measured over) per rank of a
+    pipeline run's summary, or None. Idle is the time blocked in pipeline receive waits over
+    the steady steps ("steady steps" in the pipeline line; older runs: all steps)."""
     if not Path(run_log).exists():
         return None
     text = Path(run_log).read_text()
@@ -60,6 +61,10 @@ def pipeline_idle(run_log):
     phases = phase_seconds(run_log)
     if not idle or not phases:
         return None
+    steady = re.search(r"^steady state \(steps (\d+)\.\.(\d+)\): ([0-9.]+) ms/step", text, re.M)
+    if steady and "idle: blocked in receive waits, steady steps" in text:
+        steps = int(steady.group(2)) - int(steady.group(1)) + 1
+        return sum(idle) / len(idle), steps * float(steady.group(3)) / 1e3
     return sum(idle) / len(idle), sum(phases.values())
 
 

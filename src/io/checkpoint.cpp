@@ -43,6 +43,7 @@ std::pair<int64_t, int64_t> held(const CheckpointTensor& ct) {
 std::pair<int64_t, int64_t> responsible(const CheckpointTensor& ct) {
   const auto [a, b] = held(ct);
   const int64_t n = b - a;
+  if (!ct.writes) return {a, a};
   return {a + n * ct.holder / ct.holders, a + n * (ct.holder + 1) / ct.holders};
 }
 

@@ -35,6 +35,8 @@ struct CheckpointTensor {
   std::array<int64_t, 4> start{0, 0, 0, 0};
   Shape block;  // empty (ndim 0): the whole tensor
   int64_t begin = 0, n = -1;
+  // false: this rank holds a copy of data another rank writes (read back on restore only).
+  bool writes = true;
 };
 
 struct CheckpointMeta {

@@ -131,6 +131,8 @@ void RunLog::step(const StepResult& r) {
   const bool first = r.step == steps_done_ + 1;
   if (!first) steady_elapsed_ += seconds, ++steady_steps_;
   if (!first) dp_steady_ += dp_step, dp_waited_steady_ += waited;
+  if (const pp::Executor* pipe = trainer_.pipeline(); pipe && !first)
+    pp_wait_steady_ += pipe->last_wait(), pp_compute_steady_ += pipe->last_compute();
   dp_all_ += dp_step, dp_waited_all_ += waited;
   if (first) first_loss_ = r.loss;
   last_loss_ = r.loss;
@@ -209,13 +211,13 @@ void RunLog::finish() {
   grid_.world().all_reduce(mem, kChargeCount + 1, ReduceOp::max);
   grid_.world().all_reduce(live, kChargeCount + 1, ReduceOp::max);
   // Pipeline bubble per rank: seconds blocked in receive waits (idle) and in its forward and
-  // backward passes (compute).
+  // backward passes (compute), over the steady steps (all steps when there is only one).
   const pp::Executor* pipe = trainer_.pipeline();
   std::vector<double> bubble(pipe ? 2 * size_t(grid_.world().size()) : 0, 0.0);
   if (pipe) {
     const size_t r = size_t(grid_.world().rank());
-    bubble[2 * r] = pipe->total_wait();
-    bubble[2 * r + 1] = pipe->total_compute();
+    bubble[2 * r] = steady_steps_ ? pp_wait_steady_ : pipe->total_wait();
+    bubble[2 * r + 1] = steady_steps_ ? pp_compute_steady_ : pipe->total_compute();
     grid_.world().all_reduce(bubble.data(), int64_t(bubble.size()));
   }
   if (!root_) return;
@@ -263,9 +265,10 @@ void RunLog::finish() {
     const pp::ScheduleShape& sh = pipe->shape();
     const pp::Ratio f = pp::bubble_formula(sh);
     std::printf("pipeline: %s, %d stages x %d chunks, %d micro-batches; bubble = idle / compute "
-                "(idle: blocked in receive waits, all steps), formula (p-1)/(v m) = %lld/%lld = "
+                "(idle: blocked in receive waits, %s), formula (p-1)/(v m) = %lld/%lld = "
                 "%.3f\n", std::string(pp::to_string(sh.kind)).c_str(), sh.stages, sh.chunks,
-                sh.micro_batches, (long long)f.num, (long long)f.den, double(f.num) / double(f.den));
+                sh.micro_batches, steady_steps_ ? "steady steps" : "all steps", (long long)f.num,
+                (long long)f.den, double(f.num) / double(f.den));
     for (int r = 0; r < n; ++r)
       std::printf("  rank %d (stage %d): idle %.3f s, compute %.3f s, bubble %.3f\n", r,
                   grid_.layout().coord(r).pp, bubble[2 * size_t(r)], bubble[2 * size_t(r) + 1],

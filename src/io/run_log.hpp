@@ -40,6 +40,7 @@ class RunLog {
   double flops_per_step_ = 0;
   double elapsed_ = 0, steady_elapsed_ = 0;  // steady: excludes step 1 (allocation, warm-up)
   int64_t steady_steps_ = 0;
+  double pp_wait_steady_ = 0, pp_compute_steady_ = 0;  // this rank's pipeline, steady steps
   int64_t steps_done_ = 0;
   double first_loss_ = 0, last_loss_ = 0;
   // Data-parallel gradient all-reduce per step (reduced over ranks as step() says), summed

@@ -45,13 +45,13 @@ void AdamW::step(double lr, int64_t step, float* values, Index index, const floa
 }
 
 GradSquares grad_squares(ParamStore& store, const std::vector<ShardSegment>& segments,
-                         const float* grads) {
+                         const float* grads, const Param* skip) {
   GradSquares sq;
   for (Param* p : store.params())
     for (const ShardSegment& s : segments) {
       const int64_t a = std::max(s.global, p->offset);
       const int64_t b = std::min(s.global + s.n, p->offset + p->local.numel());
-      if (a >= b) continue;
+      if (a >= b || p == skip) continue;
       (p->tp.split() ? sq.split : sq.replicated) +=
           kernels::sum_squares(grads + s.local + (a - s.global), b - a);
     }

@@ -48,12 +48,13 @@ class AdamW {
 
 // Sum of squares of the gradients the segments hold (indexed locally), split into those of
 // parameters split over tensor-parallel ranks (to be summed over them) and of parameters
-// every tensor-parallel rank holds whole (counted once).
+// every tensor-parallel rank holds whole (counted once). `skip` (a pipeline stage's copy of a
+// tied table, counted where the table itself is) is left out.
 struct GradSquares {
   double split = 0, replicated = 0;
 };
 GradSquares grad_squares(ParamStore& store, const std::vector<ShardSegment>& segments,
-                         const float* grads);
+                         const float* grads, const Param* skip = nullptr);
 
 // The factor that brings the gradient norm down to clip (torch.nn.utils.clip_grad_norm_'s
 // rule: clip / (norm + 1e-6) when that is below 1); 1 when clip <= 0.

@@ -45,9 +45,6 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
   split_tensor_parallel(deck);
   const int stage = int(deck.integer("parallel.zero"));
   const int stages = grid.group(Group::pp).size();
-  TESSERA_REQUIRE(stages == 1 || stage == 0, "parallel.pp = ", stages, " with parallel.zero = ",
-                  stage, ": pipeline parallelism with ZeRO is not supported yet; set "
-                  "parallel.zero = 0 (data parallelism still reduces the gradients of each stage)");
   if (stages > 1) model_ = std::make_unique<Transformer>(cfg_, store_, pipeline_stage(deck));
   else model_ = std::make_unique<Transformer>(cfg_, store_);
   index_whole_model();
@@ -67,6 +64,7 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
   if (stage >= 1) {
     zero_ = std::make_unique<Zero>(stage, store_, *model_, grid.dp(), shard_group,
                                    deck.boolean("parallel.overlap"), alloc_);
+    if (tied_over_pipeline()) zero_->defer(0);  // summed over the embedding group first
     if (stage == 3) zero_->initialize(seed_);
     else store_.initialize(seed_);
     optim_ = std::make_unique<AdamW>(store_, alloc_, oc, zero_->segments());
@@ -189,7 +187,7 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx) {
   }
   // Gradient buckets are reduced as each part finishes its last micro-batch's backward; every
   // schedule runs a chunk's backwards in micro-batch order, so that is micro-batch m - 1.
-  buckets_->arm(true);
+  if (!zero_) buckets_->arm(true);
   struct Work : pp::StageWork {
     Trainer& t;
     StepContext& ctx;
@@ -206,8 +204,9 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx) {
       t.timer_.enter(Phase::backward);
       ctx.slot = slot;
       const bool last_micro = micro == t.geo_.accum - 1;
-      ctx.grads = last_micro ? t.buckets_.get() : nullptr;
-      ctx.reduce_partial_grads = last_micro;
+      if (t.zero_) t.zero_->arm(last_micro);
+      else ctx.grads = last_micro ? t.buckets_.get() : nullptr;
+      ctx.reduce_partial_grads = last_micro || t.zero_stage() >= 2;
       return t.model_->backward_chunk(ctx, chunk, dy);
     }
   } work(*this, ctx);
@@ -284,26 +283,22 @@ StepResult Trainer::step(int64_t s) {
     model_->backward(ctx);
   }
   timer_.enter(Phase::grad_sync);
-  const float* grads = store_.grads();
-  if (!zero_) buckets_->finish();
-  else grads = zero_->reduce_gradients();  // each rank receives the summed gradients of its shard
   // Tied embeddings over a pipeline: the first stage's table and the last stage's copy each
-  // hold part of the gradient; both take the sum, so they stay identical (Megatron-LM).
-  Param* tied = nullptr;
-  if (pipeline_ && cfg_.tie_embeddings && grid_.group(Group::embedding).size() > 1) {
-    tied = model_->tied_copy();
+  // hold part of the gradient; both take the sum, so they stay identical (Megatron-LM). With
+  // ZeRO the table's part is kept whole until this sum is taken, then sharded.
+  auto sum_tied = [&] {
+    if (!tied_over_pipeline()) return;
+    Param* tied = model_->tied_copy();
     if (!tied) tied = const_cast<Param*>(store_.find("embed.tok.weight"));
     grid_.group(Group::embedding).all_reduce(tied->grad.f32(), tied->local.numel());
-  }
+  };
+  const float* grads = store_.grads();
+  if (!zero_) buckets_->finish(), sum_tied();
+  else grads = zero_->reduce_gradients(sum_tied);  // each rank: the summed gradients of its shard
   // The global norm: tensor-parallel blocks summed over tp, ZeRO pieces over the shard group,
   // pipeline stages over pp (the last stage's copy of a tied table not counted).
-  GradSquares sq = grad_squares(store_, optim_->segments(), grads);
-  if (Param* copy = model_->tied_copy(); copy && tied) {
-    double own = 0;
-    for (int64_t i = 0; i < copy->local.numel(); ++i)
-      own += double(copy->grad.f32()[i]) * double(copy->grad.f32()[i]);
-    (copy->tp.split() ? sq.split : sq.replicated) -= own;
-  }
+  const Param* copy = tied_over_pipeline() ? model_->tied_copy() : nullptr;
+  GradSquares sq = grad_squares(store_, optim_->segments(), grads, copy);
   grid_.group(Group::tp).all_reduce(&sq.split, 1);
   double squares = sq.split + sq.replicated;
   if (zero_) zero_->shard_comm().all_reduce(&squares, 1);
@@ -341,9 +336,9 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors() {
     std::vector<const Communicator*> groups;
     groups.push_back(piece ? &zero_->replica_comm() : &grid_.group(Group::dp_cp));
     if (!p.tp.split()) groups.push_back(&grid_.group(Group::tp));
-    // A tied table's copies on the first and last pipeline stages are replicas.
-    if (pipeline_ && cfg_.tie_embeddings && p.name == "embed.tok.weight")
-      groups.push_back(&grid_.group(Group::embedding));
+    // The last pipeline stage's copy of a tied table is read back but not written: the
+    // first stage's table is the tensor (its ZeRO pieces need not line up with the copy's).
+    ct.writes = &p != model_->tied_copy();
     ct.holders = 1, ct.holder = 0;
     for (const Communicator* g : groups) ct.holder += ct.holders * g->rank(), ct.holders *= g->size();
   };

@@ -67,6 +67,12 @@ class Trainer {
   // whole, or its ZeRO pieces.
   std::vector<CheckpointTensor> checkpoint_tensors();
   int zero_stage() const { return zero_ ? zero_->stage() : 0; }
+  // A tied token table split over pipeline stages: the first stage's table and the last
+  // stage's copy, kept identical by summing their gradients over the embedding group.
+  bool tied_over_pipeline() const {
+    return cfg_.tie_embeddings && grid_.group(Group::pp).size() > 1 &&
+           grid_.group(Group::embedding).size() > 1;
+  }
   // Data-parallel ranks sharing one copy of the model state (ZeRO shard group); 1 without ZeRO.
   int64_t shard_ranks() const { return zero_ ? zero_->shard_comm().size() : 1; }
   std::string layout_json() const;

@@ -39,6 +39,7 @@ Zero::Zero(int stage, ParamStore& store, const Transformer& model, Communicator&
       k_(shard_group),
       overlap_(overlap),
       reducing_(store.parts().size(), false),
+      deferred_(store.parts().size(), false),
       // Shard groups are consecutive data-parallel ranks; replicas hold the same shard.
       shard_comm_(dp.split(dp.rank() / int(k_), dp.rank() % int(k_), "dp_shard")),
       replica_comm_(dp.split(dp.rank() % int(k_), dp.rank() / int(k_), "dp_replica")),
@@ -75,6 +76,7 @@ void Zero::initialize(uint64_t seed) {
   for (size_t q = 0; q < parts_.size(); ++q) {
     const int part = int(q);
     const ParamPart& pp = store_.parts()[q];
+    if (pp.size == 0) continue;  // held by another pipeline stage
     Buffer full = pool_.take(pp.size);
     kernels::fill(full.f32(), 0.0f, pp.size);
     point_values(part, full.f32());
@@ -95,7 +97,7 @@ void Zero::begin_step() {
 
 void Zero::prefetch(int part) {
   PartState& s = parts_[size_t(part)];
-  if (s.state != PartState::absent) return;
+  if (s.state != PartState::absent || piece(part) == 0) return;  // held by another stage
   const int64_t n = piece(part);
   s.values = pool_.take(n * k_);
   s.gather = shard_comm_.all_gather_async(value_shard_.f32() + local_of(part), s.values.f32(), n);
@@ -125,14 +127,15 @@ void Zero::drop(int part) {
 
 void Zero::stage_grads(int part) {
   PartState& s = parts_[size_t(part)];
-  if (!s.grads.empty()) return;
   const int64_t size = store_.parts()[size_t(part)].size;
+  if (!s.grads.empty() || size == 0) return;
   s.grads = pool_.take(size);
   kernels::fill(s.grads.f32(), 0.0f, size);
   point_grads(part, s.grads.f32());
 }
 
 void Zero::start_reduce(int part) {
+  if (piece(part) == 0) return;  // a part another pipeline stage holds
   if (stage_ == 1) {  // straight from the full gradient buffer into the shard
     Pending p;
     p.part = part;
@@ -191,7 +194,7 @@ void Zero::begin(int part, Pass pass, bool training) {
 
 void Zero::end(int part, Pass pass, bool training) {
   if (stage_ == 1) {
-    if (training && pass == Pass::backward && armed_) start_reduce(part);
+    if (training && pass == Pass::backward && armed_ && !deferred_[size_t(part)]) start_reduce(part);
     poll();
     return;
   }
@@ -204,16 +207,20 @@ void Zero::end(int part, Pass pass, bool training) {
     for (int q : model_.reads(part, pass))
       if (std::find(keep.begin(), keep.end(), q) == keep.end()) drop(q);
   }
-  if (training && pass == Pass::backward) start_reduce(part);  // its gradients are final
+  if (training && pass == Pass::backward && !deferred_[size_t(part)])
+    start_reduce(part);  // its gradients are final for this micro-batch
   poll();
 }
 
 // ---- the step --------------------------------------------------------------------------------
 
-float* Zero::reduce_gradients() {
-  if (stage_ == 1)  // parts not reduced during backward (parallel.overlap = false)
-    for (size_t q = 0; q < parts_.size(); ++q)
-      if (!reducing_[q]) start_reduce(int(q));
+float* Zero::reduce_gradients(const std::function<void()>& before_deferred) {
+  if (before_deferred) before_deferred();
+  // Stage 1: parts not reduced during backward (deferred, or parallel.overlap = false).
+  // Stages 2-3: parts whose gradients are still staged (deferred, or written without a
+  // backward pass of their own on this stage, like the last stage's tied table copy).
+  for (size_t q = 0; q < parts_.size(); ++q)
+    if (stage_ == 1 ? !reducing_[q] : !parts_[q].grads.empty()) start_reduce(int(q));
   for (Pending& p : pending_) complete(p);
   pending_.clear();
   armed_ = false;
@@ -228,6 +235,7 @@ void Zero::gather_values() {
   for (size_t q = 0; q < parts_.size(); ++q) {
     const ParamPart& pp = store_.parts()[q];
     const int64_t n = piece(int(q));
+    if (n == 0) continue;
     float* part = store_.values() + pp.begin;
     shard_comm_.all_gather(part + shard_comm_.rank() * n, part, n);  // in place
   }

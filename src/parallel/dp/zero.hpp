@@ -31,6 +31,7 @@
 // plus the gather and staging buffers of the parts in use, charged to communication buffers.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -77,8 +78,12 @@ class Zero : public PartHooks {
   void begin_step();
   // Before each micro-batch's backward (stage 1 reduces during the last one only).
   void arm(bool last_microbatch) { armed_ = last_microbatch && overlap_; }
+  // Keeps a part's gradients whole until reduce_gradients (a pipeline's tied token table: its
+  // two copies' gradients are summed over the embedding group before they are sharded).
+  void defer(int part) { deferred_[size_t(part)] = true; }
   // After the last micro-batch's backward: this rank's summed gradients, indexed locally.
-  float* reduce_gradients();
+  // before_deferred runs when every deferred part's gradients are whole and final.
+  float* reduce_gradients(const std::function<void()>& before_deferred = {});
   // After the optimizer: stages 1-2 all-gather the updated pieces into the full buffer.
   void gather_values();
 
@@ -115,6 +120,7 @@ class Zero : public PartHooks {
   int64_t k_;
   bool overlap_, armed_ = false;
   std::vector<bool> reducing_;  // stage 1: the part's reduction has started this step
+  std::vector<bool> deferred_;
   Communicator shard_comm_, replica_comm_;
   std::vector<ShardSegment> segments_;
   int64_t local_size_ = 0;

@@ -46,7 +46,7 @@ void Executor::run(StageWork& work) {
   std::vector<int> slot_of(n, -1);
   std::vector<char> slot_busy;
   const float* out = nullptr;  // output of the last compute, for the send after it
-  last_wait_ = 0;
+  last_wait_ = 0, last_compute_ = 0;
   for (const Op& op : ops_) {
     const size_t i = index(op);
     const int C = shape_.model_chunks();
@@ -69,7 +69,7 @@ void Executor::run(StageWork& work) {
         const auto t0 = std::chrono::steady_clock::now();
         out = work.forward(op.micro, op.chunk, slot,
                            model_chunk == 0 ? nullptr : buffer(recv_act_, op.micro, op.chunk).f32());
-        total_compute_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        last_compute_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         break;
       }
       case Op::backward: {
@@ -80,7 +80,7 @@ void Executor::run(StageWork& work) {
         out = work.backward(op.micro, op.chunk, slot,
                             model_chunk == C - 1 ? nullptr
                                                  : buffer(recv_grad_, op.micro, op.chunk).f32());
-        total_compute_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        last_compute_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         slot_busy[size_t(slot)] = 0;
         slot_of[i] = -1;
         break;
@@ -100,6 +100,7 @@ void Executor::run(StageWork& work) {
   }
   for (Request& r : sends) r.wait();
   total_wait_ += last_wait_;
+  total_compute_ += last_compute_;
 }
 
 }  // namespace tessera::pp

@@ -43,7 +43,8 @@ class Executor {
   // Seconds the last step spent waiting in recv waits, and over all steps.
   double last_wait() const { return last_wait_; }
   double total_wait() const { return total_wait_; }
-  // Seconds in the stage's forward and backward calls, over all steps.
+  // Seconds in the stage's forward and backward calls, in the last step and over all steps.
+  double last_compute() const { return last_compute_; }
   double total_compute() const { return total_compute_; }
   int peak_slots() const { return peak_slots_; }
 
@@ -58,7 +59,7 @@ class Executor {
   Allocator& alloc_;
   // Per (micro, local chunk): received activations / gradients and outgoing copies.
   std::vector<Buffer> recv_act_, recv_grad_, send_act_, send_grad_;
-  double last_wait_ = 0, total_wait_ = 0, total_compute_ = 0;
+  double last_wait_ = 0, total_wait_ = 0, last_compute_ = 0, total_compute_ = 0;
   int peak_slots_ = 0;
 };
 
