@@ -106,8 +106,8 @@ std::vector<KeySpec> build_schema() {
       integer("parallel", "pp", "1", 1, 1 << 20,
               "Pipeline-parallel degree (stages). The layers are cut into pp x pp_virtual "
               "model chunks; the micro-batches of a step (train.global_batch / (micro_batch x "
-              "dp)) stream through them as parallel.pp_schedule orders (doc/pipeline.md). Not "
-              "yet with parallel.zero >= 1."),
+              "dp)) stream through them as parallel.pp_schedule orders (doc/pipeline.md); "
+              "composes with data, tensor and sequence parallelism and every ZeRO stage."),
       choice("parallel", "pp_schedule", "1f1b", {"gpipe", "1f1b", "interleaved"},
              "Pipeline schedule with parallel.pp > 1: gpipe (all forwards, then all backwards), "
              "1f1b (one forward, one backward; needs micro-batches >= pp) or interleaved "
@@ -134,6 +134,11 @@ std::vector<KeySpec> build_schema() {
               "reduce-scattered during backward); 3 also shards the parameters (each part is "
               "all-gathered just before its forward and backward, with the next one "
               "prefetched)."),
+      integer("parallel", "zero_inflight", "2", 1, 1 << 10,
+              "ZeRO-2/3: gradient reduce-scatters in flight at most per rank (one per part: "
+              "embedding, block, head). Starting one more first completes the oldest, so the "
+              "staging buffers (one part each) are bounded and the same in every run; more "
+              "overlaps more of the communication with backward."),
       integer("parallel", "shard_group", "0", 0, 1 << 20,
               "HSDP with parallel.zero >= 1: shard the model state within groups of this many "
               "consecutive data-parallel ranks and all-reduce the shards across groups; 0 "

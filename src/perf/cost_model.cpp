@@ -1,6 +1,8 @@
 #include "perf/cost_model.hpp"
 
 #include <algorithm>
+#include <deque>
+#include <map>
 #include <cmath>
 
 #include "core/error.hpp"
@@ -150,26 +152,89 @@ double tessera_padded_params(const ModelConfig& c, int zero, int shard_ranks) {
   return tessera_parts(c, zero, shard_ranks).total;
 }
 
-CommBounds tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64_t accum) {
-  CommBounds r;
-  if (zero < 2) return r;  // stages 0-1 reduce in place / from the full gradient buffer
-  const TesseraParts p = tessera_parts(c, zero, shard_ranks);
-  const double K = shard_ranks;
-  // A part's staging buffer (its size) and reduced piece (size/K) return to the pool when
-  // its reduce-scatter completes; the pool reuses buffers of equal size only.
-  // Low: each reduction completes at the next poll, before the next part stages its
-  // gradients: one staging buffer and one piece of each part size (block, embedding, head).
-  r.low = (p.block + p.embed + p.head) * (1 + 1 / K);
-  // High: no reduction completes before the step's end (MPI progresses a non-blocking
-  // collective only inside MPI calls): every part of every micro-batch in flight.
-  r.high = double(accum) * p.total * (1 + 1 / K);
-  if (zero == 3) {  // parameters gathered: the part in use and the prefetched next one
-    r.low += 2 * p.block;
-    r.high += 2 * p.block + p.embed + p.head;
+namespace {
+
+// tessera's BufferPool as bytes: a take reuses a free buffer of exactly that size, or
+// allocates one; allocated() is what the pool holds at the end (it never frees).
+struct PoolReplay {
+  std::map<double, int> free, total;
+  void take(double n) {
+    if (n <= 0) return;
+    if (free[n] > 0) --free[n];
+    else ++total[n];
   }
-  if (shard_ranks == 1) r.high = r.low;  // a one-rank reduce-scatter completes at once
-  r.low *= 4, r.high *= 4;
-  return r;
+  void give(double n) {
+    if (n > 0) ++free[n];
+  }
+  double allocated() const {
+    double bytes = 0;
+    for (const auto& [n, count] : total) bytes += n * count;
+    return 4 * bytes;
+  }
+};
+
+}  // namespace
+
+double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64_t accum,
+                          int inflight) {
+  if (zero < 2) return 0;  // stages 0-1 reduce in place / from the full gradient buffer
+  const TesseraParts tp = tessera_parts(c, zero, shard_ranks);
+  const int L = int(c.layers), head = L + 1;
+  const double K = shard_ranks;
+  auto size = [&](int part) { return part == 0 ? tp.embed : part == head ? tp.head : tp.block; };
+  // Which parts a pass reads and writes gradients of (Transformer::reads, writes_grads).
+  auto reads = [&](int part, bool forward) {
+    if (part == 0) return forward ? std::vector<int>{0} : std::vector<int>{};
+    if (part == head && forward && c.tie_embeddings) return std::vector<int>{head, 0};
+    return std::vector<int>{part};
+  };
+  auto writes = [&](int part, bool forward) {
+    if (part == head && forward) return c.tie_embeddings ? std::vector<int>{head, 0} : std::vector<int>{head};
+    return forward ? std::vector<int>{} : std::vector<int>{part};
+  };
+  // Replays Zero's begin/end over a step, training only (evaluation gathers no more).
+  PoolReplay pool;
+  std::vector<bool> gathered(size_t(head + 1), false), staged(size_t(head + 1), false);
+  std::deque<int> pending;  // parts whose staging buffer and piece are in flight
+  auto retire = [&] {
+    pool.give(size(pending.front())), pool.give(size(pending.front()) / K);
+    pending.pop_front();
+  };
+  auto gather = [&](int q) {
+    if (!gathered[size_t(q)]) pool.take(size(q)), gathered[size_t(q)] = true;
+  };
+  auto drop = [&](int q) {
+    if (gathered[size_t(q)]) pool.give(size(q)), gathered[size_t(q)] = false;
+  };
+  auto begin = [&](int part, bool forward) {
+    if (zero == 3) {
+      for (int q : reads(part, forward)) gather(q);
+      const int next = forward ? part + 1 : part - 1;
+      if (next >= 0 && next <= head)
+        for (int q : reads(next, forward)) gather(q);
+    }
+    for (int q : writes(part, forward))
+      if (!staged[size_t(q)]) pool.take(size(q)), staged[size_t(q)] = true;
+  };
+  auto end = [&](int part, bool forward) {
+    if (zero == 3) {
+      const bool keep_head = forward && part == head;
+      for (int q : reads(part, forward))
+        if (!(keep_head && q == head)) drop(q);
+    }
+    if (forward || !staged[size_t(part)]) return;
+    while (int(pending.size()) >= std::max(1, inflight)) retire();
+    staged[size_t(part)] = false;
+    pool.take(size(part) / K);
+    pending.push_back(part);
+  };
+  if (zero == 3)  // initialisation builds each part whole once, one at a time
+    for (int q = 0; q <= head; ++q) pool.take(size(q)), pool.give(size(q));
+  for (int64_t m = 0; m < accum; ++m) {
+    for (int q = 0; q <= head; ++q) begin(q, true), end(q, true);
+    for (int q = head; q >= 0; --q) begin(q, false), end(q, false);
+  }
+  return pool.allocated();
 }
 
 Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime rt) {
@@ -204,9 +269,7 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
     e.memory.optimizer = s.optimizer;
     e.memory.activations = activation_bytes(tc, l.micro_batch);
     e.memory.workspace = tessera_workspace_bytes(tc, l.micro_batch);
-    const CommBounds cb = tessera_comm_bytes(tc, l.zero, N, m);
-    e.memory.comm = cb.high;  // conservative: what a run may reach
-    e.comm_low = cb.low;
+    e.memory.comm = tessera_comm_bytes(tc, l.zero, N, m, w.zero_inflight);
   } else {
     auto stage_memory = [&](bool first, bool last, double psi) {
       MemoryBreakdown mb;

@@ -84,7 +84,6 @@ struct Estimate {
   double mfu = 0, hfu = 0;
   double bubble_fraction = 0;  // (p-1)/(v m)
   double params_per_rank = 0;  // Psi_r of the stage reported
-  double comm_low = 0;         // runtime tessera: the comm buffers' lower bound (see below)
   GroupLinks links;
   std::vector<std::string> warnings;
   bool fits() const { return memory.total() <= capacity; }
@@ -113,13 +112,11 @@ struct TesseraParts {
 TesseraParts tessera_parts(const ModelConfig& c, int zero, int shard_ranks);
 double tessera_padded_params(const ModelConfig& c, int zero, int shard_ranks);
 // tessera's ZeRO-2/3 communication buffers (gradient staging, reduced pieces, gathered
-// parameters) at their peak, in bytes. How many reductions are in flight at once depends on
-// when MPI progresses them, so the peak lies between two bounds: low, each part's
-// reduce-scatter completes while the next part computes; high, none completes before the
-// end of the step (every part of every micro-batch in flight). Zero below stage 2.
-struct CommBounds {
-  double low = 0, high = 0;
-};
-CommBounds tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64_t accum);
+// parameters) at their peak, in bytes; zero below stage 2. tessera takes and returns these
+// buffers at fixed points of every step (parallel.zero_inflight bounds the reductions in
+// flight and they are retired in order), and its pool reuses a buffer of the same size only,
+// so the peak is what replaying that sequence allocates (src/parallel/dp/zero.cpp).
+double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64_t accum,
+                          int inflight);
 
 }  // namespace tessera

@@ -57,6 +57,7 @@ struct Workload {
   int64_t global_batch = 1;     // sequences per optimizer step
   bool flash_attention = true;  // attention scores never stored (FlashAttention)
   bool dropout = false;         // dropout layers (and their masks) as in GPT-3/Megatron
+  int zero_inflight = 2;        // runtime tessera: parallel.zero_inflight
 };
 
 // Sequences per model replica per step and micro-batches per step for a layout; 0 when the

@@ -53,6 +53,7 @@ std::string plan_comparison(const RunFacts& run) {
   w.cfg = run.cfg;
   w.cfg.tp = TensorParallel{};
   w.global_batch = run.global_batch;
+  w.zero_inflight = run.zero_inflight;
   Layout l;
   l.tp = int(run.cfg.tp.size);
   l.seq_parallel = run.cfg.tp.sequence_parallel && l.tp > 1;
@@ -101,13 +102,6 @@ std::string plan_comparison(const RunFacts& run) {
                   predicted[c] > 0
                       ? std::to_string(run.memory_peak[c] / predicted[c]).substr(0, 5).c_str()
                       : "-");
-    out += buf;
-  }
-  if (e.comm_low > 0) {
-    std::snprintf(buf, sizeof buf,
-                  "(comm: ZeRO-%d staging lies between %.2f and %.2f MiB as MPI progresses the "
-                  "reductions)\n",
-                  l.zero, e.comm_low / 1048576, p.comm / 1048576);
     out += buf;
   }
   return out;

@@ -24,6 +24,7 @@ struct RunFacts {
   // Peak bytes per category, max over ranks: params, grads, optimizer, activations, comm,
   // workspace (tensor/tensor.hpp's Charge order).
   std::array<double, 6> memory_peak{};
+  int zero_inflight = 2;  // parallel.zero_inflight
 };
 
 // Streaming (triad) bandwidth of this process, bytes/s.

@@ -129,10 +129,8 @@ std::string format_explain(const Workload& w, const Estimate& e, const Cluster& 
             e.runtime == Runtime::tessera ? "tessera's layer buffers"
                                           : "Korthikanti et al. per layer x layers in flight");
   if (e.runtime == Runtime::tessera && m.comm > 0)
-    os << fmt(
-        "  comm buffers                              %9.4f   ZeRO-%d staging: at least %.4f, "
-        "at most this, as MPI progresses\n",
-        m.comm / 1e9, l.zero, e.comm_low / 1e9);
+    os << fmt("  comm buffers                              %9.4f   ZeRO-%d staging and gathers\n",
+              m.comm / 1e9, l.zero);
   else
     os << fmt("  comm buffers                              %9.2f\n", m.comm / 1e9);
   os << fmt("  workspace                                 %9.2f\n", m.workspace / 1e9);
@@ -187,7 +185,7 @@ std::string estimate_json(const Estimate& e) {
      << runtime_name(e.runtime) << "\", \"microbatches\": " << e.microbatches;
   os << ", \"memory_bytes\": {\"params\": " << num(m.params) << ", \"grads\": " << num(m.grads)
      << ", \"optimizer\": " << num(m.optimizer) << ", \"activations\": " << num(m.activations)
-     << ", \"comm\": " << num(m.comm) << ", \"comm_low\": " << num(e.comm_low)
+     << ", \"comm\": " << num(m.comm)
      << ", \"workspace\": " << num(m.workspace) << ", \"reserved\": " << num(m.reserved)
      << ", \"total\": " << num(m.total()) << ", \"capacity\": " << num(e.capacity) << "}";
   os << ", \"time_seconds\": {\"compute\": " << num(t.compute)

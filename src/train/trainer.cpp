@@ -63,7 +63,8 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
   oc.decay_embeddings = deck.boolean("optim.decay_embeddings");
   if (stage >= 1) {
     zero_ = std::make_unique<Zero>(stage, store_, *model_, grid.dp(), shard_group,
-                                   deck.boolean("parallel.overlap"), alloc_);
+                                   deck.boolean("parallel.overlap"),
+                                   int(deck.integer("parallel.zero_inflight")), alloc_);
     if (tied_over_pipeline()) zero_->defer(0);  // summed over the embedding group first
     if (stage == 3) zero_->initialize(seed_);
     else store_.initialize(seed_);

@@ -32,12 +32,13 @@ StoreLayout Zero::layout(int stage, const Transformer& model, int64_t k) {
 }
 
 Zero::Zero(int stage, ParamStore& store, const Transformer& model, Communicator& dp,
-           int64_t shard_group, bool overlap, Allocator& alloc)
+           int64_t shard_group, bool overlap, int inflight, Allocator& alloc)
     : stage_(stage),
       store_(store),
       model_(model),
       k_(shard_group),
       overlap_(overlap),
+      inflight_(std::max(1, inflight)),
       reducing_(store.parts().size(), false),
       deferred_(store.parts().size(), false),
       // Shard groups are consecutive data-parallel ranks; replicas hold the same shard.
@@ -147,6 +148,7 @@ void Zero::start_reduce(int part) {
   }
   PartState& s = parts_[size_t(part)];
   if (s.grads.empty()) return;  // nothing was written (cannot happen in a training pass)
+  while (int(pending_.size()) >= inflight_) retire_oldest();
   point_grads(part, nullptr);
   Pending p;
   p.part = part;
@@ -164,16 +166,16 @@ void Zero::complete(Pending& p) {
   pool_.give(std::move(p.piece));
 }
 
+void Zero::retire_oldest() {
+  complete(pending_.front());
+  pending_.erase(pending_.begin());
+}
+
 void Zero::poll() {
-  // Drives MPI's progress on the reductions in flight and retires the finished ones.
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    if (it->request.test()) {
-      complete(*it);
-      it = pending_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  // Drives MPI's progress on the collectives in flight. Finished reductions are retired only
+  // in order, when the in-flight bound needs it or at the step's end: buffers then come and
+  // go at the same points in every run (tessera-plan predicts them exactly).
+  for (Pending& p : pending_) p.request.test();
   for (PartState& s : parts_)
     if (s.state == PartState::gathering) s.gather.test();
 }

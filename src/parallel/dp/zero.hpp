@@ -13,7 +13,9 @@
 //            updated pieces are all-gathered in place.
 //   stage 2: as 1, but no full gradient buffer: a part's gradients are written into a staging
 //            buffer during its backward and reduce-scattered (non-blocking, overlapping the
-//            next part's backward) into the gradient shard, every micro-batch.
+//            next parts' backward) into the gradient shard, every micro-batch; at most
+//            parallel.zero_inflight reductions are in flight (the oldest is completed before
+//            another starts), so the staging buffers are the same in every run.
 //   stage 3: as 2, and parameters too are held as shards only: a part's parameters are
 //            all-gathered into a buffer just before its forward and again before its
 //            backward, the next part's gather is started (prefetch) while this one computes,
@@ -61,8 +63,10 @@ class Zero : public PartHooks {
   static StoreLayout layout(int stage, const Transformer& model, int64_t k);
 
   // dp is split into shard groups of shard_group consecutive ranks and replica groups.
+  // inflight (stages 2-3): reduce-scatters in flight at most; starting one more first
+  // completes the oldest, so which buffers exist does not depend on MPI's progress.
   Zero(int stage, ParamStore& store, const Transformer& model, Communicator& dp,
-       int64_t shard_group, bool overlap, Allocator& alloc);
+       int64_t shard_group, bool overlap, int inflight, Allocator& alloc);
 
   int stage() const { return stage_; }
   Communicator& shard_comm() { return shard_comm_; }
@@ -112,6 +116,7 @@ class Zero : public PartHooks {
   void stage_grads(int part);
   void start_reduce(int part);
   void complete(Pending& p);
+  void retire_oldest();
   void poll();
 
   int stage_;
@@ -119,6 +124,7 @@ class Zero : public PartHooks {
   const Transformer& model_;
   int64_t k_;
   bool overlap_, armed_ = false;
+  int inflight_;
   std::vector<bool> reducing_;  // stage 1: the part's reduction has started this step
   std::vector<bool> deferred_;
   Communicator shard_comm_, replica_comm_;
