@@ -279,6 +279,8 @@ void RunLog::finish() {
     RunFacts f{trainer_.config(), g.micro_batch, g.global_batch, n, trainer_.zero_stage(),
                int(trainer_.shard_ranks()), peak_total_ / n, steady_steps_ + 1};
     f.zero_inflight = int(deck_.integer("parallel.zero_inflight"));
+    f.pp = int(deck_.integer("parallel.pp")), f.pp_virtual = int(deck_.integer("parallel.pp_virtual"));
+    f.gpipe = deck_.str("parallel.pp_schedule") == "gpipe";
     for (size_t i = 0; i < 6; ++i) f.phase_seconds[i] = phase_sum[i] / n, f.memory_peak[i] = mem[i];
     std::printf("%s", plan_comparison(f).c_str());
   }

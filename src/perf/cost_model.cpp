@@ -1,14 +1,13 @@
 #include "perf/cost_model.hpp"
 
 #include <algorithm>
-#include <deque>
-#include <map>
 #include <cmath>
 
 #include "core/error.hpp"
 #include "perf/activation_memory.hpp"
 #include "perf/compute_model.hpp"
 #include "perf/memory.hpp"
+#include "perf/tessera_memory.hpp"
 
 namespace tessera {
 
@@ -79,7 +78,12 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
     return cat("tp = ", l.tp, " and the ", c.kv_heads, " key/value heads do not divide each other");
   if (c.ffn_hidden % l.tp != 0)
     return cat("tp = ", l.tp, " does not divide the MLP hidden size ", c.ffn_hidden);
-  if (c.layers % (int64_t(l.pp) * l.vpp) != 0)
+  // tessera balances layers that do not split evenly (pp/stage_layers.hpp); the searched
+  // runtimes cut them evenly.
+  if (rt == Runtime::tessera && c.layers < int64_t(l.pp) * l.vpp)
+    return cat("pp x v = ", l.pp * l.vpp, " model chunks for ", c.layers,
+               " layers: a stage would be left without layers");
+  if (rt != Runtime::tessera && c.layers % (int64_t(l.pp) * l.vpp) != 0)
     return cat("pp x v = ", l.pp * l.vpp, " does not divide the ", c.layers, " layers");
   if (l.vpp > 1 && l.pp == 1) return "v > 1 (interleaving) needs pp > 1";
   if (l.vpp > 1 && l.schedule == PipeSchedule::gpipe) return "v > 1 needs the 1F1B schedule";
@@ -93,11 +97,12 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
   if (l.shard_group > 0 && (l.zero == 0 || (l.dp * l.cp) % l.shard_group != 0))
     return cat("hsdp = ", l.shard_group,
                " needs zero >= 1 and must divide dp x cp = ", l.dp * l.cp);
-  if (l.zero >= 2 && l.pp > 1)
+  if (l.zero >= 2 && l.pp > 1 && rt != Runtime::tessera)
     return cat("zero = ", l.zero, " with pp = ", l.pp,
                ": ZeRO-2/3 shard the gradients that a "
                "pipeline accumulates over its micro-batches (Megatron-LM and DeepSpeed allow "
-               "only ZeRO-1 with pipeline parallelism)");
+               "only ZeRO-1 with pipeline parallelism; tessera runs them, at the cost of "
+               "reduce-scattering every micro-batch)");
   const int64_t m = microbatches(w, l);
   if (m == 0)
     return cat("the global batch ", w.global_batch,
@@ -105,9 +110,9 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
   if (l.vpp > 1 && m % l.pp != 0)
     return cat("interleaving needs micro-batches (", m, ") to be a multiple of pp = ", l.pp);
   if (rt == Runtime::tessera) {
-    if (l.pp > 1 || l.cp > 1 || l.ep > 1)
-      return "tessera runs data, tensor and sequence parallelism and ZeRO today (PP, CP and "
-             "EP are not implemented yet)";
+    if (l.cp > 1 || l.ep > 1)
+      return "tessera runs data, tensor, sequence and pipeline parallelism and ZeRO today (CP "
+             "and EP are not implemented yet)";
     if (c.kv_heads % l.tp != 0)
       return cat("tessera needs tp (", l.tp, ") to divide the ", c.kv_heads, " key/value heads");
     if (c.vocab_padded % l.tp != 0)
@@ -152,91 +157,6 @@ double tessera_padded_params(const ModelConfig& c, int zero, int shard_ranks) {
   return tessera_parts(c, zero, shard_ranks).total;
 }
 
-namespace {
-
-// tessera's BufferPool as bytes: a take reuses a free buffer of exactly that size, or
-// allocates one; allocated() is what the pool holds at the end (it never frees).
-struct PoolReplay {
-  std::map<double, int> free, total;
-  void take(double n) {
-    if (n <= 0) return;
-    if (free[n] > 0) --free[n];
-    else ++total[n];
-  }
-  void give(double n) {
-    if (n > 0) ++free[n];
-  }
-  double allocated() const {
-    double bytes = 0;
-    for (const auto& [n, count] : total) bytes += n * count;
-    return 4 * bytes;
-  }
-};
-
-}  // namespace
-
-double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64_t accum,
-                          int inflight) {
-  if (zero < 2) return 0;  // stages 0-1 reduce in place / from the full gradient buffer
-  const TesseraParts tp = tessera_parts(c, zero, shard_ranks);
-  const int L = int(c.layers), head = L + 1;
-  const double K = shard_ranks;
-  auto size = [&](int part) { return part == 0 ? tp.embed : part == head ? tp.head : tp.block; };
-  // Which parts a pass reads and writes gradients of (Transformer::reads, writes_grads).
-  auto reads = [&](int part, bool forward) {
-    if (part == 0) return forward ? std::vector<int>{0} : std::vector<int>{};
-    if (part == head && forward && c.tie_embeddings) return std::vector<int>{head, 0};
-    return std::vector<int>{part};
-  };
-  auto writes = [&](int part, bool forward) {
-    if (part == head && forward) return c.tie_embeddings ? std::vector<int>{head, 0} : std::vector<int>{head};
-    return forward ? std::vector<int>{} : std::vector<int>{part};
-  };
-  // Replays Zero's begin/end over a step, training only (evaluation gathers no more).
-  PoolReplay pool;
-  std::vector<bool> gathered(size_t(head + 1), false), staged(size_t(head + 1), false);
-  std::deque<int> pending;  // parts whose staging buffer and piece are in flight
-  auto retire = [&] {
-    pool.give(size(pending.front())), pool.give(size(pending.front()) / K);
-    pending.pop_front();
-  };
-  auto gather = [&](int q) {
-    if (!gathered[size_t(q)]) pool.take(size(q)), gathered[size_t(q)] = true;
-  };
-  auto drop = [&](int q) {
-    if (gathered[size_t(q)]) pool.give(size(q)), gathered[size_t(q)] = false;
-  };
-  auto begin = [&](int part, bool forward) {
-    if (zero == 3) {
-      for (int q : reads(part, forward)) gather(q);
-      const int next = forward ? part + 1 : part - 1;
-      if (next >= 0 && next <= head)
-        for (int q : reads(next, forward)) gather(q);
-    }
-    for (int q : writes(part, forward))
-      if (!staged[size_t(q)]) pool.take(size(q)), staged[size_t(q)] = true;
-  };
-  auto end = [&](int part, bool forward) {
-    if (zero == 3) {
-      const bool keep_head = forward && part == head;
-      for (int q : reads(part, forward))
-        if (!(keep_head && q == head)) drop(q);
-    }
-    if (forward || !staged[size_t(part)]) return;
-    while (int(pending.size()) >= std::max(1, inflight)) retire();
-    staged[size_t(part)] = false;
-    pool.take(size(part) / K);
-    pending.push_back(part);
-  };
-  if (zero == 3)  // initialisation builds each part whole once, one at a time
-    for (int q = 0; q <= head; ++q) pool.take(size(q)), pool.give(size(q));
-  for (int64_t m = 0; m < accum; ++m) {
-    for (int q = 0; q <= head; ++q) begin(q, true), end(q, true);
-    for (int q = head; q >= 0; --q) begin(q, false), end(q, false);
-  }
-  return pool.allocated();
-}
-
 Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime rt) {
   const ModelConfig& c = w.cfg;
   Estimate e;
@@ -258,7 +178,13 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   const double C = double(c.d_model);
   const LayerActivations act = layer_activations(w, l, moe);
   const double saved = saved_bytes_per_layer(act, l.recompute);
-  if (rt == Runtime::tessera) {
+  if (rt == Runtime::tessera && l.pp > 1) {
+    ModelConfig tc = c;
+    tc.tp = {l.tp, 0, l.seq_parallel};
+    const TesseraStageMemory sm = tessera_pipeline_memory(tc, l, m, w.zero_inflight);
+    e.memory = sm.memory;
+    e.params_per_rank = sm.params;
+  } else if (rt == Runtime::tessera) {
     ModelConfig tc = c;
     tc.tp = {l.tp, 0, l.seq_parallel};
     const double psi = tessera_padded_params(tc, l.zero, N);

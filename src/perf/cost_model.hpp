@@ -111,12 +111,4 @@ struct TesseraParts {
 // c.tp gives the tensor-parallel split (each rank holds its blocks of the split matrices).
 TesseraParts tessera_parts(const ModelConfig& c, int zero, int shard_ranks);
 double tessera_padded_params(const ModelConfig& c, int zero, int shard_ranks);
-// tessera's ZeRO-2/3 communication buffers (gradient staging, reduced pieces, gathered
-// parameters) at their peak, in bytes; zero below stage 2. tessera takes and returns these
-// buffers at fixed points of every step (parallel.zero_inflight bounds the reductions in
-// flight and they are retired in order), and its pool reuses a buffer of the same size only,
-// so the peak is what replaying that sequence allocates (src/parallel/dp/zero.cpp).
-double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64_t accum,
-                          int inflight);
-
 }  // namespace tessera

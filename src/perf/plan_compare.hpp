@@ -25,6 +25,8 @@ struct RunFacts {
   // workspace (tensor/tensor.hpp's Charge order).
   std::array<double, 6> memory_peak{};
   int zero_inflight = 2;  // parallel.zero_inflight
+  int pp = 1, pp_virtual = 1;
+  bool gpipe = false;  // parallel.pp_schedule = gpipe
 };
 
 // Streaming (triad) bandwidth of this process, bytes/s.

@@ -3,9 +3,9 @@
 
 usage: validate_tessera.py WORKDIR "MPIEXEC... -np" TESSERA TESSERA_PLAN CLUSTER DATA
 
-For each case (data parallelism, ZeRO 0-3, HSDP, tensor and sequence parallelism, both
-architectures, with and without gradient accumulation: the layouts tessera implements today;
-PP, CP and EP do not exist yet) it runs tessera for 2 steps on the CPU, reads output.dir/memory.json (peak bytes per
+For each case (data parallelism, ZeRO 0-3, HSDP, tensor and sequence parallelism, pipelines
+with every schedule and with ZeRO, both architectures, with and without gradient
+accumulation: the layouts tessera implements today; CP and EP do not exist yet) it runs tessera for 2 steps on the CPU, reads output.dir/memory.json (peak bytes per
 category, max over ranks) and asks `tessera-plan --runtime tessera --explain LAYOUT --json -`
 for its prediction. Checks:
   * params, grads, optimizer, activations, workspace: within 5% of the measured peak;
@@ -32,6 +32,14 @@ CASES = [
     ("tp2_gpt2", 2, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=4"], "tp=2 zero=0 mb=2"),
     ("tp2_sp_zero1", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=8"], "tp=2 sp=1 zero=1 mb=2"),
     ("tp4_sp_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=4"], "tp=4 sp=1 zero=0 mb=2"),
+    # Pipelines: each category's peak over the stages (slots per chunk from the schedule, the
+    # executor's message buffers, the tied table's copy on the last stage).
+    ("pp2_1f1b_llama", 2, "tiny-llama.in", ["--train.micro_batch=1", "--train.global_batch=4"], "pp=2 zero=0 mb=1"),
+    ("pp4_gpipe_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=4"], "pp=4 sched=gpipe zero=0 mb=1"),
+    ("pp2_v3_gpt2", 2, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=4"], "pp=2 v=3 zero=0 mb=1"),
+    ("pp2_dp2_zero1", 4, "tiny-llama.in", ["--train.micro_batch=1", "--train.global_batch=8"], "pp=2 zero=1 mb=1"),
+    ("pp2_dp2_zero3", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=8"], "pp=2 v=2 zero=3 mb=1"),
+    ("pp2_tp2_sp", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=8"], "pp=2 tp=2 sp=1 zero=2 mb=2"),
 ]
 EXACT = ["params", "grads", "optimizer", "activations", "workspace"]
 
@@ -49,7 +57,10 @@ def main():
         common = [deck_path, *MODEL, *overrides, f"--parallel.zero={keys.get('zero', '0')}",
                   f"--parallel.shard_group={keys.get('hsdp', '0')}",
                   f"--parallel.tp={keys.get('tp', '1')}",
-                  f"--parallel.sequence_parallel={'true' if keys.get('sp') == '1' else 'false'}"]
+                  f"--parallel.sequence_parallel={'true' if keys.get('sp') == '1' else 'false'}",
+                  f"--parallel.pp={keys.get('pp', '1')}", f"--parallel.pp_virtual={keys.get('v', '1')}",
+                  "--parallel.pp_schedule=" + ("gpipe" if keys.get("sched") == "gpipe" else
+                                               "interleaved" if int(keys.get("v", "1")) > 1 else "1f1b")]
         subprocess.run(mpiexec.split() + [str(np), tessera, *common, f"--data.path={data}",
                        f"--output.dir={out}", "--train.steps=2", "--hardware.peak_flops=1e9",
                        "--output.echo_deck=false", "--checkpoint.at_end=false"],

@@ -1,0 +1,212 @@
+#include "perf/tessera_memory.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <map>
+#include <set>
+
+#include "parallel/pp/schedule.hpp"
+#include "parallel/pp/stage_layers.hpp"
+#include "perf/activation_memory.hpp"
+#include "perf/memory.hpp"
+
+namespace tessera {
+namespace {
+
+// tessera's BufferPool as bytes: a take reuses a free buffer of exactly that size, or
+// allocates one; allocated() is what the pool holds at the end (it never frees).
+struct PoolReplay {
+  std::map<double, int> free, total;
+  void take(double n) {
+    if (n <= 0) return;
+    if (free[n] > 0) --free[n];
+    else ++total[n];
+  }
+  void give(double n) {
+    if (n > 0) ++free[n];
+  }
+  double allocated() const {
+    double bytes = 0;
+    for (const auto& [n, count] : total) bytes += n * count;
+    return 4 * bytes;
+  }
+};
+
+// The parts a rank holds, by part index (0 embedding, 1..L blocks, L+1 head; 0 elements
+// where another pipeline stage holds it), and the order their passes run in one step.
+struct ZeroSteps {
+  std::vector<double> size;
+  bool tied = false;    // the head reads the token table (part 0)
+  bool defer0 = false;  // part 0's gradients stay whole until the step's end (Zero::defer)
+  std::vector<std::pair<int, bool>> passes;  // (part, forward) in order
+};
+
+// Replays Zero's begin/end (src/parallel/dp/zero.cpp) over one training step.
+double replay_zero(const ZeroSteps& z, int zero, double K, int inflight) {
+  if (zero < 2) return 0;  // stages 0-1 reduce in place / from the full gradient buffer
+  const int head = int(z.size.size()) - 1;
+  auto size = [&](int q) { return z.size[size_t(q)]; };
+  // Which parts a pass reads and writes gradients of (Transformer::reads, writes_grads).
+  auto reads = [&](int part, bool forward) {
+    if (part == 0) return forward ? std::vector<int>{0} : std::vector<int>{};
+    if (part == head && forward && z.tied) return std::vector<int>{head, 0};
+    return std::vector<int>{part};
+  };
+  auto writes = [&](int part, bool forward) {
+    if (part == head && forward) return z.tied ? std::vector<int>{head, 0} : std::vector<int>{head};
+    return forward ? std::vector<int>{} : std::vector<int>{part};
+  };
+  PoolReplay pool;
+  std::vector<bool> gathered(size_t(head + 1), false), staged(size_t(head + 1), false);
+  std::deque<int> pending;  // parts whose staging buffer and reduced piece are in flight
+  auto retire = [&] {
+    pool.give(size(pending.front())), pool.give(size(pending.front()) / K);
+    pending.pop_front();
+  };
+  auto gather = [&](int q) {
+    if (!gathered[size_t(q)]) pool.take(size(q)), gathered[size_t(q)] = true;
+  };
+  auto drop = [&](int q) {
+    if (gathered[size_t(q)]) pool.give(size(q)), gathered[size_t(q)] = false;
+  };
+  auto reduce = [&](int q) {
+    if (!staged[size_t(q)]) return;
+    while (int(pending.size()) >= std::max(1, inflight)) retire();
+    staged[size_t(q)] = false;
+    pool.take(size(q) / K);
+    pending.push_back(q);
+  };
+  if (zero == 3)  // initialisation builds each part whole once, one at a time
+    for (int q = 0; q <= head; ++q) pool.take(size(q)), pool.give(size(q));
+  for (const auto& [part, forward] : z.passes) {
+    if (zero == 3) {  // begin: gather what the pass reads, prefetch the next pass's
+      for (int q : reads(part, forward)) gather(q);
+      const int next = forward ? part + 1 : part - 1;
+      if (next >= 0 && next <= head)
+        for (int q : reads(next, forward)) gather(q);
+    }
+    for (int q : writes(part, forward))
+      if (!staged[size_t(q)] && size(q) > 0) pool.take(size(q)), staged[size_t(q)] = true;
+    if (zero == 3) {  // end: release, except the head's parameters its backward reads again
+      const bool keep_head = forward && part == head;
+      for (int q : reads(part, forward))
+        if (!(keep_head && q == head)) drop(q);
+    }
+    if (!forward && !(z.defer0 && part == 0)) reduce(part);
+  }
+  for (int q = 0; q <= head; ++q) reduce(q);  // deferred or never passed backward here
+  while (!pending.empty()) retire();
+  return pool.allocated();
+}
+
+double round16(double n) { return std::ceil(n / 16) * 16; }
+
+}  // namespace
+
+double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64_t accum,
+                          int inflight) {
+  if (zero < 2) return 0;
+  const TesseraParts p = tessera_parts(c, zero, shard_ranks);
+  const int head = int(c.layers) + 1;
+  ZeroSteps z;
+  z.size.assign(size_t(head + 1), p.block);
+  z.size[0] = p.embed, z.size[size_t(head)] = p.head;
+  z.tied = c.tie_embeddings;
+  for (int64_t m = 0; m < accum; ++m) {
+    for (int q = 0; q <= head; ++q) z.passes.push_back({q, true});
+    for (int q = head; q >= 0; --q) z.passes.push_back({q, false});
+  }
+  return replay_zero(z, zero, shard_ranks, inflight);
+}
+
+TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l, int64_t m,
+                                           int inflight) {
+  const int N = l.shard_ranks(), head = int(c.layers) + 1;
+  const pp::ScheduleShape shape{
+      l.pp, int(m), l.vpp,
+      l.schedule == PipeSchedule::gpipe ? pp::ScheduleKind::gpipe
+      : l.vpp > 1                       ? pp::ScheduleKind::interleaved
+                                        : pp::ScheduleKind::one_f_one_b};
+  const pp::Schedule schedule = pp::make_schedule(shape);
+  const TesseraParts parts = tessera_parts(c, l.zero, N);
+  const double align = l.zero >= 1 ? 16.0 * N : 16.0;
+  const double copy = std::ceil(round16(double(c.vocab_padded) / c.tp.size * double(c.d_model)) /
+                                align) * align;  // the last stage's tied token table
+  const double rows = double(l.micro_batch * c.seq_len) /
+                      (c.tp.sequence_parallel && c.tp.size > 1 ? c.tp.size : 1);
+  const double message = rows * double(c.d_model);  // floats per activation message
+  const double per_block = activation_bytes_per_block(c, l.micro_batch);
+  const double embed_act = 4 * rows * double(c.d_model);
+  const double head_act = 4 * (rows * (c.arch == Arch::gpt2 ? 2 : 1) + rows * double(c.d_model));
+  const bool tied_over_pipeline = c.tie_embeddings;
+  TesseraStageMemory out;
+  MemoryBreakdown& peak = out.memory;
+  for (int s = 0; s < l.pp; ++s) {
+    const std::vector<pp::ChunkLayers> chunks = pp::stage_layers(c.layers, l.pp, l.vpp, s);
+    ZeroSteps z;
+    z.size.assign(size_t(head + 1), 0.0);
+    z.tied = c.tie_embeddings;
+    z.defer0 = tied_over_pipeline;
+    for (const pp::ChunkLayers& k : chunks) {
+      if (k.embedding) z.size[0] = parts.embed;
+      else if (k.head && c.tie_embeddings) z.size[0] = copy;
+      for (int64_t b = k.first; b < k.last; ++b) z.size[size_t(b + 1)] = parts.block;
+      if (k.head) z.size[size_t(head)] = parts.head;
+    }
+    double psi = 0;
+    for (double n : z.size) psi += n;
+    // Activation slots: a forward takes the lowest free slot, its backward frees it; a
+    // layer's buffers exist for each slot it ever ran in (pp/executor.cpp).
+    std::vector<std::set<int>> slots(chunks.size());
+    std::vector<int> slot_of(size_t(m) * chunks.size(), -1);
+    std::vector<char> busy;
+    for (const pp::Op& op : schedule.stages[size_t(s)]) {
+      const size_t i = size_t(op.micro) * chunks.size() + size_t(op.chunk);
+      const pp::ChunkLayers& k = chunks[size_t(op.chunk)];
+      std::vector<int> order;
+      if (k.embedding) order.push_back(0);
+      for (int64_t b = k.first; b < k.last; ++b) order.push_back(int(b + 1));
+      if (k.head) order.push_back(head);
+      if (op.kind == pp::Op::forward) {
+        auto f = std::find(busy.begin(), busy.end(), 0);
+        const int slot = int(f - busy.begin());
+        if (f == busy.end()) busy.push_back(1);
+        else *f = 1;
+        slot_of[i] = slot;
+        slots[size_t(op.chunk)].insert(slot);
+        for (int q : order) z.passes.push_back({q, true});
+      } else if (op.kind == pp::Op::backward) {
+        busy[size_t(slot_of[i])] = 0;
+        for (auto q = order.rbegin(); q != order.rend(); ++q) z.passes.push_back({*q, false});
+      }
+    }
+    MemoryBreakdown mb;
+    const ModelStateBytes st = zero_model_state(l.zero, psi, N, Precision::fp32);
+    mb.params = st.params, mb.grads = st.grads, mb.optimizer = st.optimizer;
+    double messages = 0;  // the executor's buffers per micro-batch: received and sent copies
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      const pp::ChunkLayers& ch = chunks[k];
+      mb.activations += double(slots[k].size()) *
+                        (double(ch.last - ch.first) * per_block + (ch.embedding ? embed_act : 0) +
+                         (ch.head ? head_act : 0));
+      const int mc = shape.model_chunk(s, int(k));
+      messages += 2.0 * (mc > 0) + 2.0 * (mc < shape.model_chunks() - 1);
+    }
+    mb.comm = 4 * message * double(m) * messages + replay_zero(z, l.zero, N, inflight);
+    // Scratch as the whole model's (the last stage runs blocks and the head), plus every
+    // micro-batch's inputs and targets (int32) held for the step.
+    mb.workspace = tessera_workspace_bytes(c, l.micro_batch) +
+                   4 * 2 * double(m) * double(l.micro_batch * c.seq_len);
+    peak.params = std::max(peak.params, mb.params);
+    peak.grads = std::max(peak.grads, mb.grads);
+    peak.optimizer = std::max(peak.optimizer, mb.optimizer);
+    peak.activations = std::max(peak.activations, mb.activations);
+    peak.comm = std::max(peak.comm, mb.comm);
+    peak.workspace = std::max(peak.workspace, mb.workspace);
+    out.params = std::max(out.params, psi);
+  }
+  return out;
+}
+
+}  // namespace tessera

@@ -1,0 +1,35 @@
+// tessera's own memory, replayed: what the CPU runtime allocates per rank for a layout, by
+// category, reproduced from the same rules the code follows (ParamStore padding, per-slot
+// layer buffers, the pipeline executor's message buffers, ZeRO's buffer pool). The planner
+// uses it for `--runtime tessera`; plan_validate_tessera checks it against measured peaks.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "model/config.hpp"
+#include "perf/cost_model.hpp"
+#include "perf/layout.hpp"
+
+namespace tessera {
+
+// tessera's ZeRO-2/3 communication buffers (gradient staging, reduced pieces, gathered
+// parameters) at their peak over one step, in bytes; zero below stage 2. tessera takes and
+// returns these buffers at fixed points of every step (parallel.zero_inflight bounds the
+// reductions in flight and they are retired in order), and its pool reuses a buffer of the
+// same size only, so the peak is what replaying that sequence allocates
+// (src/parallel/dp/zero.cpp).
+double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64_t accum,
+                          int inflight);
+
+// A pipeline layout (l.pp > 1): each category's peak over the stages (what memory.json
+// reports: max over ranks), and the parameters of the largest stage.
+struct TesseraStageMemory {
+  MemoryBreakdown memory;
+  double params = 0;
+};
+TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l, int64_t m,
+                                           int inflight);
+
+}  // namespace tessera
