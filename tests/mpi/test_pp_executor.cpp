@@ -83,5 +83,59 @@ TEST(PipelineExecutor, EveryScheduleRunsAndMovesTheRightMessages) {
   EXPECT_GT(shapes, 10);
 }
 
+// With tensor parallelism: the world as tp pairs x a pipeline of size/2 stages. Every
+// forward and backward runs a blocking all-reduce in its tp pair (as a TP block does) while
+// the pipeline's messages are in flight; the two groups must not block each other.
+struct TpProbe : Probe {
+  Communicator& tp;
+  int tp_bad = 0;
+  TpProbe(const pp::ScheduleShape& s, int st, Communicator& t) : Probe(s, st), tp(t) {}
+  void check_tp(int micro, int chunk) {
+    double x[2] = {double(micro * 100 + chunk), 1.0};
+    tp.all_reduce(x, 2);
+    tp_bad += x[0] != double(tp.size() * (micro * 100 + chunk)) || x[1] != double(tp.size());
+  }
+  const float* forward(int micro, int chunk, int slot, const float* x) override {
+    check_tp(micro, chunk);
+    return Probe::forward(micro, chunk, slot, x);
+  }
+  const float* backward(int micro, int chunk, int slot, const float* dy) override {
+    check_tp(micro, chunk);
+    return Probe::backward(micro, chunk, slot, dy);
+  }
+};
+
+TEST(PipelineExecutor, EveryScheduleRunsBesideTensorParallelCollectives) {
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  Communicator world(dup, "world");
+  if (world.size() < 4 || world.size() % 2 != 0) GTEST_SKIP() << "needs an even number >= 4 of ranks";
+  Communicator tp = world.split(world.rank() / 2, world.rank() % 2, "tp");
+  Communicator pp = world.split(world.rank() % 2, world.rank() / 2, "pp");
+  Allocator alloc;
+  int shapes = 0;
+  for (pp::ScheduleKind kind : {pp::ScheduleKind::gpipe, pp::ScheduleKind::one_f_one_b,
+                                pp::ScheduleKind::interleaved})
+    for (int v = 1; v <= 2; ++v)
+      for (int m = 1; m <= 8; ++m) {
+        const pp::ScheduleShape shape{pp.size(), m, v, kind};
+        try {
+          pp::require_valid(shape);
+        } catch (const Error&) {
+          continue;
+        }
+        ++shapes;
+        pp::Executor exec(pp, shape, kMessage, alloc);
+        TpProbe probe(shape, pp.rank(), tp);
+        exec.run(probe);
+        SCOPED_TRACE(std::string(pp::to_string(kind)) + " m=" + std::to_string(m) +
+                     " v=" + std::to_string(v));
+        EXPECT_EQ(probe.bad, 0);
+        EXPECT_EQ(probe.tp_bad, 0);
+        for (size_t i = 0; i < probe.forwards.size(); ++i) EXPECT_EQ(probe.backwards[i], 1);
+      }
+  EXPECT_GT(shapes, 5);
+}
+
 }  // namespace
 }  // namespace tessera
