@@ -135,7 +135,7 @@ void RunLog::step(const StepResult& r) {
     pp_wait_steady_ += pipe->last_wait(), pp_compute_steady_ += pipe->last_compute();
   dp_all_ += dp_step, dp_waited_all_ += waited;
   if (first) first_loss_ = r.loss;
-  last_loss_ = r.loss;
+  last_loss_ = r.loss, last_step_ = r.step;
   if (!root_) return;
   const double tokens = double(trainer_.batch().global_batch * trainer_.config().seq_len);
   const double mfu = flops_per_step_ / (seconds * peak_total_);
@@ -228,13 +228,12 @@ void RunLog::finish() {
   for (int p = 0; p < kPhaseCount; ++p) total += phase_sum[p] / n;
   std::printf("\n== summary ==\n");
   std::printf("loss %.4f -> %.4f over steps %lld..%lld in %s\n", first_loss_, last_loss_,
-              (long long)steps_done_ + 1, (long long)trainer_.steps(),
-              human_duration(elapsed_).c_str());
+              (long long)steps_done_ + 1, (long long)last_step_, human_duration(elapsed_).c_str());
   if (steady_steps_ > 0) {
     const double mean = steady_elapsed_ / double(steady_steps_);
     const double tokens = double(trainer_.batch().global_batch * trainer_.config().seq_len);
     std::printf("steady state (steps %lld..%lld): %.1f ms/step, %.0f tokens/s, MFU %.1f%% of %s\n",
-                (long long)steps_done_ + 2, (long long)trainer_.steps(), 1e3 * mean, tokens / mean,
+                (long long)steps_done_ + 2, (long long)last_step_, 1e3 * mean, tokens / mean,
                 100 * flops_per_step_ / (mean * peak_total_), peak_source_.c_str());
   }
   std::printf("\n%-12s %12s %12s %8s\n", "phase", "mean s", "max s", "share");

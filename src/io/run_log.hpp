@@ -43,6 +43,7 @@ class RunLog {
   double pp_wait_steady_ = 0, pp_compute_steady_ = 0;  // this rank's pipeline, steady steps
   int64_t steps_done_ = 0;
   double first_loss_ = 0, last_loss_ = 0;
+  int64_t last_step_ = 0;  // the last step run (before train.steps after a stop signal)
   // Data-parallel gradient all-reduce per step (reduced over ranks as step() says), summed
   // over the steady steps and over all steps.
   DpSyncTiming dp_all_, dp_steady_;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 
 #include "core/error.hpp"
 #include "kernels/kernels.hpp"
@@ -84,15 +85,18 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
   tokens_ = Buffer(alloc_, Shape{B, T + 1}, DType::i32, Charge::workspace);
   inputs_ = Buffer(alloc_, Shape{B, T}, DType::i32, Charge::workspace);
   targets_ = Buffer(alloc_, Shape{B, T}, DType::i32, Charge::workspace);
+  // Every step runs through the pipeline executor; with one stage its schedule is one
+  // forward then one backward per micro-batch (1f1b with p = 1), the serial loop.
+  pp::ScheduleShape shape{1, int(geo_.accum), 1, pp::ScheduleKind::one_f_one_b};
   if (stages > 1) {
-    const pp::ScheduleShape shape{stages, int(geo_.accum), int(deck.integer("parallel.pp_virtual")),
-                                  pp::parse_schedule_kind(deck.str("parallel.pp_schedule"))};
-    StepContext ctx = context(true);
-    pipeline_ = std::make_unique<pp::Executor>(grid.group(Group::pp), shape,
-                                               tp::rows(ctx, B * T) * cfg_.d_model, alloc_);
+    shape = {stages, int(geo_.accum), int(deck.integer("parallel.pp_virtual")),
+             pp::parse_schedule_kind(deck.str("parallel.pp_schedule"))};
     pp_inputs_ = Buffer(alloc_, Shape{geo_.accum, B, T}, DType::i32, Charge::workspace);
     pp_targets_ = Buffer(alloc_, Shape{geo_.accum, B, T}, DType::i32, Charge::workspace);
   }
+  StepContext ctx = context(true);
+  pipeline_ = std::make_unique<pp::Executor>(grid.group(Group::pp), shape,
+                                             tp::rows(ctx, B * T) * cfg_.d_model, alloc_);
 }
 
 std::vector<pp::ChunkLayers> Trainer::pipeline_stage(const Deck& deck) {
@@ -177,29 +181,41 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx) {
   const int64_t T = cfg_.seq_len, B = geo_.micro_batch, n = B * T;
   Communicator& pp = grid_.group(Group::pp);
   const int stage = pp.rank(), last = pp.size() - 1;
-  if (stage == 0 || stage == last) {  // stage 0 reads the inputs, the last stage the targets
+  const bool serial = pp.size() == 1;  // one stage: each micro-batch loaded just before it runs
+  auto load = [&](int64_t m) {
     timer_.enter(Phase::data);
+    // Global sample order within a step: micro-batch m of data-parallel rank r holds samples
+    // [(m * dp + r) * B, (m * dp + r + 1) * B).
+    const int64_t first = (m * geo_.dp + grid_.dp().rank()) * B;
+    load_micro_batch([&](int64_t b, int32_t* row) { sample(s, first + b, row); });
+  };
+  if (!serial && (stage == 0 || stage == last)) {  // stage 0 reads the inputs, the last the targets
     for (int64_t m = 0; m < geo_.accum; ++m) {
-      const int64_t first = (m * geo_.dp + grid_.dp().rank()) * B;
-      load_micro_batch([&](int64_t b, int32_t* row) { sample(s, first + b, row); });
+      load(m);
       std::copy(inputs_.i32(), inputs_.i32() + n, pp_inputs_.i32() + m * n);
       std::copy(targets_.i32(), targets_.i32() + n, pp_targets_.i32() + m * n);
     }
   }
-  // Gradient buckets are reduced as each part finishes its last micro-batch's backward; every
-  // schedule runs a chunk's backwards in micro-batch order, so that is micro-batch m - 1.
+  // Gradients are reduced over data-parallel ranks as each part finishes its last
+  // micro-batch's backward; every schedule runs a chunk's backwards in micro-batch order, so
+  // that is micro-batch m - 1.
   if (!zero_) buckets_->arm(true);
   struct Work : pp::StageWork {
     Trainer& t;
     StepContext& ctx;
+    bool serial;
+    std::function<void(int64_t)> load;
     double loss = 0;
-    Work(Trainer& tr, StepContext& c) : t(tr), ctx(c) {}
+    Work(Trainer& tr, StepContext& c, bool one, std::function<void(int64_t)> l)
+        : t(tr), ctx(c), serial(one), load(std::move(l)) {}
     const float* forward(int micro, int chunk, int slot, const float* x) override {
+      const int64_t off = serial ? 0 : int64_t(micro) * ctx.batch * t.cfg_.seq_len;
+      if (serial) load(micro);
       t.timer_.enter(Phase::forward);
       ctx.slot = slot;
-      const int64_t off = int64_t(micro) * ctx.batch * t.cfg_.seq_len;
-      return t.model_->forward_chunk(ctx, chunk, t.pp_inputs_.i32() + off, x,
-                                     t.pp_targets_.i32() + off, &loss);
+      const int32_t* ids = (serial ? t.inputs_ : t.pp_inputs_).i32() + off;
+      const int32_t* targets = (serial ? t.targets_ : t.pp_targets_).i32() + off;
+      return t.model_->forward_chunk(ctx, chunk, ids, x, targets, &loss);
     }
     const float* backward(int micro, int chunk, int slot, const float* dy) override {
       t.timer_.enter(Phase::backward);
@@ -207,10 +223,12 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx) {
       const bool last_micro = micro == t.geo_.accum - 1;
       if (t.zero_) t.zero_->arm(last_micro);
       else ctx.grads = last_micro ? t.buckets_.get() : nullptr;
+      // Partial (sequence-parallel) gradients are summed over tensor-parallel ranks just
+      // before their data-parallel reduction: every micro-batch for ZeRO-2/3, else the last.
       ctx.reduce_partial_grads = last_micro || t.zero_stage() >= 2;
       return t.model_->backward_chunk(ctx, chunk, dy);
     }
-  } work(*this, ctx);
+  } work(*this, ctx, serial, load);
   pipeline_->run(work);
   ctx.slot = 0;
   return work.loss;
@@ -225,7 +243,7 @@ double Trainer::pipeline_evaluate() {
   const int stage = pp.rank(), C = shape.model_chunks();
   StepContext ctx = context(false);
   const int64_t n = tp::rows(ctx, B * T) * cfg_.d_model;
-  float* x = ctx.scratch.get(40, n);
+  float* x = C > 1 ? ctx.scratch.get(40, n) : nullptr;  // a received chunk input
   double loss_sum = 0;
   for (int64_t first = grid_.dp().rank() * B; first < eval_samples_; first += B * geo_.dp) {
     if (stage == 0 || stage == pp.size() - 1)
@@ -243,46 +261,16 @@ double Trainer::pipeline_evaluate() {
   return loss_sum / double(eval_samples_ * T);
 }
 
-double Trainer::evaluate() {
-  if (pipeline_) return pipeline_evaluate();
-  const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
-  StepContext ctx = context(false);
-  double loss_sum = 0;
-  for (int64_t first = grid_.dp().rank() * B; first < eval_samples_; first += B * geo_.dp) {
-    load_micro_batch([&](int64_t b, int32_t* row) { data_.validation_sample(first + b, row); });
-    loss_sum += model_->forward(ctx, inputs_.i32(), targets_.i32());
-  }
-  grid_.dp().all_reduce(&loss_sum, 1);
-  return loss_sum / double(eval_samples_ * T);
-}
+double Trainer::evaluate() { return pipeline_evaluate(); }
 
 StepResult Trainer::step(int64_t s) {
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
-  const int dp_rank = grid_.dp().rank();
+  const int64_t T = cfg_.seq_len;
   StepContext ctx = context(true);
-  if (!zero_) ctx.grads = buckets_.get();
   timer_.enter(Phase::other);
   store_.zero_grads();
   if (zero_) zero_->begin_step();
-  double loss_sum = 0;
-  if (pipeline_) loss_sum = pipeline_step(s, ctx);
-  for (int64_t m = 0; m < geo_.accum && !pipeline_; ++m) {
-    timer_.enter(Phase::data);
-    // Global sample order within a step: micro-batch m of rank r holds samples
-    // [(m * dp + r) * B, (m * dp + r + 1) * B).
-    const int64_t first = (m * geo_.dp + dp_rank) * B;
-    load_micro_batch([&](int64_t b, int32_t* row) { sample(s, first + b, row); });
-    timer_.enter(Phase::forward);
-    loss_sum += model_->forward(ctx, inputs_.i32(), targets_.i32());
-    timer_.enter(Phase::backward);
-    if (zero_) zero_->arm(m == geo_.accum - 1);
-    else buckets_->arm(m == geo_.accum - 1);
-    // Partial (sequence-parallel) gradients are summed over tensor-parallel ranks just before
-    // their data-parallel reduction: every micro-batch for ZeRO-2/3, else the last.
-    ctx.reduce_partial_grads = m == geo_.accum - 1 || zero_stage() >= 2;
-    model_->backward(ctx);
-  }
+  double loss_sum = pipeline_step(s, ctx);
   timer_.enter(Phase::grad_sync);
   // Tied embeddings over a pipeline: the first stage's table and the last stage's copy each
   // hold part of the gradient; both take the sum, so they stay identical (Megatron-LM). With
@@ -304,7 +292,7 @@ StepResult Trainer::step(int64_t s) {
   double squares = sq.split + sq.replicated;
   if (zero_) zero_->shard_comm().all_reduce(&squares, 1);
   grid_.dp().all_reduce(&loss_sum, 1);
-  if (pipeline_) {  // the loss is the last stage's; the norm sums every stage's
+  if (pipeline()) {  // the loss is the last stage's; the norm sums every stage's
     double both[2] = {squares, loss_sum};
     grid_.group(Group::pp).all_reduce(both, 2);
     squares = both[0], loss_sum = both[1];

@@ -77,7 +77,11 @@ class Trainer {
   int64_t shard_ranks() const { return zero_ ? zero_->shard_comm().size() : 1; }
   std::string layout_json() const;
   // The pipeline executor (null with parallel.pp = 1).
-  const pp::Executor* pipeline() const { return pipeline_.get(); }
+  // The pipeline executor when there are several stages (every step runs through it; with
+  // one stage it is the serial loop and reports no pipeline).
+  const pp::Executor* pipeline() const {
+    return pipeline_ && pipeline_->shape().stages > 1 ? pipeline_.get() : nullptr;
+  }
   int64_t steps() const { return steps_; }
 
  private:
