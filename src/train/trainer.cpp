@@ -153,6 +153,16 @@ void Trainer::sample(int64_t step, int64_t g, int32_t* out) const {
   data_.train_sample(seed_, (step - 1) * geo_.global_batch + g, out);
 }
 
+void Trainer::set_trace(Trace* trace) {
+  trace_ = trace;
+  timer_.set_trace(trace);
+  if (pipeline_) pipeline_->set_trace(trace);
+  if (zero_) {
+    zero_->shard_comm().set_trace(trace);
+    zero_->replica_comm().set_trace(trace);
+  }
+}
+
 std::vector<const Communicator*> Trainer::own_groups() const {
   if (!zero_) return {};
   return {&zero_->shard_comm(), &zero_->replica_comm()};
@@ -244,6 +254,7 @@ double Trainer::pipeline_evaluate() {
 }
 
 double Trainer::evaluate() {
+  TraceSpan span(trace_, TraceKind::phase, "evaluate");
   if (pipeline_) return pipeline_evaluate();
   const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
   StepContext ctx = context(false);
@@ -257,6 +268,8 @@ double Trainer::evaluate() {
 }
 
 StepResult Trainer::step(int64_t s) {
+  if (trace_) trace_->begin_step(s);
+  TraceSpan span(trace_, TraceKind::step, "step");
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
   const int dp_rank = grid_.dp().rank();
@@ -409,6 +422,7 @@ std::string Trainer::layout_json() const {
 }
 
 void Trainer::save(Checkpointer& ckpt, int64_t step) {
+  TraceSpan span(trace_, TraceKind::phase, "checkpoint");
   timer_.enter(Phase::other);
   CheckpointMeta meta;
   meta.step = step;

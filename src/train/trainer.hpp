@@ -72,6 +72,10 @@ class Trainer {
   std::string layout_json() const;
   // The pipeline executor (null with parallel.pp = 1).
   const pp::Executor* pipeline() const { return pipeline_.get(); }
+  // Steps, phases, pipeline passes and messages, and the collectives of the groups the
+  // trainer made itself become spans of trace (null: none); ProcessGrid::set_trace covers
+  // the grid's groups.
+  void set_trace(Trace* trace);
   int64_t steps() const { return steps_; }
 
  private:
@@ -118,6 +122,7 @@ class Trainer {
   };
   std::vector<WholeParam> whole_model_;
   PhaseTimer timer_;
+  Trace* trace_ = nullptr;
 };
 
 }  // namespace tessera
