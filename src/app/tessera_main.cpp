@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "core/deck.hpp"
 #include "core/schema.hpp"
 #include "io/run_log.hpp"
+#include "io/trace_file.hpp"
 #include "train/stop_signal.hpp"
 #include "train/trainer.hpp"
 
@@ -90,7 +92,14 @@ int main(int argc, char** argv) {
       if (layout_only) return;
     }
     require_implemented(d);
+    // output.trace: made first so that it outlives everything that records into it.
+    const std::unique_ptr<tessera::TraceFile> trace = tessera::TraceFile::open(deck, grid);
     tessera::Trainer trainer(deck, grid);
+    if (trace) {
+      grid.set_trace(&trace->trace());
+      trainer.set_trace(&trace->trace());
+      trace->set_layout(trainer.layout_json());
+    }
     tessera::Checkpointer checkpoints(deck, grid.world());
     const int64_t done = trainer.restore(checkpoints);
     tessera::RunLog log(deck, grid, trainer, done);
@@ -114,6 +123,17 @@ int main(int argc, char** argv) {
       }
     }
     log.finish();
+    if (trace) {
+      trace->write();
+      const tessera::Trace& t = trace->trace();
+      if (rank == 0)
+        std::printf(
+            "trace: %s (and one file per rank), steps %lld-%lld, %zu events on rank 0%s; "
+            "open them in ui.perfetto.dev, or draw the pipeline with tools/trace-plot.py\n",
+            trace->path().c_str(), (long long)t.first_step(), (long long)t.last_step(),
+            t.events().size(),
+            t.dropped() ? tessera::cat(", ", t.dropped(), " dropped (full)").c_str() : "");
+    }
     if (rank == 0 && !stopped_by && last == trainer.steps())
       tessera::write_completion_marker(deck.str("output.dir"), last);
   });

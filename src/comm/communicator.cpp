@@ -98,14 +98,36 @@ Communicator& Communicator::operator=(Communicator&& o) noexcept {
     rank_ = o.rank_;
     size_ = o.size_;
     stats_ = o.stats_;
+    trace_ = o.trace_;
+    trace_group_ = o.trace_group_;
   }
   return *this;
 }
 
-void Communicator::count(int64_t bytes, double t0) {
+void Communicator::count(int64_t bytes, double t0, const char* op) {
+  const double seconds = MPI_Wtime() - t0;
   stats_.calls += 1;
   stats_.bytes += bytes;
-  stats_.seconds += MPI_Wtime() - t0;
+  stats_.seconds += seconds;
+  if (op && trace_) trace_->add_ending_now(TraceKind::collective, op, seconds, trace_group_, bytes);
+}
+
+// MPI caches MPI_TAG_UB on MPI_COMM_WORLD; a communicator split from it need not carry the
+// attribute (Open MPI's do not), and the bound is the implementation's, so the world's applies.
+int Communicator::max_tag() const {
+  for (MPI_Comm c : {comm_, MPI_COMM_WORLD}) {
+    if (c == MPI_COMM_NULL) continue;
+    void* value = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(c, MPI_TAG_UB, &value, &found);
+    if (found && value) return *static_cast<int*>(value);
+  }
+  return 32767;  // the least MPI guarantees
+}
+
+void Communicator::set_trace(Trace* trace) {
+  trace_ = trace;
+  trace_group_ = trace ? trace->intern(name_) : -1;
 }
 
 void Communicator::check_peer(int peer, const char* what) const {
@@ -129,7 +151,7 @@ void Communicator::reduce_impl(void* buf, int64_t n, MPI_Datatype type, int64_t 
     const int cnt = int(std::min(chunk, n - off));
     MPI_Allreduce(MPI_IN_PLACE, p + off * elem_bytes, cnt, type, mpi_op(op), comm_);
   }
-  count(n * elem_bytes, t0);
+  count(n * elem_bytes, t0, "all_reduce");
 }
 
 void Communicator::all_reduce(float* buf, int64_t n, ReduceOp op) {
@@ -154,7 +176,7 @@ Request Communicator::all_reduce_async(float* buf, int64_t n) {
   const double t0 = MPI_Wtime();
   MPI_Request r;
   MPI_Iallreduce(MPI_IN_PLACE, buf, cnt, MPI_FLOAT, MPI_SUM, comm_, &r);
-  count(n * 4, t0);
+  count(n * 4, t0, "all_reduce_async");
   return Request(r, &stats_);
 }
 
@@ -168,7 +190,7 @@ void Communicator::broadcast(void* buf, int64_t bytes, int root) {
   char* p = static_cast<char*>(buf);
   for (int64_t off = 0; off < bytes; off += g_chunk_limit)
     MPI_Bcast(p + off, int(std::min(g_chunk_limit, bytes - off)), MPI_BYTE, root, comm_);
-  count(bytes, t0);
+  count(bytes, t0, "broadcast");
 }
 
 void Communicator::broadcast(float* buf, int64_t n, int root) {
@@ -178,7 +200,7 @@ void Communicator::broadcast(float* buf, int64_t n, int root) {
   const double t0 = MPI_Wtime();
   for (int64_t off = 0; off < n; off += g_chunk_limit)
     MPI_Bcast(buf + off, int(std::min(g_chunk_limit, n - off)), MPI_FLOAT, root, comm_);
-  count(n * 4, t0);
+  count(n * 4, t0, "broadcast");
 }
 
 Request Communicator::broadcast_async(float* buf, int64_t n, int root) {
@@ -188,7 +210,7 @@ Request Communicator::broadcast_async(float* buf, int64_t n, int root) {
   const double t0 = MPI_Wtime();
   MPI_Request r;
   MPI_Ibcast(buf, cnt, MPI_FLOAT, root, comm_, &r);
-  count(n * 4, t0);
+  count(n * 4, t0, "broadcast_async");
   return Request(r, &stats_);
 }
 
@@ -209,7 +231,7 @@ void Communicator::reduce_scatter(const float* in, float* out, int64_t n) {
                    MPI_SUM, r, comm_);
     }
   }
-  count(n * size_ * 4, t0);
+  count(n * size_ * 4, t0, "reduce_scatter");
 }
 
 Request Communicator::reduce_scatter_async(const float* in, float* out, int64_t n) {
@@ -221,7 +243,7 @@ Request Communicator::reduce_scatter_async(const float* in, float* out, int64_t 
   const double t0 = MPI_Wtime();
   MPI_Request r;
   MPI_Ireduce_scatter_block(in, out, cnt, MPI_FLOAT, MPI_SUM, comm_, &r);
-  count(n * size_ * 4, t0);
+  count(n * size_ * 4, t0, "reduce_scatter_async");
   return Request(r, &stats_);
 }
 
@@ -247,7 +269,7 @@ void Communicator::all_gather(const float* in, float* out, int64_t n) {
       MPI_Type_free(&block);
     }
   }
-  count(n * 4, t0);
+  count(n * 4, t0, "all_gather");
 }
 
 Request Communicator::all_gather_async(const float* in, float* out, int64_t n) {
@@ -259,7 +281,7 @@ Request Communicator::all_gather_async(const float* in, float* out, int64_t n) {
   const double t0 = MPI_Wtime();
   MPI_Request r;
   MPI_Iallgather(gather_send(in, out, n), cnt, MPI_FLOAT, out, cnt, MPI_FLOAT, comm_, &r);
-  count(n * 4, t0);
+  count(n * 4, t0, "all_gather_async");
   return Request(r, &stats_);
 }
 
@@ -279,7 +301,7 @@ void Communicator::all_to_all(const float* in, float* out, int64_t n) {
       MPI_Type_free(&block);
     }
   }
-  count(n * size_ * 4, t0);
+  count(n * size_ * 4, t0, "all_to_all");
 }
 
 Request Communicator::all_to_all_async(const float* in, float* out, int64_t n) {
@@ -291,7 +313,7 @@ Request Communicator::all_to_all_async(const float* in, float* out, int64_t n) {
   const double t0 = MPI_Wtime();
   MPI_Request r;
   MPI_Ialltoall(in, cnt, MPI_FLOAT, out, cnt, MPI_FLOAT, comm_, &r);
-  count(n * size_ * 4, t0);
+  count(n * size_ * 4, t0, "all_to_all_async");
   return Request(r, &stats_);
 }
 
@@ -329,7 +351,7 @@ void Communicator::all_to_allv(const float* in, std::span<const int64_t> send_co
   const int* a = v.all.data();
   const double t0 = MPI_Wtime();
   MPI_Alltoallv(in, a, a + size_, MPI_FLOAT, out, a + 2 * size_, a + 3 * size_, MPI_FLOAT, comm_);
-  count(v.sent * 4, t0);
+  count(v.sent * 4, t0, "all_to_allv");
 }
 
 Request Communicator::all_to_allv_async(const float* in, std::span<const int64_t> send_counts,
@@ -346,7 +368,7 @@ Request Communicator::all_to_allv_async(const float* in, std::span<const int64_t
   MPI_Request r;
   MPI_Ialltoallv(in, a, a + size_, MPI_FLOAT, out, a + 2 * size_, a + 3 * size_, MPI_FLOAT, comm_,
                  &r);
-  count(v.sent * 4, t0);
+  count(v.sent * 4, t0, "all_to_allv_async");
   return Request({r}, &stats_, std::move(v.all));
 }
 
@@ -389,7 +411,14 @@ Request Communicator::irecv(float* buf, int64_t n, int peer, int tag) {
 }
 
 void Communicator::barrier() {
-  if (size_ > 1) MPI_Barrier(comm_);
+  if (size_ == 1) return;
+  if (!trace_) {
+    MPI_Barrier(comm_);
+    return;
+  }
+  const double t0 = MPI_Wtime();
+  MPI_Barrier(comm_);
+  trace_->add_ending_now(TraceKind::collective, "barrier", MPI_Wtime() - t0, trace_group_, 0);
 }
 
 // ---- Request --------------------------------------------------------------------------------

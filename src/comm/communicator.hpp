@@ -19,6 +19,10 @@
 // A size-1 communicator short-circuits the collectives: out = in copied locally, nothing
 // counted. Point-to-point calls always go through MPI (a send to self needs a posted recv).
 //
+// With a Trace attached (set_trace), every collective that is counted, and barrier(), is
+// also a span on the trace's collective lane: the operation's name, this group's name and
+// the bytes counted; a non-blocking one spans its posting only.
+//
 // Sizes are elements, not bytes, except broadcast(void*, bytes). Equal-count collectives
 // accept any int64_t count when blocking (they run in chunks of at most chunk_limit()
 // elements); their non-blocking forms, the v-variants and point-to-point reject counts
@@ -31,6 +35,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include "core/trace.hpp"
 
 namespace tessera {
 
@@ -78,6 +84,11 @@ class Communicator {
   const std::string& name() const { return name_; }
   const TrafficStats& stats() const { return stats_; }
   MPI_Comm raw() const { return comm_; }
+  // The largest message tag this communicator accepts: MPI_TAG_UB (its own attribute, else
+  // MPI_COMM_WORLD's, where MPI caches it), at least 32767.
+  int max_tag() const;
+  // Collectives become spans of trace (null: none); names this group in it.
+  void set_trace(Trace* trace);
   // Ranks with the same color form a new group, numbered by key (collective).
   Communicator split(int color, int key, std::string name) const;
 
@@ -133,12 +144,16 @@ class Communicator {
   void reduce_impl(void* buf, int64_t n, MPI_Datatype type, int64_t elem_bytes, ReduceOp op);
   void check_peer(int peer, const char* what) const;
   const void* gather_send(const float* in, float* out, int64_t n) const;
-  void count(int64_t bytes, double t0);
+  // Counts one operation that began at MPI_Wtime() t0; a collective names itself (op) for
+  // the trace.
+  void count(int64_t bytes, double t0, const char* op = nullptr);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::string name_;
   int rank_ = 0, size_ = 1;
   TrafficStats stats_;
+  Trace* trace_ = nullptr;
+  int16_t trace_group_ = -1;
 };
 
 }  // namespace tessera

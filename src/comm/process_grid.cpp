@@ -70,6 +70,11 @@ std::string ProcessGrid::describe() const {
   return os.str();
 }
 
+void ProcessGrid::set_trace(Trace* trace) {
+  world_.set_trace(trace);
+  for (Communicator& g : groups_) g.set_trace(trace);
+}
+
 std::string ProcessGrid::traffic_table(const std::vector<const Communicator*>& extra) const {
   std::ostringstream os;
   char line[128];

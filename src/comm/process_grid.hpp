@@ -29,6 +29,9 @@ class ProcessGrid {
   int node() const { return node_of_rank_[size_t(world_.rank())]; }
   int nodes() const { return nodes_; }
 
+  // Every group's collectives (the world's too) become spans of trace (null: none).
+  void set_trace(Trace* trace);
+
   // The layout for the log: every group with its global ranks and the node of each.
   std::string describe() const;
   // Traffic per group (calls, bytes, seconds) as a table, this rank's counts; extra lists

@@ -167,6 +167,13 @@ std::vector<KeySpec> build_schema() {
            "Directory for run.json and metrics.jsonl (created if missing)."),
       integer("output", "log_every", "1", 1, kMaxInt, "Print a progress line every N steps."),
       boolean("output", "echo_deck", "true", "Print the resolved deck at start (rank 0)."),
+      boolean("output", "trace", "false",
+              "Write each rank's timeline as a Chrome trace (Perfetto, chrome://tracing) to "
+              "OUTPUT_DIR/trace/rankN.json for world rank N: steps, phases, pipeline passes and "
+              "messages, collectives, on one clock agreed at start. tools/trace-plot.py draws "
+              "the pipeline from them."),
+      integer("output", "trace_steps", "3", 1, kMaxInt,
+              "With output.trace: the number of steps traced, from the first step of the run."),
       boolean("output", "compare_plan", "false",
               "End the summary with tessera-plan's predicted step-time split and memory per "
               "category for this run's layout beside the measured ones (doc/planning.md)."),

@@ -12,12 +12,19 @@ void PhaseTimer::enter(Phase p) {
   stop();
   running_ = int(p);
   since_ = Clock::now();
+  traced_ = trace_ && trace_->recording();
+  if (traced_) trace_since_ = trace_->now();
 }
 
 void PhaseTimer::stop() {
-  if (running_ >= 0)
+  if (running_ >= 0) {
     total_[size_t(running_)] += std::chrono::duration<double>(Clock::now() - since_).count();
+    if (traced_)
+      trace_->add({phase_name(Phase(running_)), nullptr, trace_since_, trace_->now(), -1, -1, -1,
+                   -1, -1, -1, TraceKind::phase});
+  }
   running_ = -1;
+  traced_ = false;
 }
 
 double PhaseTimer::total() const {

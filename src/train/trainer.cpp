@@ -156,6 +156,16 @@ void Trainer::sample(int64_t step, int64_t g, int32_t* out) const {
   data_.train_sample(seed_, (step - 1) * geo_.global_batch + g, out);
 }
 
+void Trainer::set_trace(Trace* trace) {
+  trace_ = trace;
+  timer_.set_trace(trace);
+  if (pipeline_) pipeline_->set_trace(trace);
+  if (zero_) {
+    zero_->shard_comm().set_trace(trace);
+    zero_->replica_comm().set_trace(trace);
+  }
+}
+
 std::vector<const Communicator*> Trainer::own_groups() const {
   if (!zero_) return {};
   return {&zero_->shard_comm(), &zero_->replica_comm()};
@@ -261,9 +271,14 @@ double Trainer::pipeline_evaluate() {
   return loss_sum / double(eval_samples_ * T);
 }
 
-double Trainer::evaluate() { return pipeline_evaluate(); }
+double Trainer::evaluate() {
+  TraceSpan span(trace_, TraceKind::phase, "evaluate");
+  return pipeline_evaluate();
+}
 
 StepResult Trainer::step(int64_t s) {
+  if (trace_) trace_->begin_step(s);
+  TraceSpan span(trace_, TraceKind::step, "step");
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t T = cfg_.seq_len;
   StepContext ctx = context(true);
@@ -393,6 +408,7 @@ std::string Trainer::layout_json() const {
 }
 
 void Trainer::save(Checkpointer& ckpt, int64_t step) {
+  TraceSpan span(trace_, TraceKind::phase, "checkpoint");
   timer_.enter(Phase::other);
   CheckpointMeta meta;
   meta.step = step;

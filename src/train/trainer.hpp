@@ -76,12 +76,15 @@ class Trainer {
   // Data-parallel ranks sharing one copy of the model state (ZeRO shard group); 1 without ZeRO.
   int64_t shard_ranks() const { return zero_ ? zero_->shard_comm().size() : 1; }
   std::string layout_json() const;
-  // The pipeline executor (null with parallel.pp = 1).
   // The pipeline executor when there are several stages (every step runs through it; with
   // one stage it is the serial loop and reports no pipeline).
   const pp::Executor* pipeline() const {
     return pipeline_ && pipeline_->shape().stages > 1 ? pipeline_.get() : nullptr;
   }
+  // Steps, phases, pipeline passes and messages, and the collectives of the groups the
+  // trainer made itself become spans of trace (null: none); ProcessGrid::set_trace covers
+  // the grid's groups.
+  void set_trace(Trace* trace);
   int64_t steps() const { return steps_; }
 
  private:
@@ -128,6 +131,7 @@ class Trainer {
   };
   std::vector<WholeParam> whole_model_;
   PhaseTimer timer_;
+  Trace* trace_ = nullptr;
 };
 
 }  // namespace tessera

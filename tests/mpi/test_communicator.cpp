@@ -16,7 +16,9 @@
 #include <tuple>
 #include <vector>
 
+#include "comm/clock_sync.hpp"
 #include "comm/communicator.hpp"
+#include "core/trace.hpp"
 
 namespace tessera {
 namespace {
@@ -263,6 +265,94 @@ TEST(CommunicatorProgress, AllReduceOverlapsCompute) {
     std::printf(
         "[progress] iallreduce of %lld floats on %d ranks: %lld test() polls, %.2f ms (%g)\n",
         (long long)n, P, (long long)polls, ms, sink > 0 ? 1.0 : 0.0);
+}
+
+// MPI_TAG_UB, which the pipeline executor checks its tags against: at least 32767 (MPI
+// guarantees it), the same on every rank and on a sub-communicator.
+TEST(CommunicatorTags, MaxTagIsTheTagUpperBound) {
+  Communicator c = make_comm(false);
+  Communicator s = make_comm(true);
+  const int ub = c.max_tag();
+  EXPECT_GE(ub, 32767);
+  EXPECT_EQ(s.max_tag(), ub);
+  int lo = ub, hi = ub;
+  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(lo, hi);
+  if (c.rank() == 0) std::printf("[tags] MPI_TAG_UB = %d\n", ub);
+}
+
+// With a trace attached, each counted collective (and barrier) is one span on the collective
+// lane with its name, the group's name and the bytes counted; point-to-point calls are not
+// collectives (the pipeline executor records its own), and nothing is recorded outside the
+// traced steps or without a trace.
+TEST(CommunicatorTrace, CollectivesAreSpans) {
+  Communicator c = make_comm(false);
+  const int P = c.size();
+  Trace trace(1);
+  c.set_trace(&trace);
+  std::vector<float> a(4 * size_t(P), 1.f), b(4 * size_t(P));
+  c.all_reduce(a.data(), 4);  // before the first step: not recorded
+  EXPECT_TRUE(trace.events().empty());
+  trace.begin_step(1);
+  c.all_reduce(a.data(), 4);
+  c.all_reduce_async(a.data(), 4).wait();
+  c.reduce_scatter(a.data(), b.data(), 4);
+  c.all_gather(a.data(), b.data(), 4);
+  c.all_to_all(a.data(), b.data(), 1);
+  c.broadcast(a.data(), 3, 0);
+  c.barrier();
+  const int next = (c.rank() + 1) % P, prev = (c.rank() + P - 1) % P;
+  Request r = c.irecv(b.data(), 2, prev, 5);
+  c.isend(a.data(), 2, next, 5).wait();
+  r.wait();
+  const std::vector<std::tuple<std::string, int64_t>> want = {
+      {"all_reduce", 16}, {"all_reduce_async", 16}, {"reduce_scatter", 16 * P},
+      {"all_gather", 16}, {"all_to_all", 4 * P},    {"broadcast", 12},
+      {"barrier", 0}};
+  ASSERT_EQ(trace.events().size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const TraceEvent& e = trace.events()[i];
+    EXPECT_EQ(e.name, std::get<0>(want[i]));
+    EXPECT_EQ(e.bytes, std::get<1>(want[i])) << e.name;
+    EXPECT_EQ(trace.names()[size_t(e.group)], "world");
+    EXPECT_EQ(e.kind, TraceKind::collective);
+    EXPECT_EQ(e.step, 1);
+    EXPECT_LE(e.begin, e.end);
+    if (i > 0) EXPECT_LE(trace.events()[i - 1].begin, e.begin);
+  }
+  trace.begin_step(2);  // past the one traced step
+  c.all_reduce(a.data(), 4);
+  c.set_trace(nullptr);
+  trace.begin_step(1);
+  c.all_reduce(a.data(), 4);
+  EXPECT_EQ(trace.events().size(), want.size());
+}
+
+// The clock agreement recovers a known skew between ranks' clocks: rank r's test clock runs
+// r * 1000 s ahead of rank 0's, so its offset is -r * 1000 s, to within a round trip.
+double g_skew = 0;
+double skewed_clock() {
+  return Trace::steady_seconds() + g_skew;
+}
+
+TEST(ClockSync, RecoversASkewAndAgreesTheOrigin) {
+  Communicator c = make_comm(false);
+  g_skew = 1000.0 * c.rank();
+  const ClockAgreement a = agree_clock(c, skewed_clock);
+  EXPECT_NEAR(a.offset, -g_skew, 0.05);
+  double o[2] = {a.origin, -a.origin};
+  MPI_Allreduce(MPI_IN_PLACE, o, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(o[0], a.origin);  // the same origin on every rank
+  EXPECT_EQ(-o[1], a.origin);
+  // Ranks on one node share the monotonic clock: the offset is exactly 0.
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int node_size = 0;
+  MPI_Comm_size(node, &node_size);
+  MPI_Comm_free(&node);
+  const ClockAgreement same = agree_clock(c, Trace::steady_seconds);
+  if (node_size == c.size()) EXPECT_EQ(same.offset, 0.0);
 }
 
 }  // namespace

@@ -221,9 +221,20 @@ TEST(PlanSearch, LegalityRules) {
   EXPECT_NE(layout_problem(w, l, c, Runtime::megatron, 8).find("not a multiple"),
             std::string::npos);
   l.micro_batch = 1;
+  EXPECT_EQ(layout_problem(w, l, c, Runtime::megatron, 8), "");
+  // tessera runs pipelines (with ZeRO-2/3 too, and layers that do not split evenly), not CP.
+  l.precision = ComputeType::fp32;
+  EXPECT_EQ(layout_problem(w, l, c, Runtime::tessera, 8), "");
+  l.zero = 2;
+  EXPECT_EQ(layout_problem(w, l, c, Runtime::tessera, 8), "");
+  l.zero = 0, l.pp = 3, l.dp = 1, l.tp = 4;
+  EXPECT_EQ(layout_problem(w, l, c, Runtime::tessera, 12), "");
+  l.pp = 2, l.vpp = 8;
+  EXPECT_NE(layout_problem(w, l, c, Runtime::tessera, 8).find("left without layers"),
+            std::string::npos);
+  l.vpp = 1, l.tp = 2, l.cp = 2;
   EXPECT_NE(layout_problem(w, l, c, Runtime::tessera, 8).find("not implemented"),
             std::string::npos);
-  EXPECT_EQ(layout_problem(w, l, c, Runtime::megatron, 8), "");
   EXPECT_EQ(divisors(12), (std::vector<int>{1, 2, 3, 4, 6, 12}));
 }
 

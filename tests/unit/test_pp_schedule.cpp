@@ -275,6 +275,28 @@ TEST(PipelineSchedule, ShapeErrors) {
   EXPECT_NO_THROW(make_schedule(8, 8, 1, K::one_f_one_b));
 }
 
+// The executor checks the step's tags against the pipeline communicator's MPI_TAG_UB.
+TEST(PipelineSchedule, TagLimit) {
+  using K = ScheduleKind;
+  // p = 2, m = 8: tags 0 .. 2 m (C - 1) - 1 = 15.
+  EXPECT_NO_THROW(require_tags({2, 8, 1, K::one_f_one_b}, 15));
+  // p = 4, v = 2 (C = 8), m = 8: tags up to 111.
+  EXPECT_NO_THROW(require_tags({4, 8, 2, K::interleaved}, 111));
+  try {
+    require_tags({4, 8, 2, K::interleaved}, 100);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.collective());
+    EXPECT_NE(std::string(e.what()).find(
+                  "pipeline: 8 micro-batches x 8 model chunks use message tags up to 2 m (C - 1) "
+                  "- 1 = 111, above the largest tag the pipeline communicator accepts "
+                  "(MPI_TAG_UB = 100); use at most 7 micro-batches"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(require_tags({8, 2048, 1, K::one_f_one_b}, 32767));  // 2 m 7 = 28672 tags
+}
+
 TEST(PipelineSchedule, KindNames) {
   for (ScheduleKind k : kAllKinds) EXPECT_EQ(parse_schedule_kind(to_string(k)), k);
   try {

@@ -14,11 +14,7 @@ Executor::Executor(Communicator& pp, const ScheduleShape& shape, int64_t message
   TESSERA_REQUIRE(pp.size() == shape.stages, "pipeline executor: the pipeline group has ",
                   pp.size(), " ranks but the schedule ", shape.stages, " stages");
   ops_ = make_schedule(shape).stages[size_t(stage_)];
-  // Tags stay below 2 m (C - 1); every MPI guarantees tags up to 32767.
-  TESSERA_REQUIRE(2 * int64_t(shape.micro_batches) * (shape.model_chunks() - 1) <= 32767,
-                  "pipeline: ", shape.micro_batches, " micro-batches x ", shape.model_chunks(),
-                  " model chunks need more than the 32767 message tags MPI guarantees; use "
-                  "fewer micro-batches or chunks");
+  require_tags(shape, pp.max_tag());  // tags stay below 2 m (C - 1)
   const size_t n = size_t(shape.micro_batches) * size_t(shape.chunks);
   recv_act_.resize(n), recv_grad_.resize(n), send_act_.resize(n), send_grad_.resize(n);
 }
@@ -46,6 +42,7 @@ void Executor::run(StageWork& work) {
   std::vector<int> slot_of(n, -1);
   std::vector<char> slot_busy;
   const float* out = nullptr;  // output of the last compute, for the send after it
+  const int64_t bytes = message_ * int64_t(sizeof(float));
   last_wait_ = 0, last_compute_ = 0;
   for (const Op& op : ops_) {
     const size_t i = index(op);
@@ -54,6 +51,9 @@ void Executor::run(StageWork& work) {
     switch (op.kind) {
       case Op::recv_act:
       case Op::recv_grad: {
+        TraceSpan span(trace_, TraceKind::p2p, "recv-wait");
+        span.micro(op.micro, op.chunk)
+            .message(op.kind == Op::recv_act ? "activation" : "gradient", op.peer, bytes);
         const auto t0 = std::chrono::steady_clock::now();
         (op.kind == Op::recv_act ? recv_act : recv_grad)[i].wait();
         last_wait_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -66,6 +66,8 @@ void Executor::run(StageWork& work) {
         else *free = 1;
         peak_slots_ = std::max(peak_slots_, int(slot_busy.size()));
         slot_of[i] = slot;
+        TraceSpan span(trace_, TraceKind::compute, "forward");
+        span.micro(op.micro, op.chunk);
         const auto t0 = std::chrono::steady_clock::now();
         out = work.forward(op.micro, op.chunk, slot,
                            model_chunk == 0 ? nullptr : buffer(recv_act_, op.micro, op.chunk).f32());
@@ -76,6 +78,8 @@ void Executor::run(StageWork& work) {
         const int slot = slot_of[i];
         TESSERA_REQUIRE_LOCAL(slot >= 0, "pipeline executor: backward before forward of micro-batch ",
                               op.micro, " chunk ", op.chunk);
+        TraceSpan span(trace_, TraceKind::compute, "backward");
+        span.micro(op.micro, op.chunk);
         const auto t0 = std::chrono::steady_clock::now();
         out = work.backward(op.micro, op.chunk, slot,
                             model_chunk == C - 1 ? nullptr
@@ -89,6 +93,9 @@ void Executor::run(StageWork& work) {
       case Op::send_grad: {
         TESSERA_REQUIRE_LOCAL(out != nullptr, "pipeline executor: nothing to send at ",
                               to_string(op.kind), " of micro-batch ", op.micro);
+        TraceSpan span(trace_, TraceKind::p2p, "send");
+        span.micro(op.micro, op.chunk)
+            .message(op.kind == Op::send_act ? "activation" : "gradient", op.peer, bytes);
         Buffer& b = buffer(op.kind == Op::send_act ? send_act_ : send_grad_, op.micro, op.chunk);
         std::memcpy(b.f32(), out, size_t(message_) * sizeof(float));
         sends.push_back(pp_.isend(b.f32(), message_, op.peer,
@@ -98,7 +105,10 @@ void Executor::run(StageWork& work) {
       }
     }
   }
-  for (Request& r : sends) r.wait();
+  {
+    TraceSpan span(trace_, TraceKind::p2p, "send-wait");
+    for (Request& r : sends) r.wait();
+  }
   total_wait_ += last_wait_;
   total_compute_ += last_compute_;
 }

@@ -5,6 +5,10 @@
 // its own and starts an isend, and all sends are waited at the end of the step (1f1b and
 // interleaved deadlock with blocking sends, doc/pipeline.md).
 //
+// With a Trace (set_trace), every pass is a span (forward/backward with its micro-batch and
+// local chunk), and so are each send (the copy and the isend), each recv wait and the wait
+// on the step's sends at its end, with the message, the peer stage and the bytes.
+//
 // Activation slots: a forward takes the lowest free slot and its backward frees it, so a
 // stage holds at most peak_activations_formula slots of saved state at once.
 #pragma once
@@ -13,6 +17,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "core/trace.hpp"
 #include "parallel/pp/schedule.hpp"
 #include "tensor/tensor.hpp"
 
@@ -35,9 +40,11 @@ class StageWork {
 class Executor {
  public:
   // message: floats in one activation (= one gradient) message, the same on every stage.
+  // The step's message tags must fit the pipeline communicator's MPI_TAG_UB (require_tags).
   Executor(Communicator& pp, const ScheduleShape& shape, int64_t message, Allocator& alloc);
 
   void run(StageWork& work);
+  void set_trace(Trace* trace) { trace_ = trace; }
 
   const ScheduleShape& shape() const { return shape_; }
   // Seconds the last step spent waiting in recv waits, and over all steps.
@@ -61,6 +68,7 @@ class Executor {
   std::vector<Buffer> recv_act_, recv_grad_, send_act_, send_grad_;
   double last_wait_ = 0, total_wait_ = 0, last_compute_ = 0, total_compute_ = 0;
   int peak_slots_ = 0;
+  Trace* trace_ = nullptr;
 };
 
 }  // namespace tessera::pp

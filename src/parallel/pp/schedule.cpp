@@ -131,6 +131,17 @@ int message_tag(const ScheduleShape& shape, const Message& msg) {
   return (msg.micro * (shape.model_chunks() - 1) + msg.boundary) * 2 + (msg.grad ? 1 : 0);
 }
 
+void require_tags(const ScheduleShape& shape, int64_t max_tag) {
+  const int64_t m = shape.micro_batches, C = shape.model_chunks();
+  const int64_t largest = 2 * m * (C - 1) - 1;
+  TESSERA_REQUIRE(largest <= max_tag, "pipeline: ", m, " micro-batches x ", C,
+                  " model chunks use message tags up to 2 m (C - 1) - 1 = ", largest,
+                  ", above the largest tag the pipeline communicator accepts (MPI_TAG_UB = ",
+                  max_tag, "); use at most ", (max_tag + 1) / (2 * std::max<int64_t>(1, C - 1)),
+                  " micro-batches (train.global_batch / (train.micro_batch x dp)) or fewer "
+                  "chunks");
+}
+
 namespace {
 
 struct Pass {

@@ -128,8 +128,12 @@ struct Message {
 Message message_of(const ScheduleShape& shape, int stage, const Op& op);
 
 // A tag unique to each message of a step: (micro * (C - 1) + boundary) * 2 + grad. It is
-// below 2 m (C - 1); an executor must check it against MPI_TAG_UB (at least 32767), or use
+// below 2 m (C - 1); an executor must check it against MPI_TAG_UB (require_tags), or use
 // one tag per direction, which the pairing guarantee above makes safe too.
 int message_tag(const ScheduleShape& shape, const Message& msg);
+
+// A collective error when the largest tag of a step, 2 m (C - 1) - 1, is above max_tag (the
+// pipeline communicator's MPI_TAG_UB, at least 32767).
+void require_tags(const ScheduleShape& shape, int64_t max_tag);
 
 }  // namespace tessera::pp
