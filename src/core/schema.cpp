@@ -116,6 +116,11 @@ std::vector<KeySpec> build_schema() {
       integer("parallel", "pp_virtual", "1", 1, 1 << 10,
               "Model chunks per pipeline stage (v): 1 for gpipe and 1f1b, >= 2 for the "
               "interleaved schedule, whose bubble is (pp - 1) / (v x micro-batches)."),
+      {"parallel", "pp_layers", KeyType::string, "balanced", false, 0, 0, {},
+       "How the layers are cut into the pp x pp_virtual model chunks: balanced (by training "
+       "FLOPs, the embedding and the head counted: the cut whose most expensive chunk is "
+       "cheapest), even (the same number each; model.layers must be a multiple), or a "
+       "comma-separated list of layers per model chunk, e.g. 3,3,2 (doc/pipeline.md)."},
       integer("parallel", "dp", "0", 0, 1 << 20,
               "Data-parallel degree; 0 (auto) is ranks / (tp x cp x pp). tp x cp x dp x pp must "
               "equal the number of ranks."),

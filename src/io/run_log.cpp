@@ -280,6 +280,7 @@ void RunLog::finish() {
     f.zero_inflight = int(deck_.integer("parallel.zero_inflight"));
     f.pp = int(deck_.integer("parallel.pp")), f.pp_virtual = int(deck_.integer("parallel.pp_virtual"));
     f.gpipe = deck_.str("parallel.pp_schedule") == "gpipe";
+    f.pp_layers = deck_.str("parallel.pp_layers");
     for (size_t i = 0; i < 6; ++i) f.phase_seconds[i] = phase_sum[i] / n, f.memory_peak[i] = mem[i];
     std::printf("%s", plan_comparison(f).c_str());
   }

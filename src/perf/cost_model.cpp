@@ -8,6 +8,7 @@
 #include "perf/compute_model.hpp"
 #include "perf/memory.hpp"
 #include "perf/tessera_memory.hpp"
+#include "parallel/pp/stage_layers.hpp"
 
 namespace tessera {
 
@@ -80,9 +81,13 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
     return cat("tp = ", l.tp, " does not divide the MLP hidden size ", c.ffn_hidden);
   // tessera balances layers that do not split evenly (pp/stage_layers.hpp); the searched
   // runtimes cut them evenly.
-  if (rt == Runtime::tessera && c.layers < int64_t(l.pp) * l.vpp)
-    return cat("pp x v = ", l.pp * l.vpp, " model chunks for ", c.layers,
-               " layers: a stage would be left without layers");
+  if (rt == Runtime::tessera && l.pp > 1) {
+    try {
+      (void)pp::split_layers(c, l.pp * l.vpp, w.pp_layers);
+    } catch (const Error& e) {
+      return e.what();
+    }
+  }
   if (rt != Runtime::tessera && c.layers % (int64_t(l.pp) * l.vpp) != 0)
     return cat("pp x v = ", l.pp * l.vpp, " does not divide the ", c.layers, " layers");
   if (l.vpp > 1 && l.pp == 1) return "v > 1 (interleaving) needs pp > 1";
@@ -181,7 +186,7 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   if (rt == Runtime::tessera && l.pp > 1) {
     ModelConfig tc = c;
     tc.tp = {l.tp, 0, l.seq_parallel};
-    const TesseraStageMemory sm = tessera_pipeline_memory(tc, l, m, w.zero_inflight);
+    const TesseraStageMemory sm = tessera_pipeline_memory(tc, l, m, w.zero_inflight, w.pp_layers);
     e.memory = sm.memory;
     e.params_per_rank = sm.params;
   } else if (rt == Runtime::tessera) {

@@ -58,6 +58,7 @@ struct Workload {
   bool flash_attention = true;  // attention scores never stored (FlashAttention)
   bool dropout = false;         // dropout layers (and their masks) as in GPT-3/Megatron
   int zero_inflight = 2;        // runtime tessera: parallel.zero_inflight
+  std::string pp_layers = "balanced";  // runtime tessera: parallel.pp_layers
 };
 
 // Sequences per model replica per step and micro-batches per step for a layout; 0 when the

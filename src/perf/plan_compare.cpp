@@ -54,6 +54,7 @@ std::string plan_comparison(const RunFacts& run) {
   w.cfg.tp = TensorParallel{};
   w.global_batch = run.global_batch;
   w.zero_inflight = run.zero_inflight;
+  w.pp_layers = run.pp_layers;
   Layout l;
   l.tp = int(run.cfg.tp.size);
   l.seq_parallel = run.cfg.tp.sequence_parallel && l.tp > 1;

@@ -27,6 +27,7 @@ struct RunFacts {
   int zero_inflight = 2;  // parallel.zero_inflight
   int pp = 1, pp_virtual = 1;
   bool gpipe = false;  // parallel.pp_schedule = gpipe
+  std::string pp_layers = "balanced";
 };
 
 // Streaming (triad) bandwidth of this process, bytes/s.

@@ -121,7 +121,7 @@ double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64
 }
 
 TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l, int64_t m,
-                                           int inflight) {
+                                           int inflight, const std::string& pp_layers) {
   const int N = l.shard_ranks(), head = int(c.layers) + 1;
   const pp::ScheduleShape shape{
       l.pp, int(m), l.vpp,
@@ -129,6 +129,7 @@ TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l
       : l.vpp > 1                       ? pp::ScheduleKind::interleaved
                                         : pp::ScheduleKind::one_f_one_b};
   const pp::Schedule schedule = pp::make_schedule(shape);
+  const std::vector<int64_t> sizes = pp::split_layers(c, shape.model_chunks(), pp_layers);
   const TesseraParts parts = tessera_parts(c, l.zero, N);
   const double align = l.zero >= 1 ? 16.0 * N : 16.0;
   const double copy = std::ceil(round16(double(c.vocab_padded) / c.tp.size * double(c.d_model)) /
@@ -143,7 +144,7 @@ TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l
   TesseraStageMemory out;
   MemoryBreakdown& peak = out.memory;
   for (int s = 0; s < l.pp; ++s) {
-    const std::vector<pp::ChunkLayers> chunks = pp::stage_layers(c.layers, l.pp, l.vpp, s);
+    const std::vector<pp::ChunkLayers> chunks = pp::stage_layers(sizes, l.pp, s);
     ZeroSteps z;
     z.size.assign(size_t(head + 1), 0.0);
     z.tied = c.tie_embeddings;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,6 @@ struct TesseraStageMemory {
   double params = 0;
 };
 TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l, int64_t m,
-                                           int inflight);
+                                           int inflight, const std::string& pp_layers);
 
 }  // namespace tessera

@@ -29,6 +29,7 @@ Workload workload_from_deck(const Deck& deck) {
   w.cfg = ModelConfig::from_deck(deck);
   w.global_batch = deck.integer("train.global_batch");
   w.zero_inflight = int(deck.integer("parallel.zero_inflight"));
+  w.pp_layers = deck.str("parallel.pp_layers");
   TESSERA_REQUIRE(w.global_batch > 0, "train.global_batch is 0 in '", deck.origin(),
                   "'; the planner needs the sequences per optimizer step (set it in the deck "
                   "or pass --train.global_batch=N)");

@@ -230,7 +230,7 @@ TEST(PlanSearch, LegalityRules) {
   l.zero = 0, l.pp = 3, l.dp = 1, l.tp = 4;
   EXPECT_EQ(layout_problem(w, l, c, Runtime::tessera, 12), "");
   l.pp = 2, l.vpp = 8;
-  EXPECT_NE(layout_problem(w, l, c, Runtime::tessera, 8).find("left without layers"),
+  EXPECT_NE(layout_problem(w, l, c, Runtime::tessera, 8).find("without layers"),
             std::string::npos);
   l.vpp = 1, l.tp = 2, l.cp = 2;
   EXPECT_NE(layout_problem(w, l, c, Runtime::tessera, 8).find("not implemented"),

@@ -444,30 +444,115 @@ TEST(PipelineSchedule, TimelinesInDoc) {
 }  // namespace
 }  // namespace tessera::pp
 
-// Stage partitioning: layers cut into v p model chunks, the remainder in the middle chunks.
+// Stage partitioning: layers cut into v p model chunks, balanced by cost, even, or listed.
+#include <functional>
+#include <random>
 #include "parallel/pp/stage_layers.hpp"
 
 namespace tessera::pp {
 namespace {
 
-TEST(PipelineStages, ChunkSizesEvenAndRemainderInTheMiddle) {
-  EXPECT_EQ(chunk_sizes(8, 4), (std::vector<int64_t>{2, 2, 2, 2}));
-  EXPECT_EQ(chunk_sizes(5, 4), (std::vector<int64_t>{1, 1, 2, 1}));
-  EXPECT_EQ(chunk_sizes(6, 4), (std::vector<int64_t>{1, 2, 2, 1}));
-  EXPECT_EQ(chunk_sizes(7, 4), (std::vector<int64_t>{1, 2, 2, 2}));
-  EXPECT_EQ(chunk_sizes(3, 1), (std::vector<int64_t>{3}));
-  try {
-    chunk_sizes(2, 4);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("a stage would be left without layers"), std::string::npos)
-        << e.what();
-  }
+// A cost-balanced cut with uniform blocks and a free embedding and head is the even one.
+TEST(PipelineStages, BalancedWithoutHeadCostIsEven) {
+  EXPECT_EQ(balanced_chunk_sizes(8, 4, {0, 1, 0}), (std::vector<int64_t>{2, 2, 2, 2}));
+  EXPECT_EQ(balanced_chunk_sizes(3, 1, {0, 1, 0}), (std::vector<int64_t>{3}));
+  // 6 blocks in 4 chunks: two chunks must take 2; the most expensive chunk costs 2 either way
+  // and the sum of squares is the same, so the first cut found (earliest chunks first) wins.
+  const std::vector<int64_t> six = balanced_chunk_sizes(6, 4, {0, 1, 0});
+  EXPECT_EQ(six.size(), 4u);
+  EXPECT_EQ(*std::max_element(six.begin(), six.end()), 2);
+}
+
+// The head counts: at 2.5 blocks the last chunk gets 1 block (cost 3.5) and the others
+// share the rest, so no chunk costs more than the last one must.
+TEST(PipelineStages, BalancedGivesTheHeadChunkFewerBlocks) {
+  const std::vector<int64_t> s = balanced_chunk_sizes(10, 4, {0, 1, 2.5});
+  EXPECT_EQ(s.back(), 1);
+  EXPECT_EQ(s[0] + s[1] + s[2], 9);
+  for (size_t c = 0; c + 1 < s.size(); ++c) EXPECT_EQ(s[c], 3);
+  // The embedding counts as well: a costly embedding takes blocks from chunk 0.
+  const std::vector<int64_t> e = balanced_chunk_sizes(8, 2, {2, 1, 0});
+  EXPECT_EQ(e, (std::vector<int64_t>{3, 5}));
+}
+
+// Against brute force: every cut of L <= 9 blocks into C <= 4 chunks, random costs; the
+// balanced cut's most expensive chunk is the least possible.
+TEST(PipelineStages, BalancedIsOptimalAgainstEveryCut) {
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<double> u(0, 3);
+  for (int C = 1; C <= 4; ++C)
+    for (int64_t L = C; L <= 9; ++L)
+      for (int trial = 0; trial < 5; ++trial) {
+        const ChunkCosts k{u(gen), 1, u(gen)};
+        auto worst = [&](const std::vector<int64_t>& s) {
+          double w = 0;
+          for (int c = 0; c < C; ++c)
+            w = std::max(w, double(s[size_t(c)]) * k.block + (c == 0 ? k.embedding : 0) +
+                                (c == C - 1 ? k.head : 0));
+          return w;
+        };
+        double best = 1e30;
+        std::vector<int64_t> s(size_t(C), 1);
+        std::function<void(int, int64_t)> each = [&](int c, int64_t left) {
+          if (c == C - 1) {
+            s[size_t(c)] = left;
+            best = std::min(best, worst(s));
+            return;
+          }
+          for (int64_t n = 1; n <= left - (C - 1 - c); ++n) s[size_t(c)] = n, each(c + 1, left - n);
+        };
+        each(0, L);
+        const std::vector<int64_t> got = balanced_chunk_sizes(L, C, k);
+        int64_t sum = 0;
+        for (int64_t n : got) {
+          EXPECT_GE(n, 1);
+          sum += n;
+        }
+        EXPECT_EQ(sum, L);
+        EXPECT_NEAR(worst(got), best, 1e-9) << "L " << L << " C " << C;
+      }
+}
+
+// A GPT-2-small-like head (vocabulary 50304 x 768 against 12 x 768^2 blocks) weighs about
+// four blocks, so with 12 layers on 4 stages the last stage runs fewer of them.
+TEST(PipelineStages, Gpt2SmallHeadTakesLayersFromTheLastStage) {
+  ModelConfig c;
+  c.arch = Arch::gpt2, c.layers = 12, c.d_model = 768, c.heads = 12, c.kv_heads = 12;
+  c.head_dim = 64, c.ffn_hidden = 3072, c.vocab = 50257, c.vocab_padded = 50304, c.seq_len = 1024;
+  const ChunkCosts k = chunk_costs(c);
+  EXPECT_GT(k.head / k.block, 3.0);
+  const std::vector<int64_t> s = split_layers(c, 4, "balanced");
+  EXPECT_EQ(s.back(), 1);
+  EXPECT_EQ(split_layers(c, 4, "even"), (std::vector<int64_t>{3, 3, 3, 3}));
+  EXPECT_EQ(split_layers(c, 4, "4,4,3,1"), (std::vector<int64_t>{4, 4, 3, 1}));
+}
+
+TEST(PipelineStages, SplitErrorsSayWhatIsWrong) {
+  ModelConfig c;
+  c.layers = 6, c.d_model = 8, c.heads = 2, c.kv_heads = 2, c.head_dim = 4, c.ffn_hidden = 16;
+  c.vocab = c.vocab_padded = 32, c.seq_len = 4;
+  auto error = [&](int C, const char* spec) -> std::string {
+    try {
+      split_layers(c, C, spec);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(error(8, "balanced").find("a stage would be left without layers"), std::string::npos);
+  EXPECT_NE(error(4, "even").find("is not divisible into pp x pp_virtual = 4"), std::string::npos);
+  EXPECT_NE(error(3, "2,2").find("lists 2 model chunks but parallel.pp x parallel.pp_virtual = 3"),
+            std::string::npos);
+  EXPECT_NE(error(3, "2,2,3").find("holds 7 layers but model.layers = 6"), std::string::npos);
+  EXPECT_NE(error(3, "3,3,0").find("a stage would be left without layers"), std::string::npos);
+  EXPECT_NE(error(2, "3,x").find("'x' is not a number"), std::string::npos);
+  EXPECT_EQ(error(3, "even"), "no error");
 }
 
 TEST(PipelineStages, InterleavedStagesHoldEveryPthChunk) {
   // 8 layers, p = 2, v = 2: chunks of 2 layers; stage 0 holds chunks 0 and 2, stage 1 1 and 3.
-  const std::vector<ChunkLayers> s0 = stage_layers(8, 2, 2, 0), s1 = stage_layers(8, 2, 2, 1);
+  const std::vector<int64_t> sizes{2, 2, 2, 2};
+  const std::vector<ChunkLayers> s0 = stage_layers(sizes, 2, 0), s1 = stage_layers(sizes, 2, 1);
   ASSERT_EQ(s0.size(), 2u);
   ASSERT_EQ(s1.size(), 2u);
   EXPECT_EQ(s0[0].first, 0); EXPECT_EQ(s0[0].last, 2); EXPECT_TRUE(s0[0].embedding);

@@ -2,10 +2,21 @@
 // consecutive model chunks; model chunk c lives on stage c % p as local chunk c / p
 // (schedule.hpp). Stage 0's first chunk also runs the embedding, stage p-1's last chunk the
 // final norm and head.
+//
+// How the L blocks are cut (parallel.pp_layers):
+//   balanced  by cost, the embedding and the head counted (the default): the cut that
+//             minimises the most expensive chunk, ties broken towards equal chunks; a head
+//             over a large vocabulary leaves the last chunk fewer blocks (Megatron-LM's
+//             account-for-embedding/loss options do this by counting each as one layer);
+//   even      L / C blocks each; L must be a multiple of C;
+//   a,b,...   C numbers, the blocks of each model chunk in order (they sum to L).
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
+
+#include "model/config.hpp"
 
 namespace tessera::pp {
 
@@ -16,14 +27,24 @@ struct ChunkLayers {
   bool embedding = false, head = false;
 };
 
-// Layers per model chunk for L layers in C chunks: as even as possible, and where L is not a
-// multiple of C the extra layers go to the middle chunks, away from the first chunk (which
-// also runs the embedding) and the last (the head). Collective tessera::Error when a chunk
-// would get no layer (L < C): "a stage left without layers".
-std::vector<int64_t> chunk_sizes(int64_t layers, int model_chunks);
+// Training FLOPs per token of the embedding (0: a lookup), one block and the head (final
+// norm, output projection over the padded vocabulary, cross-entropy): perf/flops.hpp's
+// accounting, per layer.
+struct ChunkCosts {
+  double embedding = 0, block = 1, head = 0;
+};
+ChunkCosts chunk_costs(const ModelConfig& cfg);
 
-// The local chunks of stage `stage` of `stages` with `chunks` chunks per stage, in local
-// order.
-std::vector<ChunkLayers> stage_layers(int64_t layers, int stages, int chunks, int stage);
+// The balanced cut of `layers` blocks into `model_chunks` chunks of at least one block.
+std::vector<int64_t> balanced_chunk_sizes(int64_t layers, int model_chunks, const ChunkCosts& cost);
+
+// Blocks per model chunk as parallel.pp_layers says; a collective tessera::Error, before
+// any work, for a cut that leaves a chunk without blocks ("a stage left without layers"),
+// an even cut that does not divide, or a list of the wrong length or sum.
+std::vector<int64_t> split_layers(const ModelConfig& cfg, int model_chunks, std::string_view spec);
+
+// The local chunks of stage `stage` of `stages`, in local order, for blocks per model chunk
+// `sizes` (C = sizes.size() = stages x chunks per stage).
+std::vector<ChunkLayers> stage_layers(const std::vector<int64_t>& sizes, int stages, int stage);
 
 }  // namespace tessera::pp
