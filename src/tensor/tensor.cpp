@@ -62,26 +62,34 @@ Tensor Tensor::reshaped(Shape s) const {
   return t;
 }
 
+void MemoryLedger::add(size_t bytes, Charge c) {
+  live_[int(c)] += bytes;
+  peak_[int(c)] = std::max(peak_[int(c)], live_[int(c)]);
+  peak_total_ = std::max(peak_total_, live_total());
+}
+
+void MemoryLedger::remove(size_t bytes, Charge c) {
+  live_[int(c)] -= bytes;
+}
+
+size_t MemoryLedger::live_total() const {
+  size_t s = 0;
+  for (size_t x : live_) s += x;
+  return s;
+}
+
 void* Allocator::allocate(size_t bytes, Charge c) {
   const size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded ? rounded : 64);
   if (!p) throw std::bad_alloc();
   std::memset(p, 0, rounded);
-  live_[int(c)] += bytes;
-  peak_[int(c)] = std::max(peak_[int(c)], live_[int(c)]);
-  peak_total_ = std::max(peak_total_, live_total());
+  ledger_.add(bytes, c);
   return p;
 }
 
 void Allocator::release(void* p, size_t bytes, Charge c) {
   std::free(p);
-  live_[int(c)] -= bytes;
-}
-
-size_t Allocator::live_total() const {
-  size_t s = 0;
-  for (size_t x : live_) s += x;
-  return s;
+  ledger_.remove(bytes, c);
 }
 
 Buffer::Buffer(Allocator& alloc, Shape shape, DType dtype, Charge charge)
@@ -96,7 +104,9 @@ Buffer::~Buffer() {
   if (alloc_ && view_.data) alloc_->release(view_.data, bytes_, charge_);
 }
 
-Buffer::Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+Buffer::Buffer(Buffer&& o) noexcept {
+  *this = std::move(o);
+}
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
   if (this != &o) {

@@ -46,11 +46,12 @@ struct Tensor {
   Tensor reshaped(Shape s) const;
 };
 
-// Tracks live and peak bytes per category for one rank.
-class Allocator {
+// Live and peak bytes per category, and the peak of their sum: the bookkeeping shared by the
+// host Allocator and the device pool (tensor/device_pool.hpp).
+class MemoryLedger {
  public:
-  void* allocate(size_t bytes, Charge c);
-  void release(void* p, size_t bytes, Charge c);
+  void add(size_t bytes, Charge c);
+  void remove(size_t bytes, Charge c);
   size_t live(Charge c) const { return live_[int(c)]; }
   size_t peak(Charge c) const { return peak_[int(c)]; }
   size_t live_total() const;
@@ -59,6 +60,21 @@ class Allocator {
  private:
   std::array<size_t, kChargeCount> live_{}, peak_{};
   size_t peak_total_ = 0;
+};
+
+// Host memory: tracks live and peak bytes per category for one rank.
+class Allocator {
+ public:
+  void* allocate(size_t bytes, Charge c);
+  void release(void* p, size_t bytes, Charge c);
+  size_t live(Charge c) const { return ledger_.live(c); }
+  size_t peak(Charge c) const { return ledger_.peak(c); }
+  size_t live_total() const { return ledger_.live_total(); }
+  size_t peak_total() const { return ledger_.peak_total(); }
+  const MemoryLedger& ledger() const { return ledger_; }
+
+ private:
+  MemoryLedger ledger_;
 };
 
 // An owning allocation, charged to a category, 64-byte aligned, zero-filled.

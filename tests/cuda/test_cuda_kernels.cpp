@@ -1,52 +1,367 @@
-// CUDA kernels against the CPU reference on the same inputs. Needs a GPU: without one every
-// test is reported as skipped (label cuda), and the device checks run where one is lent.
+// CUDA kernels against the CPU reference on the same inputs (GEMM and attention are in their own
+// files). Needs a GPU: without one every test is reported as skipped (label cuda), and the
+// device checks run on a GPU machine (bench/gpu-check). Tolerances: cuda_test_util.hpp.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "core/error.hpp"
+#include "cuda_test_util.hpp"
 
 namespace tessera::kernels {
 namespace {
 
-struct DeviceBuffer {
-  float* p = nullptr;
-  explicit DeviceBuffer(const std::vector<float>& host) {
-    EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(float)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  ~DeviceBuffer() { cudaFree(p); }
-  std::vector<float> get(size_t n) const {
-    std::vector<float> h(n);
-    EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-};
+using namespace test_cuda;
+using IVec = std::vector<int32_t>;
 
-TEST(CudaKernels, AdamWMatchesCpu) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+class CudaKernels : public CudaTest {};
+
+IVec random_ids(int64_t n, int32_t lo, int32_t hi, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> dist(lo, hi - 1);
+  IVec ids(static_cast<size_t>(n));
+  for (auto& x : ids) x = dist(gen);
+  return ids;
+}
+
+// ---- context, pool, errors ----------------------------------------------------------------------
+
+TEST_F(CudaKernels, ContextPoolChargesWorkspaceAndCachesBlocks) {
+  DevicePool& pool = ctx().pool();
+  const size_t ws = pool.live(Charge::workspace);
+  EXPECT_GE(ws, size_t(32) << 20);  // the cuBLAS workspace
+  void* a = pool.allocate(1 << 20, Charge::params);
+  EXPECT_EQ(pool.live(Charge::params), size_t(1) << 20);
+  const int64_t raw = pool.raw_allocations();
+  pool.release(a);
+  void* b = pool.allocate(1 << 20, Charge::grads);
+  EXPECT_EQ(b, a);  // reused from the cache
+  EXPECT_EQ(pool.raw_allocations(), raw);
+  pool.release(b);
+  DeviceBuffer buf(pool, Shape{1000}, DType::f32, Charge::activations);
+  EXPECT_EQ(buf.view().space, Space::cuda);
+  std::vector<float> h(1000, 1.0f);
+  ctx().synchronize();
+  ASSERT_EQ(cudaMemcpy(h.data(), buf.f32(), 4000, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (float x : h) EXPECT_EQ(x, 0.0f);  // zero-filled
+}
+
+TEST_F(CudaKernels, ErrorsBecomeTesseraErrors) {
+  // An impossible allocation: the pool reports the category and the live bytes.
+  try {
+    ctx().pool().allocate(size_t(1) << 60, Charge::optimizer);
+    FAIL() << "expected an out-of-memory error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("device out of memory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("optimizer"), std::string::npos) << e.what();
+  }
+  // A CUDA failure names the call.
+  try {
+    cuda::Context bad(cuda::device_count() + 3);
+    FAIL() << "expected an invalid-device error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cudaSetDevice"), std::string::npos) << e.what();
+    EXPECT_FALSE(e.collective());
+  }
+  Dev<float> a(16), c(16);
+  EXPECT_THROW(cuda::matmul(a, a, c, 4, 4, -1, false, false), Error);
+}
+
+TEST(CudaKernelsNoContext, KernelWithoutContextIsAnError) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: CUDA kernels not tested";
+  try {
+    cuda::fill(nullptr, 0.0f, 1);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no current cuda::Context"), std::string::npos);
+  }
+}
+
+// ---- elementwise ------------------------------------------------------------------------------
+
+TEST_F(CudaKernels, ElementwiseMatchCpuExactly) {
+  const int64_t n = 100003, N = 37, C = 129;
+  const FVec x = randn(n, 1), y0 = randn(n, 2), b = randn(C, 3), yb = randn(N * C, 4);
+  Dev<float> dx(x), dy(y0), dfill{size_t(n)}, dcopy{size_t(n)}, db(b), dyb(yb);
+  cuda::fill(dfill, 2.5f, n);
+  cuda::copy(dx, dcopy, n);
+  cuda::add_inplace(dy, dx, n);
+  cuda::bias_add(dyb, db, N, C);
+  FVec fill_ref(n), copy_ref(n), y_ref = y0, yb_ref = yb;
+  fill(fill_ref.data(), 2.5f, n);
+  copy(x.data(), copy_ref.data(), n);
+  add_inplace(y_ref.data(), x.data(), n);
+  bias_add(yb_ref.data(), b.data(), N, C);
+  expect_bitwise(dfill.host(), fill_ref, "fill");
+  expect_bitwise(dcopy.host(), copy_ref, "copy");
+  expect_bitwise(dy.host(), y_ref, "add_inplace");
+  expect_bitwise(dyb.host(), yb_ref, "bias_add");
+  cuda::scale_inplace(dy, -0.37f, n);
+  scale_inplace(y_ref.data(), -0.37f, n);
+  expect_bitwise(dy.host(), y_ref, "scale_inplace");
+}
+
+TEST_F(CudaKernels, SumSquaresMatchesCpu) {
+  for (int64_t n : {1, 1000, 3000017}) {
+    const FVec x = randn(n, uint32_t(n));
+    Dev<float> dx(x);
+    const double want = sum_squares(x.data(), n);
+    // Both sum in double, in different orders: ~n * 1e-16 relative at worst.
+    EXPECT_NEAR(cuda::sum_squares(dx, n), want, 1e-10 * want) << n;
+    Dev<double> total(std::vector<double>{1.5});
+    cuda::sum_squares_accumulate(dx, n, total);
+    cuda::sum_squares_accumulate(dx, n, total);
+    EXPECT_NEAR(total.host()[0], 1.5 + 2 * want, 1e-10 * want) << n;
+  }
+  EXPECT_EQ(cuda::sum_squares(nullptr, 0), 0.0);
+}
+
+TEST_F(CudaKernels, BiasBackwardMatchesCpu) {
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{1, 7}, {300, 129}, {4099, 768}}) {
+    const FVec dy = randn(N * C, 5), db0 = randn(C, 6);
+    Dev<float> ddy(dy), ddb(db0);
+    cuda::bias_backward(ddy, ddb, N, C);
+    FVec db = db0;
+    bias_backward(dy.data(), db.data(), N, C);
+    expect_normwise(ddb.host(), db, kRel, "bias_backward");
+  }
+}
+
+TEST_F(CudaKernels, Bf16CastsRoundToNearestEven) {
+  FVec x = randn(4099, 7, 10.0);
+  x[0] = 1.0f + 1.0f / 256;  // halfway between two bf16 values: rounds to the even one, 1.0
+  x[1] = std::numeric_limits<float>::infinity();
+  x[2] = -0.0f;
+  x[3] = std::numeric_limits<float>::max();  // rounds up to infinity
+  Dev<float> dx(x), back(x.size());
+  Dev<uint16_t> bits(x.size());
+  cuda::to_bf16(dx, bits, int64_t(x.size()));
+  cuda::to_f32(bits, back, int64_t(x.size()));
+  const std::vector<uint16_t> got = bits.host();
+  const FVec round_trip = back.host();
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    const uint16_t want = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    ASSERT_EQ(got[i], want) << i << ": " << x[i];
+    const uint32_t w = uint32_t(want) << 16;
+    float f;
+    std::memcpy(&f, &w, 4);
+    ASSERT_EQ(round_trip[i], f) << i;
+  }
+  EXPECT_EQ(round_trip[0], 1.0f);
+}
+
+// ---- normalisation ----------------------------------------------------------------------------
+
+TEST_F(CudaKernels, RmsNormMatchesCpu) {
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{1, 8}, {67, 768}, {513, 2050}}) {
+    const FVec x = randn(N * C, 11, 2.0, 0.5), w = randn(C, 12, 0.2, 1.0), dy = randn(N * C, 13);
+    const FVec dw0 = randn(C, 14);
+    FVec y(N * C), rstd(N), dx(N * C), dw = dw0;
+    rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), N, C, 1e-5f);
+    rmsnorm_backward(dy.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), N, C);
+    Dev<float> dX(x), dW(w), dY{size_t(N * C)}, dR{size_t(N)}, dDY(dy), dDX{size_t(N * C)},
+        dDW(dw0);
+    cuda::rmsnorm_forward(dX, dW, dY, dR, N, C, 1e-5f);
+    cuda::rmsnorm_backward(dDY, dX, dW, dR, dDX, dDW, N, C);
+    expect_close(dY.host(), y, kRel, "rmsnorm y");
+    expect_close(dR.host(), rstd, kRel, "rmsnorm rstd");
+    expect_close(dDX.host(), dx, kRel, "rmsnorm dx");
+    expect_normwise(dDW.host(), dw, kRel, "rmsnorm dw");
+  }
+}
+
+TEST_F(CudaKernels, LayerNormMatchesCpu) {
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{1, 8}, {67, 768}, {513, 2050}}) {
+    const FVec x = randn(N * C, 21, 2.0, 0.5), w = randn(C, 22, 0.2, 1.0), b = randn(C, 23);
+    const FVec dy = randn(N * C, 24), dw0 = randn(C, 25), db0 = randn(C, 26);
+    FVec y(N * C), mean(N), rstd(N), dx(N * C), dw = dw0, db = db0;
+    layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), N, C,
+                      1e-5f);
+    layernorm_backward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(),
+                       dw.data(), db.data(), N, C);
+    Dev<float> dX(x), dW(w), dB(b), dY{size_t(N * C)}, dM{size_t(N)}, dR{size_t(N)}, dDY(dy),
+        dDX{size_t(N * C)}, dDW(dw0), dDB(db0);
+    cuda::layernorm_forward(dX, dW, dB, dY, dM, dR, N, C, 1e-5f);
+    cuda::layernorm_backward(dDY, dX, dW, dM, dR, dDX, dDW, dDB, N, C);
+    expect_close(dY.host(), y, kRel, "layernorm y");
+    expect_close(dM.host(), mean, kRel, "layernorm mean");
+    expect_close(dR.host(), rstd, kRel, "layernorm rstd");
+    expect_close(dDX.host(), dx, kRel, "layernorm dx");
+    expect_normwise(dDW.host(), dw, kRel, "layernorm dw");
+    expect_normwise(dDB.host(), db, kRel, "layernorm db");
+  }
+}
+
+// ---- activations ------------------------------------------------------------------------------
+
+TEST_F(CudaKernels, SwiGluMatchesCpu) {
+  const int64_t n = 70001;
+  FVec gate = randn(n, 31, 4.0), up = randn(n, 32), dout = randn(n, 33);
+  gate[0] = -100.0f, gate[1] = 100.0f, gate[2] = 0.0f;
+  FVec out(n), dgate(n), dup(n);
+  swiglu_forward(gate.data(), up.data(), out.data(), n);
+  swiglu_backward(dout.data(), gate.data(), up.data(), dgate.data(), dup.data(), n);
+  Dev<float> dG(gate), dU(up), dO{size_t(n)}, dD(dout), dDG{size_t(n)}, dDU{size_t(n)};
+  cuda::swiglu_forward(dG, dU, dO, n);
+  cuda::swiglu_backward(dD, dG, dU, dDG, dDU, n);
+  expect_close(dO.host(), out, kRel, "swiglu out");
+  expect_close(dDG.host(), dgate, kRel, "swiglu dgate");
+  expect_close(dDU.host(), dup, kRel, "swiglu dup");
+}
+
+TEST_F(CudaKernels, GeluMatchesCpu) {
+  const int64_t n = 70001;
+  FVec x = randn(n, 41, 3.0), dy = randn(n, 42);
+  x[0] = -30.0f, x[1] = 30.0f, x[2] = 0.0f;
+  FVec y(n), dx(n);
+  gelu_forward(x.data(), y.data(), n);
+  gelu_backward(dy.data(), x.data(), dx.data(), n);
+  Dev<float> dX(x), dYo{size_t(n)}, dDY(dy), dDX{size_t(n)};
+  cuda::gelu_forward(dX, dYo, n);
+  cuda::gelu_backward(dDY, dX, dDX, n);
+  expect_close(dYo.host(), y, kRel, "gelu y");
+  expect_close(dDX.host(), dx, kRel, "gelu dx");
+}
+
+// ---- rope -------------------------------------------------------------------------------------
+
+TEST_F(CudaKernels, RopeMatchesCpuForwardAndInverse) {
+  const int64_t B = 2, T = 300, H = 3, D = 64, pos0 = 3900;  // positions up to 4199
+  const FVec x = randn(B * T * H * D, 51);
+  for (bool inverse : {false, true}) {
+    FVec want = x;
+    rope(want.data(), B, T, H, D, pos0, 10000.0f, inverse);
+    Dev<float> dx(x);
+    cuda::rope(dx, B, T, H, D, pos0, 10000.0f, inverse);
+    expect_close(dx.host(), want, kRel, inverse ? "rope inverse" : "rope");
+  }
+}
+
+// ---- embedding --------------------------------------------------------------------------------
+
+TEST_F(CudaKernels, EmbeddingMatchesCpuBitwise) {
+  const int64_t V = 300, C = 72, N = 2000;  // many repeated ids
+  const IVec ids = random_ids(N, 0, int32_t(V), 61);
+  const FVec table = randn(V * C, 62), dout = randn(N * C, 63), dtable0 = randn(V * C, 64);
+  FVec out(N * C), dtable = dtable0;
+  embedding_forward(ids.data(), table.data(), out.data(), N, C);
+  embedding_backward(ids.data(), dout.data(), dtable.data(), N, C);
+  Dev<int32_t> dI(ids);
+  Dev<float> dT(table), dO{size_t(N * C)}, dD(dout), dDT(dtable0);
+  cuda::embedding_forward(dI, dT, dO, N, C);
+  cuda::embedding_backward(dI, dD, dDT, N, C);
+  expect_bitwise(dO.host(), out, "embedding out");
+  // Rows added in token order, as on the CPU: the same sums, bit for bit.
+  expect_bitwise(dDT.host(), dtable, "embedding dtable");
+}
+
+TEST_F(CudaKernels, VocabParallelEmbeddingMatchesCpuBitwise) {
+  const int64_t V = 1000, C = 40, N = 3001, v0 = 400, rows = 250;
+  const IVec ids = random_ids(N, 0, int32_t(V), 71);
+  const FVec table = randn(rows * C, 72), dout = randn(N * C, 73), dtable0 = randn(rows * C, 74);
+  FVec out(N * C, -1.0f), dtable = dtable0;
+  embedding_forward_range(ids.data(), table.data(), out.data(), N, C, v0, rows);
+  embedding_backward_range(ids.data(), dout.data(), dtable.data(), N, C, v0, rows);
+  Dev<int32_t> dI(ids);
+  Dev<float> dT(table), dO(FVec(N * C, -1.0f)), dD(dout), dDT(dtable0);
+  cuda::embedding_forward_range(dI, dT, dO, N, C, v0, rows);
+  cuda::embedding_backward_range(dI, dD, dDT, N, C, v0, rows);
+  expect_bitwise(dO.host(), out, "embedding_range out");
+  expect_bitwise(dDT.host(), dtable, "embedding_range dtable");
+}
+
+// ---- cross-entropy ----------------------------------------------------------------------------
+
+TEST_F(CudaKernels, CrossEntropyFusedMatchesCpu) {
+  const int64_t N = 37, V = 50304, V_valid = 50257;
+  const FVec logits = randn(N * V, 81, 3.0);
+  const IVec targets = random_ids(N, 0, int32_t(V_valid), 82);
+  FVec grad = logits, losses(N);
+  cross_entropy_fused(grad.data(), targets.data(), losses.data(), N, V, V_valid, 0.01f);
+  Dev<float> dL(logits), dLoss{size_t(N)};
+  Dev<int32_t> dT(targets);
+  cuda::cross_entropy_fused(dL, dT, dLoss, N, V, V_valid, 0.01f);
+  expect_close(dLoss.host(), losses, kRel, "cross_entropy losses");
+  expect_close(dL.host(), grad, kRel, "cross_entropy grad");
+}
+
+TEST_F(CudaKernels, VocabParallelCrossEntropyMatchesCpu) {
+  // A vocabulary of 1200 split over two "ranks" of 640 columns each, the second padded. The
+  // CPU runs both shards through the three passes, the host standing in for the all-reduces;
+  // the GPU then runs each shard's passes on the same inputs.
+  const int64_t N = 29, V = 640, V_total = 1200;
+  const FVec logits = randn(N * 2 * V, 91, 2.0);
+  const IVec targets = random_ids(N, 0, int32_t(V_total), 92);
+  struct Shard {
+    int64_t v0, V_valid;
+    FVec logits, row_max, target_logit, grad, losses;
+    std::vector<double> sum_exp;
+  };
+  Shard sh[2];
+  FVec gmax(N, -std::numeric_limits<float>::infinity()), gtl(N, 0.0f);
+  std::vector<double> gsum(N, 0.0);
+  for (int r = 0; r < 2; ++r) {
+    Shard& s = sh[r];
+    s.v0 = r * V;
+    s.V_valid = std::min<int64_t>(V, V_total - s.v0);
+    s.logits.resize(N * V);
+    for (int64_t n = 0; n < N; ++n)
+      std::copy_n(logits.begin() + n * 2 * V + s.v0, V, s.logits.begin() + n * V);
+    s.row_max.resize(N);
+    cross_entropy_local_max(s.logits.data(), s.row_max.data(), N, V, s.V_valid);
+    for (int64_t n = 0; n < N; ++n) gmax[n] = std::max(gmax[n], s.row_max[n]);
+  }
+  for (Shard& s : sh) {
+    s.grad = s.logits;
+    s.sum_exp.resize(N);
+    s.target_logit.resize(N);
+    cross_entropy_local_exp(s.grad.data(), targets.data(), gmax.data(), s.sum_exp.data(),
+                            s.target_logit.data(), N, V, s.V_valid, s.v0);
+    for (int64_t n = 0; n < N; ++n) gsum[n] += s.sum_exp[n], gtl[n] += s.target_logit[n];
+  }
+  for (Shard& s : sh) {
+    s.losses.resize(N);
+    cross_entropy_local_finish(s.grad.data(), targets.data(), gsum.data(), gtl.data(),
+                               s.losses.data(), N, V, s.V_valid, s.v0, 0.5f);
+  }
+
+  for (const Shard& s : sh) {
+    Dev<float> dL(s.logits), dMax{size_t(N)}, dGmax(gmax), dTl{size_t(N)}, dGtl(gtl),
+        dLoss{size_t(N)};
+    Dev<double> dSum{size_t(N)}, dGsum(gsum);
+    Dev<int32_t> dT(targets);
+    cuda::cross_entropy_local_max(dL, dMax, N, V, s.V_valid);
+    expect_bitwise(dMax.host(), s.row_max, "local_max");
+    cuda::cross_entropy_local_exp(dL, dT, dGmax, dSum, dTl, N, V, s.V_valid, s.v0);
+    const std::vector<double> got_sum = dSum.host();
+    for (int64_t n = 0; n < N; ++n) EXPECT_NEAR(got_sum[n], s.sum_exp[n], 1e-6 * gsum[n]) << n;
+    expect_bitwise(dTl.host(), s.target_logit, "local_exp target_logit");
+    cuda::cross_entropy_local_finish(dL, dT, dGsum, dGtl, dLoss, N, V, s.V_valid, s.v0, 0.5f);
+    expect_close(dLoss.host(), s.losses, kRel, "local_finish losses");
+    expect_close(dL.host(), s.grad, kRel, "local_finish grad");
+  }
+}
+
+// ---- optimizer --------------------------------------------------------------------------------
+
+TEST_F(CudaKernels, AdamWMatchesCpu) {
   const int64_t n = 100003;
-  std::mt19937 gen(3);
-  std::normal_distribution<float> normal;
-  std::vector<float> p(n), g(n), m(n), v(n);
-  for (int64_t i = 0; i < n; ++i)
-    p[i] = normal(gen), g[i] = normal(gen), m[i] = 0.1f * normal(gen), v[i] = std::abs(normal(gen));
-  DeviceBuffer dp(p), dg(g), dm(m), dv(v);
+  FVec p = randn(n, 101), g = randn(n, 102), m = randn(n, 103, 0.1), v = randn(n, 104);
+  for (float& x : v) x = std::abs(x);
+  Dev<float> dp(p), dg(g), dm(m), dv(v);
   const AdamWArgs args{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f};
   adamw(p.data(), g.data(), m.data(), v.data(), n, args);
-  cuda::adamw(dp.p, dg.p, dm.p, dv.p, n, args);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<float> p_gpu = dp.get(size_t(n)), m_gpu = dm.get(size_t(n));
-  double worst = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    worst = std::max(worst, double(std::abs(p_gpu[i] - p[i])) / (std::abs(p[i]) + 1e-3));
-    worst = std::max(worst, double(std::abs(m_gpu[i] - m[i])) / (std::abs(m[i]) + 1e-3));
-  }
-  EXPECT_LE(worst, 1e-5);
+  cuda::adamw(dp, dg, dm, dv, n, args);
+  expect_close(dp.host(), p, kRel, "adamw p");
+  expect_close(dm.host(), m, kRel, "adamw m");
+  expect_close(dv.host(), v, kRel, "adamw v");
 }
 
 }  // namespace

@@ -1,17 +1,13 @@
+// AdamW with decoupled weight decay on device pointers: the arithmetic of cpu/adamw.cpp.
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <stdexcept>
-#include <string>
 
+#include "kernels/cuda/check.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
 
 namespace tessera::kernels::cuda {
 namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
 
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, float lr,
                              float beta1, float beta2, float eps, float decay, float step_size,
@@ -29,21 +25,15 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64
 
 }  // namespace
 
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-}
-
 void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) {
+  if (n <= 0) return;
   const double bc1 = 1.0 - std::pow(double(a.beta1), double(a.step));
   const double bc2 = 1.0 - std::pow(double(a.beta2), double(a.step));
   const int threads = 256;
-  const int blocks = int(std::min<int64_t>((n + threads - 1) / threads, 65535));
-  adamw_kernel<<<blocks, threads>>>(p, g, m, v, n, a.lr, a.beta1, a.beta2, a.eps,
-                                    1.0f - a.lr * a.weight_decay, float(a.lr / bc1),
-                                    float(1.0 / std::sqrt(bc2)), a.grad_scale);
-  check(cudaGetLastError(), "adamw kernel launch");
+  adamw_kernel<<<detail::grid_for(n, threads), threads, 0, detail::stream()>>>(
+      p, g, m, v, n, a.lr, a.beta1, a.beta2, a.eps, 1.0f - a.lr * a.weight_decay, float(a.lr / bc1),
+      float(1.0 / std::sqrt(bc2)), a.grad_scale);
+  TESSERA_CUDA_LAUNCHED("adamw_kernel");
 }
 
 }  // namespace tessera::kernels::cuda

@@ -1,0 +1,463 @@
+// Causal attention on the GPU, FlashAttention-2 style, in fp32. For query row i of head h
+// (key/value head g = h / (Hq/Hkv)):
+//   s_ij = (scale q_i) . k_j (j <= i),   lse_i = log sum_j exp(s_ij),
+//   out_i = sum_j exp(s_ij - lse_i) v_j.
+// Nothing of size T x T is ever stored: every pass works on 64 x 64 tiles in shared memory.
+//
+// Forward: one block per (query tile, b, h). The block keeps its 64 query rows, scaled, in
+// shared memory and walks the key tiles up to the diagonal; each thread holds 4 rows x 4
+// columns of the score tile and 4 rows x D/16 columns of the output in registers, with the
+// running row maximum and sum (online softmax). Only out and lse are written.
+//
+// Backward, with Dvec_i = dout_i . out_i, P = exp(S - lse), dS = P * (dO V^T - Dvec):
+//   dV = P^T dO,  dK = dS^T (scale Q),  dQ = scale dS K.
+// Two kernels instead of atomics: one block per (key tile, b, kv head) accumulates dK and dV
+// over the query tiles at or after it and over the kv head's query heads (GQA), and one block
+// per (query tile, b, h) accumulates dQ over the key tiles up to the diagonal. Each recomputes
+// its probability tiles from lse. That costs 7 tile products per tile pair instead of 5, but
+// no floating-point atomics: results are deterministic, and every score is computed by the
+// same code (dot_tile: one fused multiply-add chain over d in order) in all three kernels, so
+// the backward recomputes exactly the scores that the forward's lse normalised.
+//
+// Threads: 256 per block, as 16 rows (ty) x 16 columns (tx) of the tile; the 16 threads of one
+// tile row are one half-warp, so row reductions are four shuffles. Shared-memory rows are padded
+// by one float so that column walks hit distinct banks. Head dims up to 128 (padded with zeros
+// to 32, 64 or 128); the largest configuration needs 146 KiB of shared memory per block.
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "kernels/cuda/check.hpp"
+#include "kernels/cuda/cuda_kernels.hpp"
+
+namespace tessera::kernels::cuda {
+namespace {
+
+using detail::stream;
+
+constexpr int kTile = 64;        // query and key tile length
+constexpr int kThreads = 256;    // 16 x 16
+constexpr int kLdp = kTile + 1;  // row stride of the score tiles in shared memory
+
+struct Geometry {
+  int64_t T, Hq, Hkv, D, group;
+  __host__ __device__ int64_t q_at(int64_t b, int64_t t, int64_t h) const {
+    return ((b * T + t) * Hq + h) * D;
+  }
+  __host__ __device__ int64_t kv_at(int64_t b, int64_t t, int64_t g) const {
+    return ((b * T + t) * Hkv + g) * D;
+  }
+  __host__ __device__ int64_t stat_at(int64_t b, int64_t h, int64_t t) const {
+    return (b * Hq + h) * T + t;
+  }
+};
+
+__device__ __forceinline__ int ty() {
+  return threadIdx.x >> 4;
+}
+__device__ __forceinline__ int tx() {
+  return threadIdx.x & 15;
+}
+
+// dst[r][d] = alpha * src[(start + r) * ld + d] for start + r < T and d < D, else 0; r < kTile,
+// d < kD. src points at row t = 0 of the (b, head) being read.
+template <int kD>
+__device__ void load_tile(float* dst, const float* src, int64_t ld, int64_t start, int64_t T,
+                          int64_t D, float alpha) {
+  constexpr int kLd = kD + 1;
+  for (int idx = threadIdx.x; idx < kTile * kD; idx += kThreads) {
+    const int r = idx / kD, d = idx % kD;
+    const int64_t t = start + r;
+    dst[r * kLd + d] = t < T && d < D ? alpha * src[t * ld + d] : 0.0f;
+  }
+}
+
+// s[i][j] = sum_d A[ty*4 + i][d] * B[tx + 16 j][d], one fma chain in d order.
+template <int kD>
+__device__ __forceinline__ void dot_tile(const float* A, const float* B, float s[4][4]) {
+  constexpr int kLd = kD + 1;
+  const float* a_rows = A + ty() * 4 * kLd;
+  const float* b_rows = B + tx() * kLd;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) s[i][j] = 0.0f;
+#pragma unroll 4
+  for (int d = 0; d < kD; ++d) {
+    float a[4], b[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = a_rows[i * kLd + d];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) b[j] = b_rows[16 * j * kLd + d];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) s[i][j] = fmaf(a[i], b[j], s[i][j]);
+  }
+}
+
+// acc[i][c] += sum_j M[ty*4 + i][j] * X[j][tx + 16 c] for j < kTile; M has row stride kLdp.
+template <int kD>
+__device__ __forceinline__ void acc_product(const float* M, const float* X, float acc[4][kD / 16]) {
+  constexpr int kLd = kD + 1;
+  const float* m_rows = M + ty() * 4 * kLdp;
+#pragma unroll 4
+  for (int j = 0; j < kTile; ++j) {
+    float m[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) m[i] = m_rows[i * kLdp + j];
+#pragma unroll
+    for (int c = 0; c < kD / 16; ++c) {
+      const float x = X[j * kLd + tx() + 16 * c];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[i][c] = fmaf(m[i], x, acc[i][c]);
+    }
+  }
+}
+
+// Stores the 4 x 4 register tile into a kTile x kLdp shared tile at the thread's places.
+__device__ __forceinline__ void store_scores(float* S, const float s[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) S[(ty() * 4 + i) * kLdp + tx() + 16 * j] = s[i][j];
+}
+
+// Reductions over the 16 threads of a tile row (one half-warp).
+__device__ __forceinline__ float row_max16(float v) {
+#pragma unroll
+  for (int o = 1; o < 16; o <<= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float row_sum16(float v) {
+#pragma unroll
+  for (int o = 1; o < 16; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Writes rows t0 + ty*4 + i (< T), columns tx + 16 c (< D) of alpha * acc to dst (row stride ld).
+template <int kD>
+__device__ void store_rows(float* dst, int64_t ld, int64_t t0, int64_t T, int64_t D, float alpha,
+                           const float acc[4][kD / 16]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t t = t0 + ty() * 4 + i;
+    if (t >= T) continue;
+#pragma unroll
+    for (int c = 0; c < kD / 16; ++c) {
+      const int d = tx() + 16 * c;
+      if (d < D) dst[t * ld + d] = alpha * acc[i][c];
+    }
+  }
+}
+
+// ---- forward ----------------------------------------------------------------------------------
+
+template <int kD>
+__global__ void __launch_bounds__(kThreads)
+    attention_forward_kernel(const float* q, const float* k, const float* v, float* out, float* lse,
+                             Geometry G, float scale, int64_t nt) {
+  constexpr int kLd = kD + 1;
+  extern __shared__ float smem[];
+  float* Qs = smem;
+  float* Ks = Qs + kTile * kLd;
+  float* Vs = Ks + kTile * kLd;
+  float* Ps = Vs + kTile * kLd;
+  const int64_t ib = nt - 1 - blockIdx.x;  // later query tiles (more work) first
+  const int64_t b = blockIdx.y / G.Hq, h = blockIdx.y % G.Hq, g = h / G.group;
+  const int64_t q0 = ib * kTile, q_ld = G.Hq * G.D, kv_ld = G.Hkv * G.D;
+
+  // The scale is folded into the query copy, as on the CPU.
+  load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, scale);
+  float o[4][kD / 16] = {};
+  float m[4], l[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) m[i] = -INFINITY, l[i] = 0.0f;
+
+  for (int64_t jb = 0; jb <= ib; ++jb) {
+    const int64_t k0 = jb * kTile;
+    __syncthreads();  // the previous tile's products are done with Ks, Vs, Ps
+    load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.T, G.D, 1.0f);
+    load_tile<kD>(Vs, v + G.kv_at(b, 0, g), kv_ld, k0, G.T, G.D, 1.0f);
+    __syncthreads();
+    float s[4][4];
+    dot_tile<kD>(Qs, Ks, s);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t qi = q0 + ty() * 4 + i;
+      float mx = m[i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t kj = k0 + tx() + 16 * j;
+        if (kj > qi || kj >= G.T) s[i][j] = -INFINITY;
+        mx = fmaxf(mx, s[i][j]);
+      }
+      // Key k0 <= qi is visible to every row of the tile (also padding rows), so mx is finite.
+      mx = row_max16(mx);
+      const float corr = expf(m[i] - mx);  // 0 on the first tile (m = -inf)
+      float rs = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        s[i][j] = expf(s[i][j] - mx);  // masked: exp(-inf) = 0
+        rs += s[i][j];
+      }
+      l[i] = l[i] * corr + rs;  // this thread's columns only; summed over the row at the end
+      m[i] = mx;
+#pragma unroll
+      for (int c = 0; c < kD / 16; ++c) o[i][c] *= corr;
+    }
+    store_scores(Ps, s);
+    __syncthreads();
+    acc_product<kD>(Ps, Vs, o);
+  }
+
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float sum = row_sum16(l[i]);
+    const int64_t qi = q0 + ty() * 4 + i;
+    const float inv = 1.0f / sum;
+#pragma unroll
+    for (int c = 0; c < kD / 16; ++c) o[i][c] *= inv;
+    if (qi < G.T && tx() == 0) lse[G.stat_at(b, h, qi)] = m[i] + logf(sum);
+  }
+  store_rows<kD>(out + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, 1.0f, o);
+}
+
+// ---- backward ---------------------------------------------------------------------------------
+
+// dvec[b, h, t] = dout[b, t, h, :] . out[b, t, h, :]; one warp per row.
+__global__ void attention_dvec_kernel(const float* dout, const float* out, float* dvec, Geometry G,
+                                      int64_t rows) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
+    const float* x = dout + r * G.D;
+    const float* y = out + r * G.D;
+    float acc = 0.0f;
+    for (int64_t d = lane; d < G.D; d += 32) acc += x[d] * y[d];
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) {
+      const int64_t h = r % G.Hq, bt = r / G.Hq, t = bt % G.T, b = bt / G.T;
+      dvec[G.stat_at(b, h, t)] = acc;
+    }
+  }
+}
+
+// Loads lse and Dvec of query rows [q0, q0 + kTile) of (b, h) into shared memory (0 past T).
+__device__ void load_row_stats(float* lse_s, float* dvec_s, const float* lse, const float* dvec,
+                               const Geometry& G, int64_t b, int64_t h, int64_t q0) {
+  for (int r = threadIdx.x; r < kTile; r += kThreads) {
+    const int64_t t = q0 + r;
+    lse_s[r] = t < G.T ? lse[G.stat_at(b, h, t)] : 0.0f;
+    dvec_s[r] = t < G.T ? dvec[G.stat_at(b, h, t)] : 0.0f;
+  }
+}
+
+// One block per (key tile, b, kv head): dK and dV of its 64 keys.
+template <int kD>
+__global__ void __launch_bounds__(kThreads)
+    attention_dkdv_kernel(const float* dout, const float* q, const float* k, const float* v,
+                          const float* lse, const float* dvec, float* dk, float* dv, Geometry G,
+                          float scale, int64_t nt) {
+  constexpr int kLd = kD + 1;
+  extern __shared__ float smem[];
+  float* Ks = smem;
+  float* Vs = Ks + kTile * kLd;
+  float* Qs = Vs + kTile * kLd;
+  float* dOs = Qs + kTile * kLd;
+  float* St = dOs + kTile * kLd;  // P^T, then dS^T: [key][query]
+  float* lse_s = St + kTile * kLdp;
+  float* dvec_s = lse_s + kTile;
+  const int64_t jb = blockIdx.x;  // earlier key tiles (seen by more queries) first
+  const int64_t b = blockIdx.y / G.Hkv, g = blockIdx.y % G.Hkv;
+  const int64_t k0 = jb * kTile, q_ld = G.Hq * G.D, kv_ld = G.Hkv * G.D;
+
+  load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.T, G.D, 1.0f);
+  load_tile<kD>(Vs, v + G.kv_at(b, 0, g), kv_ld, k0, G.T, G.D, 1.0f);
+  float dk_acc[4][kD / 16] = {}, dv_acc[4][kD / 16] = {};
+
+  for (int64_t h = g * G.group; h < (g + 1) * G.group; ++h)
+    for (int64_t ib = jb; ib < nt; ++ib) {
+      const int64_t q0 = ib * kTile;
+      __syncthreads();  // the previous products are done with Qs, dOs, St
+      load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, scale);
+      load_tile<kD>(dOs, dout + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, 1.0f);
+      load_row_stats(lse_s, dvec_s, lse, dvec, G, b, h, q0);
+      __syncthreads();
+      // Transposed tiles: row i is key k0 + ty*4 + i, column j is query q0 + tx + 16 j.
+      float p[4][4], ds[4][4];
+      dot_tile<kD>(Ks, Qs, p);
+      dot_tile<kD>(Vs, dOs, ds);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t kc = k0 + ty() * 4 + i;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int r = tx() + 16 * j;
+          const int64_t qr = q0 + r;
+          const bool keep = kc <= qr && qr < G.T && kc < G.T;
+          p[i][j] = keep ? expf(p[i][j] - lse_s[r]) : 0.0f;
+          ds[i][j] = p[i][j] * (ds[i][j] - dvec_s[r]);
+        }
+      }
+      store_scores(St, p);
+      __syncthreads();
+      acc_product<kD>(St, dOs, dv_acc);  // dV += P^T dO
+      __syncthreads();
+      store_scores(St, ds);
+      __syncthreads();
+      acc_product<kD>(St, Qs, dk_acc);  // dK += dS^T (scale Q)
+    }
+  store_rows<kD>(dk + G.kv_at(b, 0, g), kv_ld, k0, G.T, G.D, 1.0f, dk_acc);
+  store_rows<kD>(dv + G.kv_at(b, 0, g), kv_ld, k0, G.T, G.D, 1.0f, dv_acc);
+}
+
+// One block per (query tile, b, h): dQ of its 64 queries.
+template <int kD>
+__global__ void __launch_bounds__(kThreads)
+    attention_dq_kernel(const float* dout, const float* q, const float* k, const float* v,
+                        const float* lse, const float* dvec, float* dq, Geometry G, float scale,
+                        int64_t nt) {
+  constexpr int kLd = kD + 1;
+  extern __shared__ float smem[];
+  float* Qs = smem;
+  float* dOs = Qs + kTile * kLd;
+  float* Ks = dOs + kTile * kLd;
+  float* Vs = Ks + kTile * kLd;
+  float* Ss = Vs + kTile * kLd;  // dS: [query][key]
+  float* lse_s = Ss + kTile * kLdp;
+  float* dvec_s = lse_s + kTile;
+  const int64_t ib = nt - 1 - blockIdx.x;
+  const int64_t b = blockIdx.y / G.Hq, h = blockIdx.y % G.Hq, g = h / G.group;
+  const int64_t q0 = ib * kTile, q_ld = G.Hq * G.D, kv_ld = G.Hkv * G.D;
+
+  load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, scale);
+  load_tile<kD>(dOs, dout + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, 1.0f);
+  load_row_stats(lse_s, dvec_s, lse, dvec, G, b, h, q0);
+  float dq_acc[4][kD / 16] = {};
+
+  for (int64_t jb = 0; jb <= ib; ++jb) {
+    const int64_t k0 = jb * kTile;
+    __syncthreads();  // the previous product is done with Ks, Ss
+    load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.T, G.D, 1.0f);
+    load_tile<kD>(Vs, v + G.kv_at(b, 0, g), kv_ld, k0, G.T, G.D, 1.0f);
+    __syncthreads();
+    float p[4][4], ds[4][4];
+    dot_tile<kD>(Qs, Ks, p);
+    dot_tile<kD>(dOs, Vs, ds);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = ty() * 4 + i;
+      const int64_t qr = q0 + r;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t kc = k0 + tx() + 16 * j;
+        const bool keep = kc <= qr && qr < G.T && kc < G.T;
+        const float e = keep ? expf(p[i][j] - lse_s[r]) : 0.0f;
+        ds[i][j] = e * (ds[i][j] - dvec_s[r]);
+      }
+    }
+    store_scores(Ss, ds);
+    __syncthreads();
+    acc_product<kD>(Ss, Ks, dq_acc);  // dQ += dS K
+  }
+  store_rows<kD>(dq + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, scale, dq_acc);
+}
+
+// ---- launch -----------------------------------------------------------------------------------
+
+template <int kD>
+constexpr size_t forward_smem() {
+  return sizeof(float) * (3 * kTile * (kD + 1) + kTile * kLdp);
+}
+template <int kD>
+constexpr size_t backward_smem() {
+  return sizeof(float) * (4 * kTile * (kD + 1) + kTile * kLdp + 2 * kTile);
+}
+
+// Raises the kernel's dynamic shared-memory limit to `bytes` after checking the device has it.
+template <class Kernel>
+void allow_shared(Kernel kernel, size_t bytes, const char* name) {
+  TESSERA_REQUIRE_LOCAL(bytes <= current().max_shared_per_block(), name, " needs ", bytes,
+                        " bytes of shared memory per block; this device allows ",
+                        current().max_shared_per_block());
+  TESSERA_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+Geometry geometry(const AttnShape& s) {
+  TESSERA_REQUIRE_LOCAL(s.B >= 0 && s.T >= 0 && s.Hq > 0 && s.Hkv > 0 && s.Hq % s.Hkv == 0,
+                        "attention: bad shape B=", s.B, " T=", s.T, " Hq=", s.Hq, " Hkv=", s.Hkv);
+  TESSERA_REQUIRE_LOCAL(s.D > 0 && s.D <= 128, "attention: head dim ", s.D,
+                        " is not supported by the CUDA kernel (1..128)");
+  TESSERA_REQUIRE_LOCAL(s.B * s.Hq <= 65535, "attention: B * Hq = ", s.B * s.Hq,
+                        " exceeds the grid limit 65535");
+  return Geometry{s.T, s.Hq, s.Hkv, s.D, s.Hq / s.Hkv};
+}
+
+int64_t num_tiles(int64_t T) {
+  return (T + kTile - 1) / kTile;
+}
+
+template <int kD>
+void forward_impl(const float* q, const float* k, const float* v, float* out, float* lse,
+                  const AttnShape& s, const Geometry& G) {
+  const int64_t nt = num_tiles(s.T);
+  const size_t bytes = forward_smem<kD>();
+  allow_shared(attention_forward_kernel<kD>, bytes, "attention_forward_kernel");
+  attention_forward_kernel<kD>
+      <<<dim3(unsigned(nt), unsigned(s.B * s.Hq)), kThreads, bytes, stream()>>>(q, k, v, out, lse,
+                                                                                G, s.scale, nt);
+  TESSERA_CUDA_LAUNCHED("attention_forward_kernel");
+}
+
+template <int kD>
+void backward_impl(const float* dout, const float* q, const float* k, const float* v,
+                   const float* dvec, const float* lse, float* dq, float* dk, float* dv,
+                   const AttnShape& s, const Geometry& G) {
+  const int64_t nt = num_tiles(s.T);
+  const size_t bytes = backward_smem<kD>();
+  allow_shared(attention_dkdv_kernel<kD>, bytes, "attention_dkdv_kernel");
+  allow_shared(attention_dq_kernel<kD>, bytes, "attention_dq_kernel");
+  attention_dkdv_kernel<kD>
+      <<<dim3(unsigned(nt), unsigned(s.B * s.Hkv)), kThreads, bytes, stream()>>>(
+          dout, q, k, v, lse, dvec, dk, dv, G, s.scale, nt);
+  TESSERA_CUDA_LAUNCHED("attention_dkdv_kernel");
+  attention_dq_kernel<kD><<<dim3(unsigned(nt), unsigned(s.B * s.Hq)), kThreads, bytes, stream()>>>(
+      dout, q, k, v, lse, dvec, dq, G, s.scale, nt);
+  TESSERA_CUDA_LAUNCHED("attention_dq_kernel");
+}
+
+}  // namespace
+
+void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
+                       const AttnShape& s) {
+  const Geometry G = geometry(s);
+  if (s.B == 0 || s.T == 0) return;
+  if (s.D <= 32)
+    forward_impl<32>(q, k, v, out, lse, s, G);
+  else if (s.D <= 64)
+    forward_impl<64>(q, k, v, out, lse, s, G);
+  else
+    forward_impl<128>(q, k, v, out, lse, s, G);
+}
+
+void attention_backward(const float* dout, const float* q, const float* k, const float* v,
+                        const float* out, const float* lse, float* dq, float* dk, float* dv,
+                        const AttnShape& s) {
+  const Geometry G = geometry(s);
+  if (s.B == 0 || s.T == 0) return;
+  const int64_t rows = s.B * s.T * s.Hq;
+  float* dvec = static_cast<float*>(current().scratch(sizeof(float) * size_t(rows)));
+  attention_dvec_kernel<<<detail::grid_for(rows * 32, 256), 256, 0, stream()>>>(dout, out, dvec, G,
+                                                                                rows);
+  TESSERA_CUDA_LAUNCHED("attention_dvec_kernel");
+  if (s.D <= 32)
+    backward_impl<32>(dout, q, k, v, dvec, lse, dq, dk, dv, s, G);
+  else if (s.D <= 64)
+    backward_impl<64>(dout, q, k, v, dvec, lse, dq, dk, dv, s, G);
+  else
+    backward_impl<128>(dout, q, k, v, dvec, lse, dq, dk, dv, s, G);
+}
+
+}  // namespace tessera::kernels::cuda

@@ -1,0 +1,45 @@
+// GEMM through cuBLAS. tessera's matrices are row-major; cuBLAS's are column-major, and a
+// row-major [R, C] matrix is the column-major [C, R] one, its transpose. So the row-major
+// product C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T: swap the
+// operands and the roles of M and N; leading dimensions are the row-major row lengths.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/check.hpp"
+#include "kernels/cuda/cuda_kernels.hpp"
+
+namespace tessera::kernels::cuda {
+namespace {
+
+void gemm(const void* A, const void* B, void* C, cudaDataType ab_type, cudaDataType c_type,
+          int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, float alpha, float beta) {
+  TESSERA_REQUIRE_LOCAL(M >= 0 && N >= 0 && K >= 0, "matmul: negative size M=", M, " N=", N,
+                        " K=", K);
+  if (M == 0 || N == 0) return;
+  // Row lengths of A and B as stored (at least 1: cuBLAS checks that even when K = 0).
+  const int64_t lda = std::max<int64_t>(1, trans_a ? M : K);
+  const int64_t ldb = std::max<int64_t>(1, trans_b ? K : N);
+  TESSERA_CUBLAS_CHECK(cublasGemmEx_64(current().blas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                       trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
+                                       ab_type, ldb, A, ab_type, lda, &beta, C, c_type, N,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
+void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K, bool trans_a,
+            bool trans_b, float alpha, float beta) {
+  gemm(A, B, C, CUDA_R_32F, CUDA_R_32F, M, N, K, trans_a, trans_b, alpha, beta);
+}
+
+void matmul_bf16(const uint16_t* A, const uint16_t* B, void* C, DType c_dtype, int64_t M, int64_t N,
+                 int64_t K, bool trans_a, bool trans_b, float alpha, float beta) {
+  TESSERA_REQUIRE_LOCAL(c_dtype == DType::f32 || c_dtype == DType::bf16,
+                        "matmul_bf16: C must be f32 or bf16");
+  gemm(A, B, C, CUDA_R_16BF, c_dtype == DType::f32 ? CUDA_R_32F : CUDA_R_16BF, M, N, K, trans_a,
+       trans_b, alpha, beta);
+}
+
+}  // namespace tessera::kernels::cuda

@@ -1,0 +1,119 @@
+// The CUDA attention kernels against the CPU ones on the same inputs: out, lse and the three
+// gradients, norm-wise within 1e-5 (cuda_test_util.hpp), over the shapes the CPU tests use
+// (single token, ragged tiles, GQA, MQA, head dims padded to 32/64/128, sharp softmax). The
+// backward runs on the GPU's own out and lse, as in training. A long sequence checks that no
+// T x T buffer is allocated.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <ostream>
+#include <sstream>
+#include <vector>
+
+#include "core/error.hpp"
+#include "cuda_test_util.hpp"
+
+namespace tessera::kernels {
+namespace {
+
+using namespace test_cuda;
+
+struct Case {
+  int64_t B, T, Hq, Hkv, D;
+  double input_std = 1.0;  // of q and k
+  float scale = 0.0f;      // 0: 1/sqrt(D)
+  AttnShape shape() const {
+    return {B, T, Hq, Hkv, D, scale != 0.0f ? scale : float(1.0 / std::sqrt(double(D)))};
+  }
+  int64_t q_size() const { return B * T * Hq * D; }
+  int64_t kv_size() const { return B * T * Hkv * D; }
+  int64_t lse_size() const { return B * Hq * T; }
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "B" << c.B << " T" << c.T << " Hq" << c.Hq << " Hkv" << c.Hkv << " D" << c.D << " std "
+      << c.input_std << " scale " << c.scale;
+}
+
+class CudaAttention : public CudaTest, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
+  const Case c = GetParam();
+  const AttnShape s = c.shape();
+  const FVec q = randn(c.q_size(), 1, c.input_std), k = randn(c.kv_size(), 2, c.input_std);
+  const FVec v = randn(c.kv_size(), 3), dout = randn(c.q_size(), 4);
+
+  FVec out(c.q_size()), lse(c.lse_size()), dq(c.q_size()), dk(c.kv_size()), dv(c.kv_size());
+  attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), s);
+  attention_backward(dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), dq.data(),
+                     dk.data(), dv.data(), s);
+
+  // Outputs start as NaN, so an element the kernels never write shows up.
+  const float nan = std::nanf("");
+  Dev<float> dQ(q), dK(k), dV(v), dO(dout), dOut(FVec(c.q_size(), nan)),
+      dLse(FVec(c.lse_size(), nan));
+  Dev<float> gQ(FVec(c.q_size(), nan)), gK(FVec(c.kv_size(), nan)), gV(FVec(c.kv_size(), nan));
+  cuda::attention_forward(dQ, dK, dV, dOut, dLse, s);
+  cuda::attention_backward(dO, dQ, dK, dV, dOut, dLse, gQ, gK, gV, s);
+  expect_normwise(dOut.host(), out, kRel, "out");
+  expect_normwise(dLse.host(), lse, kRel, "lse");
+  expect_normwise(gQ.host(), dq, kRel, "dq");
+  expect_normwise(gK.host(), dk, kRel, "dk");
+  expect_normwise(gV.host(), dv, kRel, "dv");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
+                         ::testing::Values(Case{1, 1, 1, 1, 8},      // single token
+                                           Case{2, 1, 4, 2, 16},     // single token, GQA
+                                           Case{1, 7, 2, 2, 8},      // T < tile
+                                           Case{2, 7, 4, 1, 16},     // T < tile, MQA
+                                           Case{2, 64, 4, 4, 64},    // exactly one tile
+                                           Case{2, 130, 2, 2, 64},   // ragged last tile
+                                           Case{1, 130, 4, 2, 16},   // ragged, GQA
+                                           Case{2, 130, 4, 1, 64},   // ragged, MQA
+                                           Case{2, 100, 3, 1, 20},   // D padded to 32, Hq = 3
+                                           Case{1, 200, 4, 2, 80},   // D padded to 128
+                                           Case{1, 257, 2, 1, 128},  // largest D, 5 tiles
+                                           Case{1, 200, 2, 1, 16,
+                                                2.0},  // sharp softmax (scores ~ N(0, 64))
+                                           Case{1, 70, 2, 2, 32, 1.0, 0.3f}),  // custom scale
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           const Case& c = info.param;
+                           std::ostringstream os;
+                           os << "B" << c.B << "T" << c.T << "Hq" << c.Hq << "Hkv" << c.Hkv << "D"
+                              << c.D << "_" << info.index;
+                           return os.str();
+                         });
+
+class CudaAttentionLimits : public CudaTest {};
+
+TEST_F(CudaAttentionLimits, LongSequenceNeedsNoTxTMemory) {
+  // T = 8192: a T x T score matrix would be 256 MiB. The kernels' only temporary is Dvec
+  // (B Hq T floats) in the context's scratch, whose floor is 1 MiB.
+  const Case c{1, 8192, 2, 1, 64};
+  const AttnShape s = c.shape();
+  const FVec q = randn(c.q_size(), 5), k = randn(c.kv_size(), 6), v = randn(c.kv_size(), 7);
+  const FVec dout = randn(c.q_size(), 8);
+  Dev<float> dQ(q), dK(k), dV(v), dO(dout), dOut{size_t(c.q_size())}, dLse{size_t(c.lse_size())};
+  Dev<float> gQ{size_t(c.q_size())}, gK{size_t(c.kv_size())}, gV{size_t(c.kv_size())};
+  const size_t before = ctx().pool().live_total();
+  cuda::attention_forward(dQ, dK, dV, dOut, dLse, s);
+  cuda::attention_backward(dO, dQ, dK, dV, dOut, dLse, gQ, gK, gV, s);
+  ctx().synchronize();
+  EXPECT_LE(ctx().pool().live_total() - before, size_t(1) << 20);
+  // And the forward against the CPU's.
+  FVec out(c.q_size()), lse(c.lse_size());
+  attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), s);
+  expect_normwise(dOut.host(), out, kRel, "out, T = 8192");
+  expect_normwise(dLse.host(), lse, kRel, "lse, T = 8192");
+}
+
+TEST_F(CudaAttentionLimits, HeadDimAbove128IsAnError) {
+  const Case c{1, 4, 1, 1, 256};
+  Dev<float> x{size_t(c.q_size())}, lse{size_t(c.lse_size())};
+  EXPECT_THROW(cuda::attention_forward(x, x, x, x, lse, c.shape()), Error);
+}
+
+}  // namespace
+}  // namespace tessera::kernels
