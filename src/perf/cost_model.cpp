@@ -8,6 +8,7 @@
 #include "perf/compute_model.hpp"
 #include "perf/memory.hpp"
 #include "perf/tessera_memory.hpp"
+#include "parallel/pp/schedule.hpp"
 #include "parallel/pp/stage_layers.hpp"
 
 namespace tessera {
@@ -81,13 +82,7 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
     return cat("tp = ", l.tp, " does not divide the MLP hidden size ", c.ffn_hidden);
   // tessera balances layers that do not split evenly (pp/stage_layers.hpp); the searched
   // runtimes cut them evenly.
-  if (rt == Runtime::tessera && l.pp > 1) {
-    try {
-      (void)pp::split_layers(c, l.pp * l.vpp, w.pp_layers);
-    } catch (const Error& e) {
-      return e.what();
-    }
-  }
+
   if (rt != Runtime::tessera && c.layers % (int64_t(l.pp) * l.vpp) != 0)
     return cat("pp x v = ", l.pp * l.vpp, " does not divide the ", c.layers, " layers");
   if (l.vpp > 1 && l.pp == 1) return "v > 1 (interleaving) needs pp > 1";
@@ -114,6 +109,14 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
                " is not a multiple of dp x mb = ", l.dp * l.micro_batch);
   if (l.vpp > 1 && m % l.pp != 0)
     return cat("interleaving needs micro-batches (", m, ") to be a multiple of pp = ", l.pp);
+  if (rt == Runtime::tessera && l.pp > 1) {  // tessera's own rules for its pipelines
+    try {
+      pp::require_valid(tessera_schedule_shape(l, m));
+      (void)pp::split_layers(c, l.pp * l.vpp, w.pp_layers);
+    } catch (const Error& e) {
+      return e.what();
+    }
+  }
   if (rt == Runtime::tessera) {
     if (l.cp > 1 || l.ep > 1)
       return "tessera runs data, tensor, sequence and pipeline parallelism and ZeRO today (CP "

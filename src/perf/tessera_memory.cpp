@@ -120,14 +120,17 @@ double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64
   return replay_zero(z, zero, shard_ranks, inflight);
 }
 
+pp::ScheduleShape tessera_schedule_shape(const Layout& l, int64_t m) {
+  return {l.pp, int(m), l.vpp,
+          l.schedule == PipeSchedule::gpipe ? pp::ScheduleKind::gpipe
+          : l.vpp > 1                       ? pp::ScheduleKind::interleaved
+                                            : pp::ScheduleKind::one_f_one_b};
+}
+
 TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l, int64_t m,
                                            int inflight, const std::string& pp_layers) {
   const int N = l.shard_ranks(), head = int(c.layers) + 1;
-  const pp::ScheduleShape shape{
-      l.pp, int(m), l.vpp,
-      l.schedule == PipeSchedule::gpipe ? pp::ScheduleKind::gpipe
-      : l.vpp > 1                       ? pp::ScheduleKind::interleaved
-                                        : pp::ScheduleKind::one_f_one_b};
+  const pp::ScheduleShape shape = tessera_schedule_shape(l, m);
   const pp::Schedule schedule = pp::make_schedule(shape);
   const std::vector<int64_t> sizes = pp::split_layers(c, shape.model_chunks(), pp_layers);
   const TesseraParts parts = tessera_parts(c, l.zero, N);

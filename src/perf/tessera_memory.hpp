@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "parallel/pp/schedule.hpp"
 #include "perf/cost_model.hpp"
 #include "perf/layout.hpp"
 
@@ -23,6 +24,9 @@ namespace tessera {
 // (src/parallel/dp/zero.cpp).
 double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64_t accum,
                           int inflight);
+
+// The schedule tessera runs for a pipeline layout with m micro-batches per step.
+pp::ScheduleShape tessera_schedule_shape(const Layout& l, int64_t m);
 
 // A pipeline layout (l.pp > 1): each category's peak over the stages (what memory.json
 // reports: max over ranks), and the parameters of the largest stage.
