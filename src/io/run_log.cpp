@@ -90,6 +90,22 @@ void RunLog::start() {
               "%d thread(s)/rank\n",
               (long long)g.global_batch, (long long)g.micro_batch, (long long)g.accum,
               (long long)g.dp, omp_get_max_threads());
+  if (const pp::Executor* pipe = trainer_.pipeline()) {
+    // The cut, before any step: blocks per model chunk and which stage runs each.
+    const pp::ScheduleShape& sh = pipe->shape();
+    std::string cut;
+    int64_t first = 0;
+    for (size_t k = 0; k < trainer_.chunk_layers().size(); ++k) {
+      const int64_t n = trainer_.chunk_layers()[k];
+      cut += cat(k ? ", " : "", "[", first, "-", first + n - 1, "]@", sh.stage_of(int(k)));
+      first += n;
+    }
+    std::printf("pipeline: %s, %d stages x %d chunk(s), %d micro-batches; layers (%s) per model "
+                "chunk [first-last]@stage: %s; embedding on stage 0, head on stage %d\n",
+                std::string(pp::to_string(sh.kind)).c_str(), sh.stages, sh.chunks,
+                sh.micro_batches, deck_.str("parallel.pp_layers").c_str(), cut.c_str(),
+                sh.stages - 1);
+  }
   std::printf("peak for MFU: %.1f GFLOP/s over %d rank(s), %s; model %.3f GFLOP/step\n",
               peak_total_ / 1e9, grid_.world().size(), peak_source_.c_str(),
               flops_per_step_ / 1e9);

@@ -107,9 +107,8 @@ std::vector<pp::ChunkLayers> Trainer::pipeline_stage(const Deck& deck) {
                   " is not the stage ", grid_.coord().pp);
   // The micro-batches of a step are those one data-parallel rank accumulates.
   pp::require_valid(shape);
-  return pp::stage_layers(
-      pp::split_layers(cfg_, shape.model_chunks(), deck.str("parallel.pp_layers")), shape.stages,
-      pp.rank());
+  chunk_layers_ = pp::split_layers(cfg_, shape.model_chunks(), deck.str("parallel.pp_layers"));
+  return pp::stage_layers(chunk_layers_, shape.stages, pp.rank());
 }
 
 void Trainer::index_whole_model() {

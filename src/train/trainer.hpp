@@ -86,6 +86,8 @@ class Trainer {
   // the grid's groups.
   void set_trace(Trace* trace);
   int64_t steps() const { return steps_; }
+  // Blocks per model chunk of the pipeline (parallel.pp_layers; empty with one stage).
+  const std::vector<int64_t>& chunk_layers() const { return chunk_layers_; }
 
  private:
   // Fills tokens_ row by row (sample_row(b, row) writes seq_len + 1 tokens) and splits them
@@ -124,6 +126,7 @@ class Trainer {
   int64_t eval_every_ = 0, eval_samples_ = 0;
   Buffer tokens_, inputs_, targets_;  // one micro-batch
   std::unique_ptr<pp::Executor> pipeline_;
+  std::vector<int64_t> chunk_layers_;
   Buffer pp_inputs_, pp_targets_;  // every micro-batch of a step (pipeline)
   struct WholeParam {
     std::string name;
