@@ -201,6 +201,23 @@ def plots(study, series):
     import matplotlib.pyplot as plt
 
     made = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        fig.savefig(study / name, dpi=110)
+        plt.close(fig)
+        made.append(name)
+
+    def log2_ranks(ax, allg, ylabel, title):
+        if allg:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(allg, [str(g) for g in allg])
+            ax.legend(fontsize=8)
+        ax.set_xlabel("ranks G")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+
     done = {m: [p for p in pts if "t_median" in p] for m, pts in series.items()}
     colors = {"strong": "tab:blue", "weak": "tab:orange"}
 
@@ -213,18 +230,8 @@ def plots(study, series):
     allg = sorted({p["ranks"] for pts in done.values() for p in pts})
     if allg:
         ax.plot(allg, [g / allg[0] for g in allg], "k--", label="ideal G/G0")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(allg, [str(g) for g in allg])
-    ax.set_xlabel("ranks G")
-    ax.set_ylabel("speedup")
-    ax.set_title("Speedup vs ideal")
-    if allg:
-        ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(study / "speedup.png", dpi=110)
-    plt.close(fig)
-    made.append("speedup.png")
+    log2_ranks(ax, allg, "speedup", "Speedup vs ideal")
+    save(fig, "speedup.png")
 
     fig, ax = plt.subplots(figsize=(5, 4))
     for mode, pts in done.items():
@@ -237,19 +244,9 @@ def plots(study, series):
                         label=mode)
     if allg:
         ax.axhline(1.0, color="k", ls="--", lw=1, label="ideal")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(allg, [str(g) for g in allg])
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("ranks G")
-    ax.set_ylabel("parallel efficiency E")
-    ax.set_title("Efficiency (bars: from the IQR of T(G))")
-    if allg:
-        ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(study / "efficiency.png", dpi=110)
-    plt.close(fig)
-    made.append("efficiency.png")
+    log2_ranks(ax, allg, "parallel efficiency E", "Efficiency (bars: from the IQR of T(G))")
+    save(fig, "efficiency.png")
 
     bars = [(m, p) for m, pts in done.items() for p in pts if "split_ms" in p]
     if bars:
@@ -265,10 +262,7 @@ def plots(study, series):
         ax.set_ylabel("ms per step (median step, split by phase shares)")
         ax.set_title("Time per step")
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        fig.tight_layout()
-        fig.savefig(study / "time_split.png", dpi=110)
-        plt.close(fig)
-        made.append("time_split.png")
+        save(fig, "time_split.png")
     return made
 
 
