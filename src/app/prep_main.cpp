@@ -15,7 +15,7 @@
 #include "core/error.hpp"
 #include "io/dataset_inputs.hpp"
 #include "io/dataset_writer.hpp"
-#include "io/prep_progress.hpp"
+#include "report/prep_progress.hpp"
 #include "io/tokenizer.hpp"
 
 namespace {

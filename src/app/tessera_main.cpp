@@ -13,8 +13,8 @@
 #include "app/errors.hpp"
 #include "core/deck.hpp"
 #include "core/schema.hpp"
-#include "io/run_log.hpp"
-#include "io/trace_file.hpp"
+#include "report/run_log.hpp"
+#include "report/trace_file.hpp"
 #include "train/stop_signal.hpp"
 #include "train/trainer.hpp"
 

@@ -1,4 +1,4 @@
-// The rank arithmetic of the process grid (doc: GUIDE.md section 4), kept free of MPI so it
+// The rank arithmetic of the process grid (doc/parallelism.md, doc/architecture.md "Process grid"), kept free of MPI so it
 // can be tested for every shape on one process. ProcessGrid builds its communicators from it:
 // group_index() is the colour of MPI_Comm_split, Coord::dp (or a world rank) its key.
 //

@@ -1,5 +1,5 @@
 // The process grid: MPI_COMM_WORLD split into one communicator per group of the layout
-// (GUIDE §4; the rank arithmetic is in grid_layout.hpp). Each parallel dimension's layers
+// (doc/architecture.md, "Process grid"; the rank arithmetic is in grid_layout.hpp). Each parallel dimension's layers
 // receive the groups they talk to through a ParallelContext; nothing is global.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Global checkpoints (GUIDE invariant 7): one HDF5 file per checkpoint holding every
+// Global checkpoints (doc/architecture.md, "Invariants"): one HDF5 file per checkpoint holding every
 // parameter and optimizer state as its global tensor, written collectively by hyperslab
 // with parallel HDF5, so any layout can read any checkpoint (and h5py or PyTorch can too).
 //

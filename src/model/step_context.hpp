@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "comm/process_grid.hpp"
+#include "model/parts.hpp"
 #include "tensor/tensor.hpp"
 
 namespace tessera {
@@ -23,13 +24,10 @@ class Scratch {
   std::vector<Buffer> buffers_;
 };
 
-class GradBuckets;
-
 // Told before and after each part of the model (embedding, block, head; ParamStore::parts())
-// runs a forward or backward pass, so ZeRO-2/3 can gather its parameters and stage and
-// reduce its gradients just in time. The model says what each pass reads and writes
-// (Transformer::reads, Transformer::writes_grads).
-enum class Pass { forward, backward };
+// runs a forward or backward pass, so data parallelism can reduce a part's gradients as soon
+// as they are final, and ZeRO-2/3 gather its parameters and stage its gradients just in
+// time. The model says what each pass reads and writes (PartAccess, model/parts.hpp).
 class PartHooks {
  public:
   virtual ~PartHooks() = default;
@@ -45,8 +43,7 @@ struct StepContext {
   int64_t batch = 0;       // sequences in this micro-batch
   bool training = true;    // false: forward only, nothing saved for backward, no gradients
   float loss_scale = 1.0f; // d(total loss)/d(summed token losses): 1 / tokens per global batch
-  GradBuckets* grads = nullptr;  // told when parameters' gradients are final (data parallel)
-  PartHooks* hooks = nullptr;    // told around each part's passes (ZeRO-2/3)
+  PartHooks* hooks = nullptr;  // told around each part's passes (data parallelism)
   // Sum the gradients that are partial over tensor-parallel ranks (sequence-parallel norms)
   // at the end of each part's backward: on the micro-batch whose gradients are reduced next.
   bool reduce_partial_grads = true;

@@ -4,7 +4,6 @@
 #include <string>
 
 #include "model/tensor_parallel.hpp"
-#include "parallel/dp/grad_buckets.hpp"
 
 namespace tessera {
 namespace {
@@ -12,18 +11,18 @@ enum ScratchId { kGradA = 14, kGradB };
 }
 
 Transformer::Transformer(const ModelConfig& cfg, ParamStore& store)
-    : Transformer(cfg, store, {pp::ChunkLayers{0, cfg.layers, true, true}}) {}
+    : Transformer(cfg, store, {ChunkLayers{0, cfg.layers, true, true}}) {}
 
 Transformer::Transformer(const ModelConfig& cfg, ParamStore& store,
-                         std::vector<pp::ChunkLayers> chunks)
+                         std::vector<ChunkLayers> chunks)
     : cfg_(cfg), store_(store), chunks_(std::move(chunks)) {
   // Registration order: embedding (or the tied copy), blocks in layer order, head.
   bool has_embedding = false, has_head = false;
-  for (const pp::ChunkLayers& c : chunks_) has_embedding |= c.embedding, has_head |= c.head;
+  for (const ChunkLayers& c : chunks_) has_embedding |= c.embedding, has_head |= c.head;
   if (has_embedding) embed_ = std::make_unique<Embedding>(store, cfg_);
   else if (has_head && cfg_.tie_embeddings) tied_copy_ = &Embedding::add_token_table(store, cfg_);
   blocks_.resize(size_t(cfg_.layers));
-  for (const pp::ChunkLayers& c : chunks_)
+  for (const ChunkLayers& c : chunks_)
     for (int64_t i = c.first; i < c.last; ++i)
       blocks_[size_t(i)] = std::make_unique<Block>(store, "layers." + std::to_string(i), cfg_);
   if (has_head) {
@@ -45,22 +44,6 @@ void Transformer::index_parameters(ParamStore& store) {
   for (int i = 0; i < int(params.size()); ++i) ranges_[size_t(part_of(params[size_t(i)]->name))].second = i + 1;
 }
 
-void Transformer::grads_ready(StepContext& ctx, int part) const {
-  if (ctx.grads) ctx.grads->ready(ranges_[size_t(part)].first, ranges_[size_t(part)].second);
-}
-
-std::vector<int> Transformer::reads(int part, Pass pass) const {
-  if (part == 0) return pass == Pass::forward ? std::vector<int>{0} : std::vector<int>{};
-  if (part == head_part() && pass == Pass::forward && cfg_.tie_embeddings) return {part, 0};
-  return {part};
-}
-
-std::vector<int> Transformer::writes_grads(int part, Pass pass) const {
-  if (part == head_part() && pass == Pass::forward)
-    return cfg_.tie_embeddings ? std::vector<int>{part, 0} : std::vector<int>{part};
-  return pass == Pass::backward ? std::vector<int>{part} : std::vector<int>{};
-}
-
 template <class Fn>
 auto Transformer::around(StepContext& ctx, int part, Pass pass, Fn&& fn) {
   if (ctx.hooks) ctx.hooks->begin(part, pass, ctx.training);
@@ -70,7 +53,6 @@ auto Transformer::around(StepContext& ctx, int part, Pass pass, Fn&& fn) {
       if (Param& p = store_.param(i); p.tp_partial_grad)
         ctx.par.tp.all_reduce(p.grad.f32(), p.local.numel());
   if (ctx.hooks) ctx.hooks->end(part, pass, ctx.training);
-  if (pass == Pass::backward) grads_ready(ctx, part);
   return result;
 }
 
@@ -83,7 +65,7 @@ const float* Transformer::trunk(StepContext& ctx, const int32_t* ids) {
 
 const float* Transformer::forward_chunk(StepContext& ctx, int k, const int32_t* ids,
                                         const float* x, const int32_t* targets, double* loss) {
-  const pp::ChunkLayers& c = chunks_[size_t(k)];
+  const ChunkLayers& c = chunks_[size_t(k)];
   if (c.embedding) x = around(ctx, 0, Pass::forward, [&] { return embed_->forward(ctx, ids); });
   for (int64_t l = c.first; l < c.last; ++l)
     x = around(ctx, int(l) + 1, Pass::forward,
@@ -94,7 +76,7 @@ const float* Transformer::forward_chunk(StepContext& ctx, int k, const int32_t* 
 }
 
 const float* Transformer::backward_chunk(StepContext& ctx, int k, const float* dy) {
-  const pp::ChunkLayers& c = chunks_[size_t(k)];
+  const ChunkLayers& c = chunks_[size_t(k)];
   const int64_t n = tp::rows(ctx, ctx.batch * cfg_.seq_len) * cfg_.d_model;
   float* grad = ctx.scratch.get(kGradA, n);
   float* next = ctx.scratch.get(kGradB, n);

@@ -9,7 +9,7 @@
 #include "model/block.hpp"
 #include "model/embedding.hpp"
 #include "model/output_head.hpp"
-#include "parallel/pp/stage_layers.hpp"
+#include "model/parts.hpp"
 
 namespace tessera {
 
@@ -21,7 +21,7 @@ class Transformer {
   // layer index). A stage with the head but not the embedding of a model with tied
   // embeddings registers its own copy of embed.tok.weight (initialised like the original;
   // the trainer keeps the two copies' gradients summed).
-  Transformer(const ModelConfig& cfg, ParamStore& store, std::vector<pp::ChunkLayers> chunks);
+  Transformer(const ModelConfig& cfg, ParamStore& store, std::vector<ChunkLayers> chunks);
 
   // ids, targets: [batch, T]; both must stay valid until backward of the same slot.
   // Returns the summed token loss of the micro-batch.
@@ -39,7 +39,7 @@ class Transformer {
   // chunk). Returns the gradient of its input (scratch, valid until the next call), or null
   // for the chunk with the embedding.
   const float* backward_chunk(StepContext& ctx, int k, const float* dy);
-  const std::vector<pp::ChunkLayers>& chunks() const { return chunks_; }
+  const std::vector<ChunkLayers>& chunks() const { return chunks_; }
   // This stage's own copy of the tied token table (null unless it has one).
   Param* tied_copy() const { return tied_copy_; }
 
@@ -47,11 +47,8 @@ class Transformer {
   // Registration-index ranges of the parts: [0] embedding, [1..L] blocks, [L+1] head.
   const std::vector<std::pair<int, int>>& parts() const { return ranges_; }
   int head_part() const { return int(cfg_.layers) + 1; }
-  // The parts whose parameter values a pass of `part` reads, and whose gradients it adds to
-  // (training only). The head reads the embedding table when the embeddings are tied and
-  // adds the output-projection gradient during its forward.
-  std::vector<int> reads(int part, Pass pass) const;
-  std::vector<int> writes_grads(int part, Pass pass) const;
+  // What a pass over each part reads and adds gradients to.
+  PartAccess access() const { return {head_part(), cfg_.tie_embeddings}; }
 
  private:
   const float* trunk(StepContext& ctx, const int32_t* ids);
@@ -59,7 +56,6 @@ class Transformer {
   // Registration-index ranges [first, last) of the parameters of the embedding, each block
   // and the head: backward reports each range final as soon as its backward is done.
   void index_parameters(ParamStore& store);
-  void grads_ready(StepContext& ctx, int part) const;
   // Runs fn as pass `pass` of `part`, between the hooks' begin and end.
   template <class Fn>
   auto around(StepContext& ctx, int part, Pass pass, Fn&& fn);
@@ -67,7 +63,7 @@ class Transformer {
   ModelConfig cfg_;
   ParamStore& store_;
   std::vector<std::pair<int, int>> ranges_;  // [0] embedding, [1..L] blocks, [L+1] head
-  std::vector<pp::ChunkLayers> chunks_;
+  std::vector<ChunkLayers> chunks_;
   std::unique_ptr<Embedding> embed_;           // null on a stage without the embedding
   std::vector<std::unique_ptr<Block>> blocks_;  // by global layer; null where not held
   Param* tied_copy_ = nullptr;

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <map>
 #include <set>
 
+#include "parallel/dp/zero_schedule.hpp"
 #include "parallel/pp/schedule.hpp"
 #include "parallel/pp/stage_layers.hpp"
 #include "perf/activation_memory.hpp"
@@ -42,61 +42,38 @@ struct ZeroSteps {
   std::vector<std::pair<int, bool>> passes;  // (part, forward) in order
 };
 
-// Replays Zero's begin/end (src/parallel/dp/zero.cpp) over one training step.
+// Replays one training step of ZeRO's schedule (the ZeroSchedule the runtime executes) with
+// sizes: what each action takes from and gives back to the buffer pool.
 double replay_zero(const ZeroSteps& z, int zero, double K, int inflight) {
   if (zero < 2) return 0;  // stages 0-1 reduce in place / from the full gradient buffer
   const int head = int(z.size.size()) - 1;
-  auto size = [&](int q) { return z.size[size_t(q)]; };
-  // Which parts a pass reads and writes gradients of (Transformer::reads, writes_grads).
-  auto reads = [&](int part, bool forward) {
-    if (part == 0) return forward ? std::vector<int>{0} : std::vector<int>{};
-    if (part == head && forward && z.tied) return std::vector<int>{head, 0};
-    return std::vector<int>{part};
-  };
-  auto writes = [&](int part, bool forward) {
-    if (part == head && forward) return z.tied ? std::vector<int>{head, 0} : std::vector<int>{head};
-    return forward ? std::vector<int>{} : std::vector<int>{part};
-  };
+  std::vector<int64_t> sizes;
+  for (double n : z.size) sizes.push_back(int64_t(std::llround(n)));
+  ZeroSchedule schedule(zero, PartAccess{head, z.tied}, sizes, inflight);
+  if (z.defer0) schedule.defer(0);
   PoolReplay pool;
-  std::vector<bool> gathered(size_t(head + 1), false), staged(size_t(head + 1), false);
-  std::deque<int> pending;  // parts whose staging buffer and reduced piece are in flight
-  auto retire = [&] {
-    pool.give(size(pending.front())), pool.give(size(pending.front()) / K);
-    pending.pop_front();
+  auto play = [&](const std::vector<ZeroAction>& actions) {
+    for (const ZeroAction& a : actions) {
+      const double n = z.size[size_t(a.part)];
+      switch (a.kind) {
+        case ZeroAction::build: pool.take(n), pool.give(n); break;
+        case ZeroAction::fetch: pool.take(n); break;
+        case ZeroAction::wait: break;
+        case ZeroAction::release: pool.give(n); break;
+        case ZeroAction::stage: pool.take(n); break;
+        case ZeroAction::reduce: pool.take(n / K); break;
+        case ZeroAction::retire: pool.give(n), pool.give(n / K); break;
+      }
+    }
   };
-  auto gather = [&](int q) {
-    if (!gathered[size_t(q)]) pool.take(size(q)), gathered[size_t(q)] = true;
-  };
-  auto drop = [&](int q) {
-    if (gathered[size_t(q)]) pool.give(size(q)), gathered[size_t(q)] = false;
-  };
-  auto reduce = [&](int q) {
-    if (!staged[size_t(q)]) return;
-    while (int(pending.size()) >= std::max(1, inflight)) retire();
-    staged[size_t(q)] = false;
-    pool.take(size(q) / K);
-    pending.push_back(q);
-  };
-  if (zero == 3)  // initialisation builds each part whole once, one at a time
-    for (int q = 0; q <= head; ++q) pool.take(size(q)), pool.give(size(q));
+  play(schedule.initialize());
+  schedule.begin_step();
   for (const auto& [part, forward] : z.passes) {
-    if (zero == 3) {  // begin: gather what the pass reads, prefetch the next pass's
-      for (int q : reads(part, forward)) gather(q);
-      const int next = forward ? part + 1 : part - 1;
-      if (next >= 0 && next <= head)
-        for (int q : reads(next, forward)) gather(q);
-    }
-    for (int q : writes(part, forward))
-      if (!staged[size_t(q)] && size(q) > 0) pool.take(size(q)), staged[size_t(q)] = true;
-    if (zero == 3) {  // end: release, except the head's parameters its backward reads again
-      const bool keep_head = forward && part == head;
-      for (int q : reads(part, forward))
-        if (!(keep_head && q == head)) drop(q);
-    }
-    if (!forward && !(z.defer0 && part == 0)) reduce(part);
+    const Pass pass = forward ? Pass::forward : Pass::backward;
+    play(schedule.begin(part, pass, true));
+    play(schedule.end(part, pass, true, false));
   }
-  for (int q = 0; q <= head; ++q) reduce(q);  // deferred or never passed backward here
-  while (!pending.empty()) retire();
+  play(schedule.finish());
   return pool.allocated();
 }
 

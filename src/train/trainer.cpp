@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "kernels/kernels.hpp"
 #include "model/tensor_parallel.hpp"
+#include "parallel/pp/stage_layers.hpp"
 
 namespace tessera {
 
@@ -44,40 +45,28 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
                   deck.str("data.path"), "' is empty; raise data.val_fraction or set "
                   "train.eval_every = 0");
   split_tensor_parallel(deck);
-  const int stage = int(deck.integer("parallel.zero"));
   const int stages = grid.group(Group::pp).size();
   if (stages > 1) model_ = std::make_unique<Transformer>(cfg_, store_, pipeline_stage(deck));
   else model_ = std::make_unique<Transformer>(cfg_, store_);
   index_whole_model();
-  int64_t shard_group = deck.integer("parallel.shard_group");
-  if (shard_group == 0) shard_group = geo_.dp;
-  TESSERA_REQUIRE(geo_.dp % shard_group == 0, "parallel.shard_group = ", shard_group,
-                  " does not divide the data-parallel degree ", geo_.dp);
-  TESSERA_REQUIRE(shard_group == geo_.dp || stage >= 1, "parallel.shard_group = ", shard_group,
-                  " shards the model state, which needs parallel.zero >= 1");
-  store_.finalize(alloc_, stage >= 1 ? Zero::layout(stage, *model_, shard_group) : StoreLayout{});
+  DpOptions dpo;
+  dpo.zero = int(deck.integer("parallel.zero"));
+  dpo.shard_group = deck.integer("parallel.shard_group");
+  dpo.overlap = deck.boolean("parallel.overlap");
+  dpo.inflight = int(deck.integer("parallel.zero_inflight"));
+  dpo.bucket_mb = deck.real("parallel.bucket_mb");
+  dpo.progress = dp_progress_from(deck.str("parallel.progress"));
+  store_.finalize(alloc_, DataParallel::store_layout(dpo, *model_, geo_.dp));
   AdamWConfig oc;
   oc.beta1 = float(deck.real("optim.beta1"));
   oc.beta2 = float(deck.real("optim.beta2"));
   oc.eps = float(deck.real("optim.eps"));
   oc.weight_decay = float(deck.real("optim.weight_decay"));
   oc.decay_embeddings = deck.boolean("optim.decay_embeddings");
-  if (stage >= 1) {
-    zero_ = std::make_unique<Zero>(stage, store_, *model_, grid.dp(), shard_group,
-                                   deck.boolean("parallel.overlap"),
-                                   int(deck.integer("parallel.zero_inflight")), alloc_);
-    if (tied_over_pipeline()) zero_->defer(0);  // summed over the embedding group first
-    if (stage == 3) zero_->initialize(seed_);
-    else store_.initialize(seed_);
-    optim_ = std::make_unique<AdamW>(store_, alloc_, oc, zero_->segments());
-  } else {
-    store_.initialize(seed_);
-    optim_ = std::make_unique<AdamW>(store_, alloc_, oc,
-                                     std::vector<ShardSegment>{{0, 0, store_.numel()}});
-  }
-  buckets_ = std::make_unique<GradBuckets>(store_, grid.dp(), deck.real("parallel.bucket_mb"),
-                                           deck.boolean("parallel.overlap"),
-                                           dp_progress_from(deck.str("parallel.progress")));
+  dp_ = make_data_parallel(dpo, store_, *model_, grid.dp(), grid.group(Group::dp_cp), alloc_);
+  if (tied_over_pipeline()) dp_->defer(0);  // summed over the embedding group first
+  dp_->initialize(seed_);
+  optim_ = std::make_unique<AdamW>(store_, alloc_, oc, dp_->segments());
   schedule_ = {deck.real("optim.lr"), deck.real("optim.min_lr"), deck.integer("optim.warmup"),
                steps_};
   grad_clip_ = deck.real("optim.grad_clip");
@@ -99,7 +88,7 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
                                              tp::rows(ctx, B * T) * cfg_.d_model, alloc_);
 }
 
-std::vector<pp::ChunkLayers> Trainer::pipeline_stage(const Deck& deck) {
+std::vector<ChunkLayers> Trainer::pipeline_stage(const Deck& deck) {
   Communicator& pp = grid_.group(Group::pp);
   const pp::ScheduleShape shape{pp.size(), int(geo_.accum), int(deck.integer("parallel.pp_virtual")),
                                 pp::parse_schedule_kind(deck.str("parallel.pp_schedule"))};
@@ -146,7 +135,7 @@ void Trainer::split_tensor_parallel(const Deck& deck) {
 
 StepContext Trainer::context(bool training) {
   StepContext ctx{alloc_, par_, scratch_};
-  ctx.hooks = zero_.get();
+  ctx.hooks = dp_.get();
   ctx.batch = geo_.micro_batch;
   ctx.training = training;
   ctx.loss_scale = float(1.0 / double(geo_.global_batch * cfg_.seq_len));
@@ -161,15 +150,13 @@ void Trainer::set_trace(Trace* trace) {
   trace_ = trace;
   timer_.set_trace(trace);
   if (pipeline_) pipeline_->set_trace(trace);
-  if (zero_) {
-    zero_->shard_comm().set_trace(trace);
-    zero_->replica_comm().set_trace(trace);
-  }
+  for (Communicator* c : dp_->own_groups()) c->set_trace(trace);
 }
 
 std::vector<const Communicator*> Trainer::own_groups() const {
-  if (!zero_) return {};
-  return {&zero_->shard_comm(), &zero_->replica_comm()};
+  std::vector<const Communicator*> groups;
+  for (Communicator* c : dp_->own_groups()) groups.push_back(c);
+  return groups;
 }
 
 void Trainer::load_micro_batch(const std::function<void(int64_t, int32_t*)>& sample_row) {
@@ -210,7 +197,6 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx) {
   // Gradients are reduced over data-parallel ranks as each part finishes its last
   // micro-batch's backward; every schedule runs a chunk's backwards in micro-batch order, so
   // that is micro-batch m - 1.
-  if (!zero_) buckets_->arm(true);
   struct Work : pp::StageWork {
     Trainer& t;
     StepContext& ctx;
@@ -231,12 +217,9 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx) {
     const float* backward(int micro, int chunk, int slot, const float* dy) override {
       t.timer_.enter(Phase::backward);
       ctx.slot = slot;
-      const bool last_micro = micro == t.geo_.accum - 1;
-      if (t.zero_) t.zero_->arm(last_micro);
-      else ctx.grads = last_micro ? t.buckets_.get() : nullptr;
-      // Partial (sequence-parallel) gradients are summed over tensor-parallel ranks just
-      // before their data-parallel reduction: every micro-batch for ZeRO-2/3, else the last.
-      ctx.reduce_partial_grads = last_micro || t.zero_stage() >= 2;
+      // The strategy also says when partial (sequence-parallel) gradients are summed over
+      // tensor-parallel ranks: just before their data-parallel reduction.
+      t.dp_->before_backward(ctx, micro == t.geo_.accum - 1);
       return t.model_->backward_chunk(ctx, chunk, dy);
     }
   } work(*this, ctx, serial, load);
@@ -285,7 +268,7 @@ StepResult Trainer::step(int64_t s) {
   StepContext ctx = context(true);
   timer_.enter(Phase::other);
   store_.zero_grads();
-  if (zero_) zero_->begin_step();
+  dp_->begin_step();
   double loss_sum = pipeline_step(s, ctx);
   timer_.enter(Phase::grad_sync);
   // Tied embeddings over a pipeline: the first stage's table and the last stage's copy each
@@ -297,16 +280,14 @@ StepResult Trainer::step(int64_t s) {
     if (!tied) tied = const_cast<Param*>(store_.find("embed.tok.weight"));
     grid_.group(Group::embedding).all_reduce(tied->grad.f32(), tied->local.numel());
   };
-  const float* grads = store_.grads();
-  if (!zero_) buckets_->finish(), sum_tied();
-  else grads = zero_->reduce_gradients(sum_tied);  // each rank: the summed gradients of its shard
+  const float* grads = dp_->reduce_gradients(sum_tied);  // indexed as the segments say
   // The global norm: tensor-parallel blocks summed over tp, ZeRO pieces over the shard group,
   // pipeline stages over pp (the last stage's copy of a tied table not counted).
   const Param* copy = tied_over_pipeline() ? model_->tied_copy() : nullptr;
   GradSquares sq = grad_squares(store_, optim_->segments(), grads, copy);
   grid_.group(Group::tp).all_reduce(&sq.split, 1);
   double squares = sq.split + sq.replicated;
-  if (zero_) zero_->shard_comm().all_reduce(&squares, 1);
+  dp_->sum_over_shards(&squares, 1);
   grid_.dp().all_reduce(&loss_sum, 1);
   if (pipeline()) {  // the loss is the last stage's; the norm sums every stage's
     double both[2] = {squares, loss_sum};
@@ -319,13 +300,11 @@ StepResult Trainer::step(int64_t s) {
   r.loss = loss_sum / double(geo_.global_batch * T);
   r.grad_norm = std::sqrt(squares);
   r.lr = schedule_.at(s);
-  const bool sharded_values = zero_ && zero_->stage() == 3;
-  optim_->step(r.lr, s, sharded_values ? zero_->value_shard() : store_.values(),
-               sharded_values ? AdamW::Index::local : AdamW::Index::global, grads,
+  optim_->step(r.lr, s, dp_->optimizer_values(), dp_->optimizer_index(), grads,
                clip_factor(r.grad_norm, grad_clip_));
-  if (zero_) {  // every rank needs every updated parameter (stage 3: when it next uses it)
+  if (dp_->gathers_after_optimizer()) {  // every rank needs the updated parameters
     timer_.enter(Phase::grad_sync);
-    zero_->gather_values();
+    dp_->after_optimizer();
   }
   timer_.stop();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -333,40 +312,29 @@ StepResult Trainer::step(int64_t s) {
 }
 
 std::vector<CheckpointTensor> Trainer::checkpoint_tensors() {
-  // Ranks holding identical data split its writing: a tensor-parallel block is held by every
-  // data-parallel rank (and a replicated tensor by every tensor-parallel rank too); a ZeRO
-  // piece only by the HSDP replicas of its shard (and the tensor-parallel ranks, when the
-  // tensor is replicated over them).
-  auto holders = [&](const Param& p, bool piece, CheckpointTensor& ct) {
-    std::vector<const Communicator*> groups;
-    groups.push_back(piece ? &zero_->replica_comm() : &grid_.group(Group::dp_cp));
-    if (!p.tp.split()) groups.push_back(&grid_.group(Group::tp));
-    // The last pipeline stage's copy of a tied table is read back but not written: the
-    // first stage's table is the tensor (its ZeRO pieces need not line up with the copy's).
-    ct.writes = &p != model_->tied_copy();
-    ct.holders = 1, ct.holder = 0;
-    for (const Communicator* g : groups) ct.holder += ct.holders * g->rank(), ct.holders *= g->size();
-  };
-  auto whole = [&](const std::string& path, const Param& p, float* data) {
+  // This rank's piece of p in an array laid out like the flat buffers (the whole buffer,
+  // or a ZeRO shard): each part holds whole parameters, and a rank holds one segment per
+  // part, so a piece is one element range of p's block. Ranks holding identical data split
+  // its writing: the strategy's replicas of the array, times the tensor-parallel ranks when
+  // p is replicated over them.
+  auto piece = [&](const std::string& path, const Param& p, const Holding& h) {
     CheckpointTensor ct;
-    ct.path = path, ct.global = p.global, ct.data = data;
+    ct.path = path, ct.global = p.global, ct.data = h.data;
     if (p.tp.split()) {
       ct.block = p.local;
       for (int d = 0; d < p.global.ndim; ++d) ct.start[size_t(d)] = p.block_start(d);
     }
-    holders(p, false, ct);
-    return ct;
-  };
-  // A sharded array (indexed locally) as this rank's piece of p: each part holds whole
-  // parameters, and a rank holds one segment per part, so a piece is one element range.
-  auto piece = [&](const std::string& path, const Param& p, float* local) {
-    CheckpointTensor ct = whole(path, p, local);
-    holders(p, true, ct);
+    std::vector<const Communicator*> groups{h.replicas};
+    if (!p.tp.split()) groups.push_back(&grid_.group(Group::tp));
+    // The last pipeline stage's copy of a tied table is read back but not written: the
+    // first stage's table is the tensor (its ZeRO pieces need not line up with the copy's).
+    ct.writes = &p != model_->tied_copy();
+    for (const Communicator* g : groups) ct.holder += ct.holders * g->rank(), ct.holders *= g->size();
     ct.n = 0;
-    for (const ShardSegment& s : zero_->segments()) {
+    for (const ShardSegment& s : *h.segments) {
       const int64_t a = std::max(s.global, p.offset);
       const int64_t b = std::min(s.global + s.n, p.offset + p.local.numel());
-      if (a < b) ct.data = local + s.local + (a - s.global), ct.begin = a - p.offset, ct.n = b - a;
+      if (a < b) ct.data = h.data + s.local + (a - s.global), ct.begin = a - p.offset, ct.n = b - a;
     }
     return ct;
   };
@@ -385,16 +353,9 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors() {
       }
       continue;
     }
-    if (!zero_) {
-      t.push_back(whole("params/" + n, *p, store_.values() + p->offset));
-      t.push_back(whole("optim/adam_m/" + n, *p, optim_->m() + p->offset));
-      t.push_back(whole("optim/adam_v/" + n, *p, optim_->v() + p->offset));
-      continue;
-    }
-    if (zero_->stage() == 3) t.push_back(piece("params/" + n, *p, zero_->value_shard()));
-    else t.push_back(whole("params/" + n, *p, store_.values() + p->offset));
-    t.push_back(piece("optim/adam_m/" + n, *p, optim_->m()));
-    t.push_back(piece("optim/adam_v/" + n, *p, optim_->v()));
+    t.push_back(piece("params/" + n, *p, dp_->values()));
+    t.push_back(piece("optim/adam_m/" + n, *p, dp_->state(optim_->m())));
+    t.push_back(piece("optim/adam_v/" + n, *p, dp_->state(optim_->v())));
   }
   return t;
 }

@@ -15,8 +15,7 @@
 #include "model/transformer.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
-#include "parallel/dp/grad_buckets.hpp"
-#include "parallel/dp/zero.hpp"
+#include "parallel/dp/data_parallel.hpp"
 #include "parallel/pp/executor.hpp"
 
 namespace tessera {
@@ -59,14 +58,15 @@ class Trainer {
   Transformer& model() { return *model_; }
   Allocator& allocator() { return alloc_; }
   const PhaseTimer& timer() const { return timer_; }
-  const GradBuckets& buckets() const { return *buckets_; }
+  // How gradients are reduced and the model state is held over data-parallel ranks.
+  DataParallel& data_parallel() const { return *dp_; }
   // Groups the trainer made itself (ZeRO shard/replica groups), for the traffic table.
   std::vector<const Communicator*> own_groups() const;
   StepContext context(bool training);
   // The checkpoint's tensors (parameter values and Adam moments) as this rank holds them:
   // whole, or its ZeRO pieces.
   std::vector<CheckpointTensor> checkpoint_tensors();
-  int zero_stage() const { return zero_ ? zero_->stage() : 0; }
+  int zero_stage() const { return dp_->zero_stage(); }
   // A tied token table split over pipeline stages: the first stage's table and the last
   // stage's copy, kept identical by summing their gradients over the embedding group.
   bool tied_over_pipeline() const {
@@ -74,7 +74,7 @@ class Trainer {
            grid_.group(Group::embedding).size() > 1;
   }
   // Data-parallel ranks sharing one copy of the model state (ZeRO shard group); 1 without ZeRO.
-  int64_t shard_ranks() const { return zero_ ? zero_->shard_comm().size() : 1; }
+  int64_t shard_ranks() const { return dp_->shard_ranks(); }
   std::string layout_json() const;
   // The pipeline executor when there are several stages (every step runs through it; with
   // one stage it is the serial loop and reports no pipeline).
@@ -97,7 +97,7 @@ class Trainer {
   // spans nodes).
   void split_tensor_parallel(const Deck& deck);
   // Pipeline parallelism (parallel.pp > 1): checks the schedule's shape and cuts the layers.
-  std::vector<pp::ChunkLayers> pipeline_stage(const Deck& deck);
+  std::vector<ChunkLayers> pipeline_stage(const Deck& deck);
   // One step's micro-batches through this stage's op list; returns the summed token loss
   // (non-zero only on the last stage).
   double pipeline_step(int64_t step, StepContext& ctx);
@@ -116,8 +116,7 @@ class Trainer {
   ParamStore store_;
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<AdamW> optim_;
-  std::unique_ptr<GradBuckets> buckets_;
-  std::unique_ptr<Zero> zero_;  // ZeRO >= 1 (and HSDP); null for plain data parallelism
+  std::unique_ptr<DataParallel> dp_;
   LrSchedule schedule_;
   double grad_clip_ = 0;
   uint64_t seed_ = 0;

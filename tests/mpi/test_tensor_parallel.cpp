@@ -297,7 +297,7 @@ ModelConfig model_config(Arch arch, int t, int64_t vocab = 253) {
 
 // ---- expected traffic --------------------------------------------------------------------
 //
-// Megatron-LM (GUIDE §3.4; seed 002, sections 五 and 七): a block does 2 all-reduces forward
+// Megatron-LM (doc/parallelism.md; seed 002, sections 五 and 七): a block does 2 all-reduces forward
 // (the row-parallel outputs of attention and MLP) and 2 backward (the gradients of the
 // column-parallel inputs of attention and MLP), each of the N x C residual stream. With
 // sequence parallelism each all-reduce becomes a reduce-scatter + all-gather pair, the same

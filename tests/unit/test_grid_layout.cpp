@@ -1,4 +1,4 @@
-// The process grid's rank arithmetic (comm/grid_layout.hpp; GUIDE.md section 4): coordinates
+// The process grid's rank arithmetic (comm/grid_layout.hpp; doc/architecture.md "Process grid"): coordinates
 // in the mixed radix of parallel.order, the groups of each kind, and the errors for bad
 // degrees and orders. No MPI: every shape is checked on one process.
 #include <gtest/gtest.h>

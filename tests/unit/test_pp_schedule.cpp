@@ -165,8 +165,8 @@ TEST(PipelineSchedule, EveryInterleavedShape) {
   for (const ScheduleShape& shape : shapes) expect_correct(shape);
 }
 
-// One stage: forward then backward per micro-batch, nothing sent (GUIDE.md, "a training
-// step").
+// One stage: forward then backward per micro-batch, nothing sent (doc/architecture.md, "The
+// one step loop").
 TEST(PipelineSchedule, OneStageIsForwardThenBackward) {
   const Schedule s = make_schedule(1, 3, 1, ScheduleKind::one_f_one_b);
   const std::vector<Op> want = {{Op::forward, 0, 0, -1}, {Op::backward, 0, 0, -1},

@@ -31,20 +31,30 @@ StoreLayout Zero::layout(int stage, const Transformer& model, int64_t k) {
   return l;
 }
 
+namespace {
+
+std::vector<int64_t> part_sizes(const ParamStore& store) {
+  std::vector<int64_t> size;
+  for (const ParamPart& p : store.parts()) size.push_back(p.size);
+  return size;
+}
+
+}  // namespace
+
 Zero::Zero(int stage, ParamStore& store, const Transformer& model, Communicator& dp,
-           int64_t shard_group, bool overlap, int inflight, Allocator& alloc)
+           Communicator& holders, int64_t shard_group, bool overlap, int inflight,
+           Allocator& alloc)
     : stage_(stage),
       store_(store),
-      model_(model),
       k_(shard_group),
       overlap_(overlap),
-      inflight_(std::max(1, inflight)),
-      reducing_(store.parts().size(), false),
-      deferred_(store.parts().size(), false),
       // Shard groups are consecutive data-parallel ranks; replicas hold the same shard.
       shard_comm_(dp.split(dp.rank() / int(k_), dp.rank() % int(k_), "dp_shard")),
       replica_comm_(dp.split(dp.rank() % int(k_), dp.rank() / int(k_), "dp_replica")),
+      holders_(holders),
+      whole_{{0, 0, store.numel()}},
       pool_(alloc, Charge::comm),
+      schedule_(stage, model.access(), part_sizes(store), inflight),
       parts_(store.parts().size()) {
   const int64_t r = shard_comm_.rank();
   for (size_t p = 0; p < store.parts().size(); ++p) {
@@ -74,101 +84,90 @@ void Zero::point_grads(int part, float* base) {
 }
 
 void Zero::initialize(uint64_t seed) {
-  for (size_t q = 0; q < parts_.size(); ++q) {
-    const int part = int(q);
-    const ParamPart& pp = store_.parts()[q];
-    if (pp.size == 0) continue;  // held by another pipeline stage
-    Buffer full = pool_.take(pp.size);
-    kernels::fill(full.f32(), 0.0f, pp.size);
-    point_values(part, full.f32());
-    for (int i = pp.first; i < pp.last; ++i) ParamStore::initialize(store_.param(i), seed);
-    kernels::copy(full.f32() + shard_comm_.rank() * piece(part), value_shard_.f32() + local_of(part),
-                  piece(part));
-    point_values(part, nullptr);
-    pool_.give(std::move(full));
+  if (stage_ < 3) {
+    store_.initialize(seed);
+    return;
   }
+  seed_ = seed;
+  run(schedule_.initialize());
+}
+
+void Zero::build(int part) {
+  const ParamPart& pp = store_.parts()[size_t(part)];
+  Buffer full = pool_.take(pp.size);
+  kernels::fill(full.f32(), 0.0f, pp.size);
+  point_values(part, full.f32());
+  for (int i = pp.first; i < pp.last; ++i) ParamStore::initialize(store_.param(i), seed_);
+  kernels::copy(full.f32() + shard_comm_.rank() * piece(part), value_shard_.f32() + local_of(part),
+                piece(part));
+  point_values(part, nullptr);
+  pool_.give(std::move(full));
 }
 
 void Zero::begin_step() {
   kernels::fill(grad_shard_.f32(), 0.0f, local_size_);
-  reducing_.assign(reducing_.size(), false);
+  schedule_.begin_step();
 }
 
-// ---- stage 3: parameters gathered just in time ------------------------------------------------
-
-void Zero::prefetch(int part) {
-  PartState& s = parts_[size_t(part)];
-  if (s.state != PartState::absent || piece(part) == 0) return;  // held by another stage
-  const int64_t n = piece(part);
-  s.values = pool_.take(n * k_);
-  s.gather = shard_comm_.all_gather_async(value_shard_.f32() + local_of(part), s.values.f32(), n);
-  s.state = PartState::gathering;
-}
-
-void Zero::need(int part) {
-  prefetch(part);
-  PartState& s = parts_[size_t(part)];
-  if (s.state == PartState::gathering) {
-    s.gather.wait();
-    point_values(part, s.values.f32());
-    s.state = PartState::ready;
-  }
-}
-
-void Zero::drop(int part) {
-  PartState& s = parts_[size_t(part)];
-  if (s.state == PartState::absent) return;
-  s.gather.wait();  // a buffer MPI still writes into cannot be reused
-  point_values(part, nullptr);
-  pool_.give(std::move(s.values));
-  s.state = PartState::absent;
-}
-
-// ---- stages 2-3: gradients staged per part and reduce-scattered --------------------------------
-
-void Zero::stage_grads(int part) {
-  PartState& s = parts_[size_t(part)];
-  const int64_t size = store_.parts()[size_t(part)].size;
-  if (!s.grads.empty() || size == 0) return;
-  s.grads = pool_.take(size);
-  kernels::fill(s.grads.f32(), 0.0f, size);
-  point_grads(part, s.grads.f32());
-}
-
-void Zero::start_reduce(int part) {
-  if (piece(part) == 0) return;  // a part another pipeline stage holds
-  if (stage_ == 1) {  // straight from the full gradient buffer into the shard
-    Pending p;
-    p.part = part;
-    p.request = shard_comm_.reduce_scatter_async(store_.grads() + store_.parts()[size_t(part)].begin,
-                                                 grad_shard_.f32() + local_of(part), piece(part));
-    pending_.push_back(std::move(p));
-    reducing_[size_t(part)] = true;
-    return;
-  }
-  PartState& s = parts_[size_t(part)];
-  if (s.grads.empty()) return;  // nothing was written (cannot happen in a training pass)
-  while (int(pending_.size()) >= inflight_) retire_oldest();
-  point_grads(part, nullptr);
+void Zero::reduce(int part) {
   Pending p;
   p.part = part;
-  p.staged = std::move(s.grads);
-  p.piece = pool_.take(piece(part));
-  p.request = shard_comm_.reduce_scatter_async(p.staged.f32(), p.piece.f32(), piece(part));
+  if (stage_ == 1) {  // straight from the full gradient buffer into the shard
+    p.request = shard_comm_.reduce_scatter_async(store_.grads() + store_.parts()[size_t(part)].begin,
+                                                 grad_shard_.f32() + local_of(part), piece(part));
+  } else {
+    PartState& s = parts_[size_t(part)];
+    point_grads(part, nullptr);
+    p.staged = std::move(s.grads);
+    p.piece = pool_.take(piece(part));
+    p.request = shard_comm_.reduce_scatter_async(p.staged.f32(), p.piece.f32(), piece(part));
+  }
   pending_.push_back(std::move(p));
 }
 
-void Zero::complete(Pending& p) {
+void Zero::retire() {
+  Pending& p = pending_.front();
   p.request.wait();
-  if (p.piece.empty()) return;  // stage 1 reduced into the shard directly
-  kernels::add_inplace(grad_shard_.f32() + local_of(p.part), p.piece.f32(), piece(p.part));
-  pool_.give(std::move(p.staged));
-  pool_.give(std::move(p.piece));
+  if (!p.piece.empty()) {  // stage 1 reduced into the shard directly
+    kernels::add_inplace(grad_shard_.f32() + local_of(p.part), p.piece.f32(), piece(p.part));
+    pool_.give(std::move(p.staged));
+    pool_.give(std::move(p.piece));
+  }
+  pending_.pop_front();
 }
 
-void Zero::retire_oldest() {
-  complete(pending_.front());
-  pending_.erase(pending_.begin());
+void Zero::run(const std::vector<ZeroAction>& actions) {
+  for (const ZeroAction& a : actions) {
+    PartState& s = parts_[size_t(a.part)];
+    switch (a.kind) {
+      case ZeroAction::build: build(a.part); break;
+      case ZeroAction::fetch: {
+        const int64_t n = piece(a.part);
+        s.values = pool_.take(n * k_);
+        s.gather = shard_comm_.all_gather_async(value_shard_.f32() + local_of(a.part),
+                                                s.values.f32(), n);
+        break;
+      }
+      case ZeroAction::wait:
+        s.gather.wait();
+        point_values(a.part, s.values.f32());
+        break;
+      case ZeroAction::release:
+        s.gather.wait();  // a buffer MPI still writes into cannot be reused
+        point_values(a.part, nullptr);
+        pool_.give(std::move(s.values));
+        break;
+      case ZeroAction::stage: {
+        const int64_t size = store_.parts()[size_t(a.part)].size;
+        s.grads = pool_.take(size);
+        kernels::fill(s.grads.f32(), 0.0f, size);
+        point_grads(a.part, s.grads.f32());
+        break;
+      }
+      case ZeroAction::reduce: reduce(a.part); break;
+      case ZeroAction::retire: retire(); break;
+    }
+  }
 }
 
 void Zero::poll() {
@@ -177,63 +176,30 @@ void Zero::poll() {
   // go at the same points in every run (tessera-plan predicts them exactly).
   for (Pending& p : pending_) p.request.test();
   for (PartState& s : parts_)
-    if (s.state == PartState::gathering) s.gather.test();
+    if (!s.values.empty()) s.gather.test();
 }
 
 void Zero::begin(int part, Pass pass, bool training) {
   if (stage_ < 2) return;
   poll();
-  if (stage_ == 3) {
-    for (int q : model_.reads(part, pass)) need(q);
-    // Start the next pass's gather now so it overlaps this part's compute.
-    const int next = pass == Pass::forward ? part + 1 : part - 1;
-    if (next >= 0 && next <= model_.head_part())
-      for (int q : model_.reads(next, pass)) prefetch(q);
-  }
-  if (training)
-    for (int q : model_.writes_grads(part, pass)) stage_grads(q);
+  run(schedule_.begin(part, pass, training));
 }
 
 void Zero::end(int part, Pass pass, bool training) {
-  if (stage_ == 1) {
-    if (training && pass == Pass::backward && armed_ && !deferred_[size_t(part)]) start_reduce(part);
-    poll();
-    return;
-  }
-  if (stage_ == 3) {
-    // Release what this pass read, except the head's parameters, which its backward (next,
-    // in training) reads again.
-    const bool head_backward_next = training && pass == Pass::forward && part == model_.head_part();
-    const std::vector<int> keep =
-        head_backward_next ? model_.reads(part, Pass::backward) : std::vector<int>{};
-    for (int q : model_.reads(part, pass))
-      if (std::find(keep.begin(), keep.end(), q) == keep.end()) drop(q);
-  }
-  if (training && pass == Pass::backward && !deferred_[size_t(part)])
-    start_reduce(part);  // its gradients are final for this micro-batch
+  run(schedule_.end(part, pass, training, armed_));
   poll();
 }
 
-// ---- the step --------------------------------------------------------------------------------
-
-float* Zero::reduce_gradients(const std::function<void()>& before_deferred) {
-  if (before_deferred) before_deferred();
-  // Stage 1: parts not reduced during backward (deferred, or parallel.overlap = false).
-  // Stages 2-3: parts whose gradients are still staged (deferred, or written without a
-  // backward pass of their own on this stage, like the last stage's tied table copy).
-  for (size_t q = 0; q < parts_.size(); ++q)
-    if (stage_ == 1 ? !reducing_[q] : !parts_[q].grads.empty()) start_reduce(int(q));
-  for (Pending& p : pending_) complete(p);
-  pending_.clear();
+const float* Zero::reduce_gradients(const std::function<void()>& whole_final) {
+  if (whole_final) whole_final();
+  run(schedule_.finish());
   armed_ = false;
-  if (stage_ == 3)
-    for (size_t q = 0; q < parts_.size(); ++q) drop(int(q));  // nothing stays gathered
   replica_comm_.all_reduce(grad_shard_.f32(), local_size_);  // HSDP: sum over shard groups
   return grad_shard_.f32();
 }
 
-void Zero::gather_values() {
-  if (stage_ == 3) return;  // the shard is the only copy; forward gathers it
+void Zero::after_optimizer() {
+  if (stage_ == 3) return;
   for (size_t q = 0; q < parts_.size(); ++q) {
     const ParamPart& pp = store_.parts()[q];
     const int64_t n = piece(int(q));
@@ -241,6 +207,15 @@ void Zero::gather_values() {
     float* part = store_.values() + pp.begin;
     shard_comm_.all_gather(part + shard_comm_.rank() * n, part, n);  // in place
   }
+}
+
+Holding Zero::values() {
+  if (stage_ == 3) return {value_shard_.f32(), &segments_, &replica_comm_};
+  return {store_.values(), &whole_, &holders_};
+}
+
+std::string Zero::sync_settings() const {
+  return overlap_ ? "overlap on" : "overlap off";
 }
 
 }  // namespace tessera

@@ -20,6 +20,8 @@
 //            all-gathered into a buffer just before its forward and again before its
 //            backward, the next part's gather is started (prefetch) while this one computes,
 //            and the buffer is released after use.
+// When each of these happens is decided by ZeroSchedule (zero_schedule.hpp); this class
+// carries the decisions out.
 // HSDP (shard group K < dp): the shard groups are consecutive data-parallel ranks; after the
 // last micro-batch, each gradient shard is all-reduced across the groups holding the same
 // shard (replica group).
@@ -33,14 +35,13 @@
 // plus the gather and staging buffers of the parts in use, charged to communication buffers.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <vector>
 
 #include "comm/communicator.hpp"
-#include "model/param.hpp"
-#include "model/step_context.hpp"
-#include "model/transformer.hpp"
-#include "optim/adamw.hpp"
+#include "parallel/dp/data_parallel.hpp"
+#include "parallel/dp/zero_schedule.hpp"
 
 namespace tessera {
 
@@ -57,39 +58,53 @@ class BufferPool {
   std::vector<Buffer> free_;
 };
 
-class Zero : public PartHooks {
+class Zero : public DataParallel {
  public:
   // The store layout stage and shard group size k need (call before store.finalize).
   static StoreLayout layout(int stage, const Transformer& model, int64_t k);
 
   // dp is split into shard groups of shard_group consecutive ranks and replica groups.
-  // inflight (stages 2-3): reduce-scatters in flight at most; starting one more first
-  // completes the oldest, so which buffers exist does not depend on MPI's progress.
+  // holders: the ranks holding one whole copy of the parameters (stages 1-2).
   Zero(int stage, ParamStore& store, const Transformer& model, Communicator& dp,
-       int64_t shard_group, bool overlap, int inflight, Allocator& alloc);
+       Communicator& holders, int64_t shard_group, bool overlap, int inflight, Allocator& alloc);
 
-  int stage() const { return stage_; }
   Communicator& shard_comm() { return shard_comm_; }
   Communicator& replica_comm() { return replica_comm_; }
-  const std::vector<ShardSegment>& segments() const { return segments_; }
-  int64_t local_size() const { return local_size_; }
-  // Stage 3: the parameter shard (indexed locally); null below stage 3.
-  float* value_shard() const { return value_shard_.f32(); }
 
-  // Stage 3: initialises the owned pieces part by part (no full copy is ever made).
-  void initialize(uint64_t seed);
-  // Before the first micro-batch of a step.
-  void begin_step();
-  // Before each micro-batch's backward (stage 1 reduces during the last one only).
-  void arm(bool last_microbatch) { armed_ = last_microbatch && overlap_; }
-  // Keeps a part's gradients whole until reduce_gradients (a pipeline's tied token table: its
-  // two copies' gradients are summed over the embedding group before they are sharded).
-  void defer(int part) { deferred_[size_t(part)] = true; }
-  // After the last micro-batch's backward: this rank's summed gradients, indexed locally.
-  // before_deferred runs when every deferred part's gradients are whole and final.
-  float* reduce_gradients(const std::function<void()>& before_deferred = {});
-  // After the optimizer: stages 1-2 all-gather the updated pieces into the full buffer.
-  void gather_values();
+  // Stage 3 initialises the owned pieces part by part (no full copy is ever made).
+  void initialize(uint64_t seed) override;
+  void defer(int part) override { schedule_.defer(part); }
+  void begin_step() override;
+  // Stage 1 reduces during the last micro-batch's backward only; stages 2-3 reduce every
+  // micro-batch, so gradients partial over tensor-parallel ranks are summed every time.
+  void before_backward(StepContext& ctx, bool last_micro_batch) override {
+    armed_ = last_micro_batch && overlap_;
+    ctx.reduce_partial_grads = last_micro_batch || stage_ >= 2;
+  }
+  const float* reduce_gradients(const std::function<void()>& whole_final) override;
+  const std::vector<ShardSegment>& segments() const override { return segments_; }
+  void sum_over_shards(double* x, int n) override { shard_comm_.all_reduce(x, n); }
+  // Stage 3: the parameter shard (indexed locally); below: the whole flat buffer.
+  float* optimizer_values() override {
+    return stage_ == 3 ? value_shard_.f32() : store_.values();
+  }
+  AdamW::Index optimizer_index() const override {
+    return stage_ == 3 ? AdamW::Index::local : AdamW::Index::global;
+  }
+  // Stages 1-2 all-gather the updated pieces into the full buffer; stage 3's shard is the
+  // only copy, gathered by the next forward.
+  bool gathers_after_optimizer() const override { return stage_ < 3; }
+  void after_optimizer() override;
+  Holding values() override;
+  Holding state(float* local) override { return {local, &segments_, &replica_comm_}; }
+
+  int zero_stage() const override { return stage_; }
+  int64_t shard_ranks() const override { return k_; }
+  std::vector<Communicator*> own_groups() override { return {&shard_comm_, &replica_comm_}; }
+  const DpSyncTiming& last_sync() const override { return no_timing_; }
+  std::string summary() const override { return ""; }
+  std::string sync_settings() const override;
+  bool sync_hidden_measured() const override { return false; }
 
   void begin(int part, Pass pass, bool training) override;
   void end(int part, Pass pass, bool training) override;
@@ -98,8 +113,7 @@ class Zero : public PartHooks {
   struct PartState {
     Buffer values;  // stage 3: the gathered part while in use
     Request gather;
-    enum { absent, gathering, ready } state = absent;
-    Buffer grads;  // stages 2-3: staged gradients while the part's backward writes them
+    Buffer grads;   // stages 2-3: staged gradients while the part's backward writes them
   };
   struct Pending {  // a part's gradients being reduce-scattered
     int part = 0;
@@ -110,30 +124,28 @@ class Zero : public PartHooks {
   int64_t local_of(int part) const { return store_.parts()[size_t(part)].begin / k_; }
   void point_values(int part, float* base);
   void point_grads(int part, float* base);
-  void prefetch(int part);
-  void need(int part);
-  void drop(int part);
-  void stage_grads(int part);
-  void start_reduce(int part);
-  void complete(Pending& p);
-  void retire_oldest();
+  void run(const std::vector<ZeroAction>& actions);
+  void build(int part);
+  void reduce(int part);
+  void retire();
   void poll();
 
   int stage_;
   ParamStore& store_;
-  const Transformer& model_;
   int64_t k_;
   bool overlap_, armed_ = false;
-  int inflight_;
-  std::vector<bool> reducing_;  // stage 1: the part's reduction has started this step
-  std::vector<bool> deferred_;
   Communicator shard_comm_, replica_comm_;
+  const Communicator& holders_;
   std::vector<ShardSegment> segments_;
+  std::vector<ShardSegment> whole_;  // the flat buffers as one segment (stages 1-2 values)
   int64_t local_size_ = 0;
   Buffer value_shard_, grad_shard_;
   BufferPool pool_;
+  ZeroSchedule schedule_;
+  uint64_t seed_ = 0;  // for build actions
   std::vector<PartState> parts_;
-  std::vector<Pending> pending_;
+  std::deque<Pending> pending_;
+  DpSyncTiming no_timing_;
 };
 
 }  // namespace tessera

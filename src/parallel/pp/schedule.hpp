@@ -1,4 +1,4 @@
-// Pipeline schedules as data (GUIDE.md, invariant 6): a pure function turns (stages p,
+// Pipeline schedules as data (doc/architecture.md, "Invariants"): a pure function turns (stages p,
 // micro-batches m, chunks per stage v, kind) into every stage's ordered list of operations.
 // Every rank computes the same schedule from the deck, so a bad shape is a collective
 // error raised before any work starts. doc/pipeline.md explains the schedules.

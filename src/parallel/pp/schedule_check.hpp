@@ -1,4 +1,4 @@
-// Proving a pipeline schedule correct before it runs (GUIDE.md, invariant 6), and timing it
+// Proving a pipeline schedule correct before it runs (doc/architecture.md, "Invariants"), and timing it
 // with ideal costs. Works on any Schedule, not only make_schedule's: a hand-written or
 // future schedule passes the same checks. doc/pipeline.md describes both.
 #pragma once

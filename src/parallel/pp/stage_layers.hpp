@@ -17,15 +17,11 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/parts.hpp"
 
 namespace tessera::pp {
 
-// One model chunk as a stage holds it: blocks [first, last) (global layer indices), plus
-// the embedding before them and/or the head after them.
-struct ChunkLayers {
-  int64_t first = 0, last = 0;
-  bool embedding = false, head = false;
-};
+using ChunkLayers = tessera::ChunkLayers;  // the model's own description (model/parts.hpp)
 
 // Training FLOPs per token of the embedding (0: a lookup), one block and the head (final
 // norm, output projection over the padded vocabulary, cross-entropy): perf/flops.hpp's

@@ -1,4 +1,4 @@
-#include "io/prep_progress.hpp"
+#include "report/prep_progress.hpp"
 
 #include <unistd.h>
 

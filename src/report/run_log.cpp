@@ -1,4 +1,4 @@
-#include "io/run_log.hpp"
+#include "report/run_log.hpp"
 
 #include <omp.h>
 
@@ -128,7 +128,7 @@ void RunLog::step(const StepResult& r) {
   // not hide, the others also for that rank, so exposed and in flight are minima over ranks
   // and the longest wait (skew included) is reported apart; posting and polling are maxima.
   // Phase seconds since the previous record follow (max over ranks).
-  const DpSyncTiming& dp = trainer_.buckets().last_step();
+  const DpSyncTiming& dp = trainer_.data_parallel().last_sync();
   double m[7 + kPhaseCount] = {r.seconds,  -dp.in_flight, -dp.exposed,
                                dp.exposed, dp.posting,    dp.polling,
                                double(trainer_.allocator().peak_total())};
@@ -272,10 +272,7 @@ void RunLog::finish() {
               human_bytes(measured).c_str(), stage, zero_formula(stage, Precision::fp32),
               human_bytes(f.total()).c_str(), psi, (long long)trainer_.shard_ranks());
   std::printf("\n%s", grid_.traffic_table(trainer_.own_groups()).c_str());
-  if (grid_.dp().size() > 1 && trainer_.zero_stage() == 0)
-    std::printf("gradient buckets: %d of ~%g MiB; %d started during backward (last step)\n",
-                trainer_.buckets().buckets(), deck_.real("parallel.bucket_mb"),
-                trainer_.buckets().started_early());
+  std::printf("%s", trainer_.data_parallel().summary().c_str());
   if (pipe) {
     const pp::ScheduleShape& sh = pipe->shape();
     const pp::Ratio f = pp::bubble_formula(sh);
@@ -307,21 +304,21 @@ void RunLog::finish() {
     // so "in flight" is posted-to-seen time, not transfer time: compare exposed with a run
     // with parallel.overlap = false instead (doc/performance.md).
     const double steps = double(steady ? steady_steps_ : steady_steps_ + 1);
-    const GradBuckets& b = trainer_.buckets();
+    const DataParallel& dp = trainer_.data_parallel();
     const double hidden = d.in_flight - d.exposed - d.posting - d.polling;
     char share[32] = "not measured";  // progress = none
-    if (!b.overlap() || b.progress() == DpProgress::poll)
+    if (dp.sync_hidden_measured())
       std::snprintf(share, sizeof share, "%.0f%%",
                     100 * std::max(0.0, hidden) / std::max(d.in_flight, 1e-12));
     const double waited = steady ? dp_waited_steady_ : dp_waited_all_;
     std::printf(
         "dp gradient all-reduce per step (%s): %.0f buckets, %.1f MB, in flight %.1f ms, "
         "exposed %.1f ms + posting %.1f ms + polling %.1f ms (hidden %s); longest wait "
-        "%.1f ms (with skew); overlap %s, progress %s\n",
+        "%.1f ms (with skew); %s\n",
         steady ? "steady state" : "all steps", double(d.buckets) / steps,
         double(d.bytes) / steps / 1e6, 1e3 * d.in_flight / steps, 1e3 * d.exposed / steps,
         1e3 * d.posting / steps, 1e3 * d.polling / steps, share, 1e3 * waited / steps,
-        b.overlap() ? "on" : "off", dp_progress_name(b.progress()));
+        dp.sync_settings().c_str());
   }
   std::fflush(stdout);
 }

@@ -1,4 +1,4 @@
-#include "io/trace_file.hpp"
+#include "report/trace_file.hpp"
 
 #include <algorithm>
 #include <cstdio>
