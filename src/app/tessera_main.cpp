@@ -15,6 +15,7 @@
 #include "core/schema.hpp"
 #include "io/run_log.hpp"
 #include "io/trace_file.hpp"
+#include "train/device.hpp"
 #include "train/stop_signal.hpp"
 #include "train/trainer.hpp"
 
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       return;
     }
+    tessera::require_device(run.hardware, grid.world());
     if (d.cp > 1 || d.ep > 1) {
       if (rank == 0) std::printf("%s\n", grid.describe().c_str());
       std::fflush(stdout);

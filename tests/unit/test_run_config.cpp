@@ -35,7 +35,7 @@ TEST(RunConfig, DefaultsAndOverridesAreTyped) {
                       {"--model.arch=gpt2", "--model.tie_embeddings=true", "--data.tokenizer=gpt2",
                        "--train.global_batch=24", "--optim.lr=0.01", "--parallel.pp_schedule=gpipe",
                        "--parallel.progress=none", "--parallel.shard_group=2",
-                       "--output.trace=true", "--checkpoint.dir=ck"},
+                       "--hardware.device=cuda", "--output.trace=true", "--checkpoint.dir=ck"},
                       "overrides"));
   EXPECT_EQ(o.model.arch, Arch::gpt2);
   EXPECT_EQ(o.model.tie_embeddings, TieEmbeddings::yes);
@@ -45,6 +45,7 @@ TEST(RunConfig, DefaultsAndOverridesAreTyped) {
   EXPECT_EQ(o.parallel.pp_schedule, PipeSchedule::gpipe);
   EXPECT_EQ(o.parallel.progress, DpProgress::none);
   EXPECT_EQ(o.parallel.shard_group, 2);
+  EXPECT_EQ(o.hardware.device, DeviceKind::cuda);
   EXPECT_TRUE(o.output.trace);
   EXPECT_EQ(o.checkpoint.dir, "ck");
 }
