@@ -179,7 +179,7 @@ void run(const std::vector<std::string>& argv) {
                   "FILE --gpus N (see `tessera-plan --help`)");
   TESSERA_REQUIRE(has("--cluster"), "no cluster given; pass --cluster FILE (inputs/clusters/)");
   const Cluster cluster = Cluster::from_file(opt("--cluster", ""));
-  Workload w = workload_from_deck(plan_deck_file(a.deck, a.overrides));
+  Workload w = workload_from(plan_config_file(a.deck, a.overrides));
   const std::string attention = opt("--attention", "flash");
   TESSERA_REQUIRE(attention == "flash" || attention == "materialized", "--attention = '", attention,
                   "' is not flash or materialized");

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "app/errors.hpp"
+#include "config/run_config.hpp"
 #include "io/tokenizer.hpp"
+#include "train/device.hpp"
 #include "train/sampler.hpp"
 #include "train/trainer.hpp"
 
@@ -16,26 +18,27 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv, argv + argc);
   return tessera::run_reporting_errors("tessera-sample", [&] {
     using namespace tessera;
-    const Deck deck = Deck::from_args(args);
+    const RunConfig run = RunConfig::from_deck(Deck::from_args(args));
     ProcessGrid grid(MPI_COMM_WORLD);
     TESSERA_REQUIRE(grid.world().size() == 1, "tessera-sample runs on one rank");
-    TESSERA_REQUIRE(deck.str("checkpoint.resume") != "none",
+    require_device(run.hardware, grid.world());
+    TESSERA_REQUIRE(run.checkpoint.resume != "none",
                     "tessera-sample needs a trained model: set --checkpoint.resume=latest or "
                     "the path of a checkpoint");
-    Trainer trainer(deck, grid);
-    Checkpointer checkpoints(deck, grid.world());
+    Trainer trainer(run, grid);
+    Checkpointer checkpoints(run, grid.world());
     const int64_t step = trainer.restore(checkpoints);
     TESSERA_REQUIRE(step > 0, "no checkpoint found in '", checkpoints.dir(),
                     "' (checkpoint.resume = latest); train first");
-    auto tokenizer = make_tokenizer(deck.str("data.tokenizer"), deck.str("sample.vocab_dir"));
-    const std::string prompt = deck.str("sample.prompt");
+    auto tokenizer = make_tokenizer(to_string(run.data.tokenizer), run.sample.vocab_dir);
+    const std::string& prompt = run.sample.prompt;
     std::vector<int32_t> ids;
     for (uint32_t id : tokenizer->encode(prompt)) ids.push_back(int32_t(id));
     SampleOptions opt;
-    opt.length = deck.integer("sample.length");
-    opt.temperature = deck.real("sample.temperature");
-    opt.top_k = deck.integer("sample.top_k");
-    opt.seed = uint64_t(deck.integer("sample.seed"));
+    opt.length = run.sample.length;
+    opt.temperature = run.sample.temperature;
+    opt.top_k = run.sample.top_k;
+    opt.seed = uint64_t(run.sample.seed);
     opt.stop_id = tokenizer->eos_id();
     const std::vector<int32_t> out = generate(trainer.model(), trainer.context(false), ids, opt);
     std::vector<uint32_t> text_ids(out.begin(), out.end());

@@ -11,10 +11,11 @@
 #include <vector>
 
 #include "app/errors.hpp"
-#include "core/deck.hpp"
+#include "config/run_config.hpp"
 #include "core/schema.hpp"
 #include "report/run_log.hpp"
 #include "report/trace_file.hpp"
+#include "train/device.hpp"
 #include "train/stop_signal.hpp"
 #include "train/trainer.hpp"
 
@@ -32,15 +33,15 @@ tessera::Deck layout_deck(const std::vector<std::string>& args) {
 
 // The process grid of the deck's [parallel] keys (parallel.dp = 0: auto). Degrees that do not
 // fit the world are a collective error raised before any communicator is made.
-tessera::ProcessGrid make_grid(const tessera::Deck& deck) {
+tessera::ProcessGrid make_grid(const tessera::RunConfig& run) {
+  const tessera::ParallelSection& p = run.parallel;
   tessera::GridDegrees d;
-  d.tp = int(deck.integer("parallel.tp"));
-  d.cp = int(deck.integer("parallel.cp"));
-  d.ep = int(deck.integer("parallel.ep"));
-  d.dp = int(deck.integer("parallel.dp"));
-  d.pp = int(deck.integer("parallel.pp"));
-  return tessera::ProcessGrid(MPI_COMM_WORLD, d, deck.str("parallel.order"),
-                              int(deck.integer("hardware.ranks_per_node")));
+  d.tp = p.tp;
+  d.cp = p.cp;
+  d.ep = p.ep;
+  d.dp = p.dp;
+  d.pp = p.pp;
+  return tessera::ProcessGrid(MPI_COMM_WORLD, d, p.order, run.hardware.ranks_per_node);
 }
 
 // Dimensions with a group but no layer yet: a degree above 1 stops the run (after the
@@ -81,30 +82,35 @@ int main(int argc, char** argv) {
   int stopped_by = 0;  // the signal that stopped the run early, 0 when none
   const int status = tessera::run_reporting_errors("tessera", [&] {
     tessera::install_stop_handlers();
-    const tessera::Deck deck = layout_only ? layout_deck(args) : tessera::Deck::from_args(args);
-    if (const int64_t threads = deck.integer("hardware.threads"); threads > 0)
-      omp_set_num_threads(int(threads));
-    tessera::ProcessGrid grid = make_grid(deck);
+    const tessera::RunConfig run = tessera::RunConfig::from_deck(
+        layout_only ? layout_deck(args) : tessera::Deck::from_args(args));
+    if (run.hardware.threads > 0) omp_set_num_threads(run.hardware.threads);
+    tessera::ProcessGrid grid = make_grid(run);
     const tessera::GridDegrees& d = grid.layout().degrees();
-    if (layout_only || d.cp > 1 || d.ep > 1) {
+    if (layout_only) {
       if (rank == 0) std::printf("%s\n", grid.describe().c_str());
       std::fflush(stdout);
-      if (layout_only) return;
+      return;
+    }
+    tessera::require_device(run.hardware, grid.world());
+    if (d.cp > 1 || d.ep > 1) {
+      if (rank == 0) std::printf("%s\n", grid.describe().c_str());
+      std::fflush(stdout);
     }
     require_implemented(d);
     // output.trace: made first so that it outlives everything that records into it.
-    const std::unique_ptr<tessera::TraceFile> trace = tessera::TraceFile::open(deck, grid);
-    tessera::Trainer trainer(deck, grid);
+    const std::unique_ptr<tessera::TraceFile> trace = tessera::TraceFile::open(run, grid);
+    tessera::Trainer trainer(run, grid);
     if (trace) {
       grid.set_trace(&trace->trace());
       trainer.set_trace(&trace->trace());
       trace->set_layout(trainer.layout_json());
     }
-    tessera::Checkpointer checkpoints(deck, grid.world());
+    tessera::Checkpointer checkpoints(run, grid.world());
     const int64_t done = trainer.restore(checkpoints);
-    tessera::RunLog log(deck, grid, trainer, done);
+    tessera::RunLog log(run, grid, trainer, done);
     log.start();
-    const int64_t exit_after = deck.integer("train.exit_after");
+    const int64_t exit_after = run.train.exit_after;
     const int64_t last = exit_after > 0 ? std::min(trainer.steps(), done + exit_after)
                                         : trainer.steps();
     for (int64_t s = done + 1; s <= last; ++s) {
@@ -135,7 +141,7 @@ int main(int argc, char** argv) {
             t.dropped() ? tessera::cat(", ", t.dropped(), " dropped (full)").c_str() : "");
     }
     if (rank == 0 && !stopped_by && last == trainer.steps())
-      tessera::write_completion_marker(deck.str("output.dir"), last);
+      tessera::write_completion_marker(run.output.dir, last);
   });
   return status == 0 && stopped_by ? tessera::kExitStopped : status;
 }

@@ -158,7 +158,11 @@ std::vector<KeySpec> build_schema() {
              "tests them with MPI_Test after each layer's backward; none never tests them "
              "before backward ends (to measure whether MPI progresses on its own)."),
       // [hardware]
-      choice("hardware", "device", "cpu", {"cpu"}, "Compute device of each rank."),
+      choice("hardware", "device", "cpu", {"cpu", "cuda"},
+             "Compute device of each rank. cuda needs a build with the CUDA backend "
+             "(TESSERA_CUDA=ON) and a GPU visible to every rank; the GPU training path is not "
+             "built yet, so a cuda run stops before any work with an error saying so "
+             "(doc/cuda.md)."),
       integer("hardware", "ranks_per_node", "0", 0, 1 << 20,
               "0 finds the nodes (ranks sharing memory); k > 0 treats every k consecutive ranks "
               "as one node, to see on one machine how a layout maps onto nodes (the layout log, "

@@ -13,7 +13,7 @@
 #include <fstream>
 
 #include "comm/agree.hpp"
-#include "core/deck.hpp"
+#include "config/run_config.hpp"
 #include "core/error.hpp"
 #include "io/h5_object.hpp"
 
@@ -188,14 +188,14 @@ uint64_t tensor_checksum(const float* data, int64_t begin, int64_t end) {
   return h;
 }
 
-Checkpointer::Checkpointer(const Deck& deck, Communicator& world)
+Checkpointer::Checkpointer(const RunConfig& run, Communicator& world)
     : world_(world),
-      dir_(deck.str("checkpoint.dir")),
-      every_(deck.integer("checkpoint.every")),
-      keep_(deck.integer("checkpoint.keep")),
-      at_end_(deck.boolean("checkpoint.at_end")),
-      resume_(deck.str("checkpoint.resume")) {
-  if (dir_.empty()) dir_ = deck.str("output.dir") + "/checkpoints";
+      dir_(run.checkpoint.dir),
+      every_(run.checkpoint.every),
+      keep_(run.checkpoint.keep),
+      at_end_(run.checkpoint.at_end),
+      resume_(run.checkpoint.resume) {
+  if (dir_.empty()) dir_ = run.output.dir + "/checkpoints";
 }
 
 bool Checkpointer::due(int64_t step, int64_t last_step) const {

@@ -17,7 +17,7 @@
 
 namespace tessera {
 
-class Deck;
+struct RunConfig;
 
 // One tensor as a rank sees it: its dataset path in the file, its global shape, and what
 // this rank holds at `data`: within the block [start, start + count) of the global tensor
@@ -48,7 +48,7 @@ struct CheckpointMeta {
 
 class Checkpointer {
  public:
-  Checkpointer(const Deck& deck, Communicator& world);
+  Checkpointer(const RunConfig& run, Communicator& world);
 
   const std::string& dir() const { return dir_; }
   // True when a checkpoint is due after step (every N steps, and after the last unless

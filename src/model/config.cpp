@@ -1,23 +1,23 @@
 #include "model/config.hpp"
 
-#include "core/deck.hpp"
+#include "config/run_config.hpp"
 #include "core/error.hpp"
 
 namespace tessera {
 
-ModelConfig ModelConfig::from_deck(const Deck& deck) {
+ModelConfig ModelConfig::from(const ModelSection& m) {
   ModelConfig c;
-  c.arch = deck.str("model.arch") == "gpt2" ? Arch::gpt2 : Arch::llama;
-  c.layers = deck.integer("model.layers");
-  c.d_model = deck.integer("model.d_model");
-  c.heads = deck.integer("model.heads");
-  c.kv_heads = deck.integer("model.kv_heads");
+  c.arch = m.arch;
+  c.layers = m.layers;
+  c.d_model = m.d_model;
+  c.heads = m.heads;
+  c.kv_heads = m.kv_heads;
   if (c.kv_heads == 0) c.kv_heads = c.heads;
-  c.vocab = deck.integer("model.vocab");
-  c.seq_len = deck.integer("model.seq_len");
-  c.norm_eps = float(deck.real("model.norm_eps"));
-  c.rope_theta = float(deck.real("model.rope_theta"));
-  c.init_std = float(deck.real("model.init_std"));
+  c.vocab = m.vocab;
+  c.seq_len = m.seq_len;
+  c.norm_eps = float(m.norm_eps);
+  c.rope_theta = float(m.rope_theta);
+  c.init_std = float(m.init_std);
 
   TESSERA_REQUIRE(c.d_model % c.heads == 0, "model.d_model = ", c.d_model,
                   " is not divisible by model.heads = ", c.heads,
@@ -32,15 +32,16 @@ ModelConfig ModelConfig::from_deck(const Deck& deck) {
   TESSERA_REQUIRE(c.arch != Arch::llama || c.head_dim % 2 == 0, "RoPE needs an even head dimension, ",
                   "but d_model/heads = ", c.head_dim);
 
-  c.ffn_hidden = deck.integer("model.ffn_hidden");
+  c.ffn_hidden = m.ffn_hidden;
   if (c.ffn_hidden == 0)
     c.ffn_hidden = c.arch == Arch::gpt2 ? 4 * c.d_model : (8 * c.d_model / 3 + 63) / 64 * 64;
 
-  const int64_t mult = deck.integer("model.vocab_multiple");
+  const int64_t mult = m.vocab_multiple;
   c.vocab_padded = (c.vocab + mult - 1) / mult * mult;
 
-  const std::string tie = deck.str("model.tie_embeddings");
-  c.tie_embeddings = tie == "auto" ? c.arch == Arch::gpt2 : tie == "true";
+  c.tie_embeddings = m.tie_embeddings == TieEmbeddings::automatic
+                         ? c.arch == Arch::gpt2
+                         : m.tie_embeddings == TieEmbeddings::yes;
   TESSERA_REQUIRE(c.arch != Arch::gpt2 || c.tie_embeddings,
                   "model.tie_embeddings = false is not supported for gpt2, whose output head is "
                   "the token embedding; use auto or true");

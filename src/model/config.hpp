@@ -1,14 +1,14 @@
-// The model's shape, resolved from the deck and checked for consistency.
+// The model's shape, resolved from the deck's [model] section and checked for consistency.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "config/choices.hpp"  // Arch
+
 namespace tessera {
 
-class Deck;
-
-enum class Arch { llama, gpt2 };
+struct ModelSection;
 
 // How this rank's layers are split by tensor parallelism (Megatron-LM): `size` ranks share
 // every block's matrices, this one is number `rank`; sequence_parallel also shards the
@@ -26,7 +26,7 @@ struct ModelConfig {
   bool tie_embeddings = false;
   TensorParallel tp;
 
-  static ModelConfig from_deck(const Deck& deck);
+  static ModelConfig from(const ModelSection& m);
   // Splits the model over tp ranks; a collective error names the dimension that does not
   // divide (heads, key/value heads, MLP width, padded vocabulary).
   void split(const TensorParallel& t);
@@ -34,7 +34,7 @@ struct ModelConfig {
   int64_t kv_heads_local() const { return kv_heads / tp.size; }
   int64_t ffn_local() const { return ffn_hidden / tp.size; }
   int64_t vocab_local() const { return vocab_padded / tp.size; }
-  const char* arch_name() const { return arch == Arch::llama ? "llama" : "gpt2"; }
+  const char* arch_name() const { return to_string(arch); }
   bool has_bias() const { return arch == Arch::gpt2; }
   int64_t param_count() const;  // including padding rows
 };

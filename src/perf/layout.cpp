@@ -19,10 +19,6 @@ const char* recompute_name(Recompute r) {
   return "?";
 }
 
-const char* schedule_name(PipeSchedule s) {
-  return s == PipeSchedule::gpipe ? "gpipe" : "1f1b";
-}
-
 std::string to_string(const Layout& l) {
   std::ostringstream os;
   os << "dp=" << l.dp << " tp=" << l.tp << " pp=" << l.pp;
@@ -34,7 +30,7 @@ std::string to_string(const Layout& l) {
   os << " mb=" << l.micro_batch;
   if (l.seq_parallel) os << " sp=1";
   os << " rc=" << recompute_name(l.recompute) << " prec=" << compute_type_name(l.precision);
-  if (l.pp > 1) os << " sched=" << schedule_name(l.schedule);
+  if (l.pp > 1) os << " sched=" << to_string(l.schedule);
   return os.str();
 }
 
@@ -91,12 +87,13 @@ Layout parse_layout(const std::string& text, Layout base) {
     } else if (k == "prec" || k == "precision") {
       l.precision = parse_compute_type(v);
     } else if (k == "sched" || k == "schedule") {
-      if (v == "gpipe")
-        l.schedule = PipeSchedule::gpipe;
-      else if (v == "1f1b" || v == "interleaved")
-        l.schedule = PipeSchedule::one_f_one_b;
-      else
+      PipeSchedule s = PipeSchedule::one_f_one_b;
+      try {
+        s = parse_pipe_schedule(v);
+      } catch (const Error&) {
         TESSERA_REQUIRE(false, "layout '", text, "': sched = '", v, "' is not gpipe or 1f1b");
+      }
+      l.schedule = s == PipeSchedule::gpipe ? PipeSchedule::gpipe : PipeSchedule::one_f_one_b;
     } else {
       TESSERA_REQUIRE(false, "layout '", text, "': unknown key '", k,
                       "' (keys: dp tp pp v cp ep zero hsdp mb sp rc prec sched)");

@@ -11,15 +11,14 @@
 #include <cstdint>
 #include <string>
 
+#include "config/choices.hpp"
 #include "model/config.hpp"
 #include "perf/cluster.hpp"
 
 namespace tessera {
 
 enum class Recompute { none, selective, full };
-enum class PipeSchedule { gpipe, one_f_one_b };  // interleaved 1F1B: one_f_one_b with v > 1
 const char* recompute_name(Recompute r);
-const char* schedule_name(PipeSchedule s);
 
 struct Layout {
   int dp = 1, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1;
@@ -29,6 +28,7 @@ struct Layout {
   bool seq_parallel = false;
   Recompute recompute = Recompute::none;
   ComputeType precision = ComputeType::bf16;
+  // gpipe or one_f_one_b: a Layout spells interleaved 1F1B as one_f_one_b with vpp > 1.
   PipeSchedule schedule = PipeSchedule::one_f_one_b;
 
   int accelerators() const { return dp * tp * pp * cp; }

@@ -59,7 +59,8 @@ std::string plan_comparison(const RunFacts& run) {
   l.tp = int(run.cfg.tp.size);
   l.seq_parallel = run.cfg.tp.sequence_parallel && l.tp > 1;
   l.pp = run.pp, l.vpp = run.pp_virtual;
-  l.schedule = run.gpipe ? PipeSchedule::gpipe : PipeSchedule::one_f_one_b;
+  l.schedule =
+      run.schedule == PipeSchedule::gpipe ? PipeSchedule::gpipe : PipeSchedule::one_f_one_b;
   l.dp = run.ranks / (l.tp * l.pp);
   l.zero = run.zero;
   l.shard_group = run.zero > 0 && run.shard_ranks != l.dp ? run.shard_ranks : 0;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "config/choices.hpp"
 #include "model/config.hpp"
 
 namespace tessera {
@@ -26,7 +27,7 @@ struct RunFacts {
   std::array<double, 6> memory_peak{};
   int zero_inflight = 2;  // parallel.zero_inflight
   int pp = 1, pp_virtual = 1;
-  bool gpipe = false;  // parallel.pp_schedule = gpipe
+  PipeSchedule schedule = PipeSchedule::one_f_one_b;  // parallel.pp_schedule
   std::string pp_layers = "balanced";
 };
 

@@ -99,9 +99,9 @@ double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64
 
 pp::ScheduleShape tessera_schedule_shape(const Layout& l, int64_t m) {
   return {l.pp, int(m), l.vpp,
-          l.schedule == PipeSchedule::gpipe ? pp::ScheduleKind::gpipe
-          : l.vpp > 1                       ? pp::ScheduleKind::interleaved
-                                            : pp::ScheduleKind::one_f_one_b};
+          l.schedule == PipeSchedule::gpipe ? PipeSchedule::gpipe
+          : l.vpp > 1                       ? PipeSchedule::interleaved
+                                            : PipeSchedule::one_f_one_b};
 }
 
 TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l, int64_t m,

@@ -181,7 +181,7 @@ std::string estimate_json(const Estimate& e) {
      << ", \"micro_batch\": " << l.micro_batch
      << ", \"sequence_parallel\": " << (l.seq_parallel ? "true" : "false") << ", \"recompute\": \""
      << recompute_name(l.recompute) << "\", \"precision\": \"" << compute_type_name(l.precision)
-     << "\", \"schedule\": \"" << schedule_name(l.schedule) << "\"}, \"runtime\": \""
+     << "\", \"schedule\": \"" << to_string(l.schedule) << "\"}, \"runtime\": \""
      << runtime_name(e.runtime) << "\", \"microbatches\": " << e.microbatches;
   os << ", \"memory_bytes\": {\"params\": " << num(m.params) << ", \"grads\": " << num(m.grads)
      << ", \"optimizer\": " << num(m.optimizer) << ", \"activations\": " << num(m.activations)

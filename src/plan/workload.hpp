@@ -5,18 +5,18 @@
 #include <string>
 #include <vector>
 
-#include "core/deck.hpp"
+#include "config/run_config.hpp"
 #include "perf/layout.hpp"
 
 namespace tessera {
 
 // Parses deck text with overrides (--section.key=value) as tessera would, except that
 // data.path may be absent.
-Deck plan_deck(const std::string& ini_text, const std::vector<std::string>& overrides,
-               const std::string& origin);
-Deck plan_deck_file(const std::string& path, const std::vector<std::string>& overrides);
+RunConfig plan_config(const std::string& ini_text, const std::vector<std::string>& overrides,
+                      const std::string& origin);
+RunConfig plan_config_file(const std::string& path, const std::vector<std::string>& overrides);
 
 // model.* -> the model shape; train.global_batch (sequences per step) must be set.
-Workload workload_from_deck(const Deck& deck);
+Workload workload_from(const RunConfig& run);
 
 }  // namespace tessera

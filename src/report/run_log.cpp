@@ -38,16 +38,16 @@ std::string human_duration(double s) {
 
 }  // namespace
 
-RunLog::RunLog(const Deck& deck, ProcessGrid& grid, Trainer& trainer, int64_t steps_done)
-    : deck_(deck),
+RunLog::RunLog(const RunConfig& run, ProcessGrid& grid, Trainer& trainer, int64_t steps_done)
+    : run_(run),
       grid_(grid),
       trainer_(trainer),
       root_(grid.world().rank() == 0),
-      dir_(deck.str("output.dir")),
-      log_every_(deck.integer("output.log_every")),
-      echo_(deck.boolean("output.echo_deck")),
+      dir_(run.output.dir),
+      log_every_(run.output.log_every),
+      echo_(run.output.echo_deck),
       steps_done_(steps_done) {
-  double peak = deck.real("hardware.peak_flops");
+  double peak = run.hardware.peak_flops;
   peak_source_ = "deck (hardware.peak_flops)";
   if (peak == 0) {
     peak = measure_gemm_flops();  // all ranks at once: what each gets while all run
@@ -79,7 +79,8 @@ void RunLog::start() {
   if (!root_) return;
   const ModelConfig& c = trainer_.config();
   const BatchGeometry& g = trainer_.batch();
-  if (echo_) std::printf("# resolved input deck (%s)\n%s\n", deck_.origin().c_str(), deck_.to_ini().c_str());
+  if (echo_)
+    std::printf("# resolved input deck (%s)\n%s\n", run_.origin().c_str(), run_.to_ini().c_str());
   std::printf("%s\n", grid_.describe().c_str());
   std::printf("model: %s, %lld layers, d_model %lld, heads %lld/%lld, ffn %lld, vocab %lld (padded %lld), "
               "seq %lld, %.3fM parameters\n",
@@ -102,9 +103,8 @@ void RunLog::start() {
     }
     std::printf("pipeline: %s, %d stages x %d chunk(s), %d micro-batches; layers (%s) per model "
                 "chunk [first-last]@stage: %s; embedding on stage 0, head on stage %d\n",
-                std::string(pp::to_string(sh.kind)).c_str(), sh.stages, sh.chunks,
-                sh.micro_batches, deck_.str("parallel.pp_layers").c_str(), cut.c_str(),
-                sh.stages - 1);
+                to_string(sh.kind), sh.stages, sh.chunks, sh.micro_batches,
+                run_.parallel.pp_layers.c_str(), cut.c_str(), sh.stages - 1);
   }
   std::printf("peak for MFU: %.1f GFLOP/s over %d rank(s), %s; model %.3f GFLOP/step\n",
               peak_total_ / 1e9, grid_.world().size(), peak_source_.c_str(),
@@ -112,7 +112,7 @@ void RunLog::start() {
   std::fflush(stdout);
 
   std::ofstream run(dir_ + "/run.json");
-  run << "{\n  \"deck\": " << deck_.to_json() << ",\n  \"layout\": " << trainer_.layout_json()
+  run << "{\n  \"deck\": " << run_.to_json() << ",\n  \"layout\": " << trainer_.layout_json()
       << ",\n  \"nodes\": " << grid_.nodes() << ",\n  \"model\": {\"parameters\": " << c.param_count()
       << ", \"flops_per_token\": " << model_flops_per_token(c)
       << ", \"ffn_hidden\": " << c.ffn_hidden << ", \"vocab_padded\": " << c.vocab_padded
@@ -278,22 +278,22 @@ void RunLog::finish() {
     const pp::Ratio f = pp::bubble_formula(sh);
     std::printf("pipeline: %s, %d stages x %d chunks, %d micro-batches; bubble = idle / compute "
                 "(idle: blocked in receive waits, %s), formula (p-1)/(v m) = %lld/%lld = "
-                "%.3f\n", std::string(pp::to_string(sh.kind)).c_str(), sh.stages, sh.chunks,
-                sh.micro_batches, steady_steps_ ? "steady steps" : "all steps", (long long)f.num,
+                "%.3f\n", to_string(sh.kind), sh.stages, sh.chunks, sh.micro_batches,
+                steady_steps_ ? "steady steps" : "all steps", (long long)f.num,
                 (long long)f.den, double(f.num) / double(f.den));
     for (int r = 0; r < n; ++r)
       std::printf("  rank %d (stage %d): idle %.3f s, compute %.3f s, bubble %.3f\n", r,
                   grid_.layout().coord(r).pp, bubble[2 * size_t(r)], bubble[2 * size_t(r) + 1],
                   bubble[2 * size_t(r)] / std::max(1e-12, bubble[2 * size_t(r) + 1]));
   }
-  if (deck_.boolean("output.compare_plan")) {
+  if (run_.output.compare_plan) {
     const BatchGeometry& g = trainer_.batch();
     RunFacts f{trainer_.config(), g.micro_batch, g.global_batch, n, trainer_.zero_stage(),
                int(trainer_.shard_ranks()), peak_total_ / n, steady_steps_ + 1};
-    f.zero_inflight = int(deck_.integer("parallel.zero_inflight"));
-    f.pp = int(deck_.integer("parallel.pp")), f.pp_virtual = int(deck_.integer("parallel.pp_virtual"));
-    f.gpipe = deck_.str("parallel.pp_schedule") == "gpipe";
-    f.pp_layers = deck_.str("parallel.pp_layers");
+    f.zero_inflight = run_.parallel.zero_inflight;
+    f.pp = run_.parallel.pp, f.pp_virtual = run_.parallel.pp_virtual;
+    f.schedule = run_.parallel.pp_schedule;
+    f.pp_layers = run_.parallel.pp_layers;
     for (size_t i = 0; i < 6; ++i) f.phase_seconds[i] = phase_sum[i] / n, f.memory_peak[i] = mem[i];
     std::printf("%s", plan_comparison(f).c_str());
   }

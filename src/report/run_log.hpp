@@ -7,7 +7,7 @@
 #include <string>
 
 #include "comm/process_grid.hpp"
-#include "core/deck.hpp"
+#include "config/run_config.hpp"
 #include "train/trainer.hpp"
 
 namespace tessera {
@@ -16,7 +16,7 @@ class RunLog {
  public:
   // peak_flops_per_rank: from the deck, or measured when the deck gives 0.
   // steps_done > 0: a resumed run; metrics.jsonl is appended to, not replaced.
-  RunLog(const Deck& deck, ProcessGrid& grid, Trainer& trainer, int64_t steps_done = 0);
+  RunLog(const RunConfig& run, ProcessGrid& grid, Trainer& trainer, int64_t steps_done = 0);
   ~RunLog();
 
   void start();                    // echo deck + layout, write run.json
@@ -28,7 +28,7 @@ class RunLog {
  private:
   // output.dir/memory.json: bytes per category (max over ranks), live and peak.
   void write_memory_json(const double* peak, const double* live) const;
-  const Deck& deck_;
+  const RunConfig& run_;
   ProcessGrid& grid_;
   Trainer& trainer_;
   bool root_;

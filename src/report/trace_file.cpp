@@ -10,14 +10,14 @@
 namespace tessera {
 namespace fs = std::filesystem;
 
-std::unique_ptr<TraceFile> TraceFile::open(const Deck& deck, ProcessGrid& grid) {
-  if (!deck.boolean("output.trace")) return nullptr;
-  return std::unique_ptr<TraceFile>(new TraceFile(deck, grid));
+std::unique_ptr<TraceFile> TraceFile::open(const RunConfig& run, ProcessGrid& grid) {
+  if (!run.output.trace) return nullptr;
+  return std::unique_ptr<TraceFile>(new TraceFile(run, grid));
 }
 
-TraceFile::TraceFile(const Deck& deck, ProcessGrid& grid)
-    : trace_(deck.integer("output.trace_steps")), rank_(grid.world().rank()) {
-  const fs::path dir = fs::path(deck.str("output.dir")) / "trace";
+TraceFile::TraceFile(const RunConfig& run, ProcessGrid& grid)
+    : trace_(run.output.trace_steps), rank_(grid.world().rank()) {
+  const fs::path dir = fs::path(run.output.dir) / "trace";
   path_ = (dir / cat("rank", rank_, ".json")).string();
   if (rank_ == 0) {  // files of an earlier run with more ranks would be read as this run's
     std::error_code ec;
@@ -33,8 +33,8 @@ TraceFile::TraceFile(const Deck& deck, ProcessGrid& grid)
   process_name_ = cat("rank ", rank_, " (pp ", c.pp, ", dp ", c.dp, ", tp ", c.tp, ")");
   coord_json_ =
       cat("{\"tp\": ", c.tp, ", \"cp\": ", c.cp, ", \"dp\": ", c.dp, ", \"pp\": ", c.pp, "}");
-  schedule_json_ = cat("{\"kind\": \"", deck.str("parallel.pp_schedule"),
-                       "\", \"chunks\": ", deck.integer("parallel.pp_virtual"), "}");
+  schedule_json_ = cat("{\"kind\": \"", to_string(run.parallel.pp_schedule),
+                       "\", \"chunks\": ", run.parallel.pp_virtual, "}");
 }
 
 TraceFile::~TraceFile() {

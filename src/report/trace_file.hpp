@@ -18,7 +18,7 @@
 #include <string>
 
 #include "comm/process_grid.hpp"
-#include "core/deck.hpp"
+#include "config/run_config.hpp"
 #include "core/trace.hpp"
 
 namespace tessera {
@@ -27,7 +27,7 @@ class TraceFile {
  public:
   // Null when output.trace is false. Otherwise collective over grid.world(): agrees the
   // clock with rank 0 and (rank 0) removes the rank files of an earlier traced run there.
-  static std::unique_ptr<TraceFile> open(const Deck& deck, ProcessGrid& grid);
+  static std::unique_ptr<TraceFile> open(const RunConfig& run, ProcessGrid& grid);
   ~TraceFile();
 
   Trace& trace() { return trace_; }
@@ -38,7 +38,7 @@ class TraceFile {
   void write();
 
  private:
-  TraceFile(const Deck& deck, ProcessGrid& grid);
+  TraceFile(const RunConfig& run, ProcessGrid& grid);
 
   Trace trace_;
   std::string path_, process_name_, coord_json_, schedule_json_, layout_json_ = "{}";

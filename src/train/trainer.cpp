@@ -12,11 +12,11 @@
 
 namespace tessera {
 
-BatchGeometry BatchGeometry::from_deck(const Deck& deck, int64_t dp) {
+BatchGeometry BatchGeometry::from(const TrainSection& train, int64_t dp) {
   BatchGeometry g;
   g.dp = dp;
-  g.micro_batch = deck.integer("train.micro_batch");
-  g.global_batch = deck.integer("train.global_batch");
+  g.micro_batch = train.micro_batch;
+  g.global_batch = train.global_batch;
   if (g.global_batch == 0) g.global_batch = g.micro_batch * dp;
   TESSERA_REQUIRE(g.global_batch % (g.micro_batch * dp) == 0, "train.global_batch = ",
                   g.global_batch, " is not a multiple of train.micro_batch x dp = ",
@@ -25,61 +25,53 @@ BatchGeometry BatchGeometry::from_deck(const Deck& deck, int64_t dp) {
   return g;
 }
 
-Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
-    : deck_(deck),
-      cfg_(ModelConfig::from_deck(deck)),
-      geo_(BatchGeometry::from_deck(deck, grid.dp().size())),
+Trainer::Trainer(const RunConfig& run, ProcessGrid& grid)
+    : run_(run),
+      cfg_(ModelConfig::from(run.model)),
+      geo_(BatchGeometry::from(run.train, grid.dp().size())),
       grid_(grid),
-      par_{grid.dp(), grid.group(Group::tp), deck.boolean("parallel.sequence_parallel")},
+      par_{grid.dp(), grid.group(Group::tp), run.parallel.sequence_parallel},
       scratch_(alloc_),
-      seed_(uint64_t(deck.integer("train.seed"))),
-      steps_(deck.integer("train.steps")),
-      data_(deck.str("data.path"), grid.world().raw(),
-            {deck.str("data.tokenizer"), cfg_.vocab, cfg_.seq_len, geo_.global_batch},
-            deck.real("data.val_fraction")),
-      eval_every_(deck.integer("train.eval_every")) {
+      seed_(uint64_t(run.train.seed)),
+      steps_(run.train.steps),
+      data_(run.data.path, grid.world().raw(),
+            {to_string(run.data.tokenizer), cfg_.vocab, cfg_.seq_len, geo_.global_batch},
+            run.data.val_fraction),
+      eval_every_(run.train.eval_every) {
   const int64_t per_round = geo_.micro_batch * geo_.dp;
-  eval_samples_ = (deck.integer("train.eval_samples") + per_round - 1) / per_round * per_round;
+  eval_samples_ = (run.train.eval_samples + per_round - 1) / per_round * per_round;
   TESSERA_REQUIRE(eval_every_ == 0 || data_.samples(TokenDataset::validation) > 0,
                   "train.eval_every = ", eval_every_, " but the validation split of '",
-                  deck.str("data.path"), "' is empty; raise data.val_fraction or set "
+                  run.data.path, "' is empty; raise data.val_fraction or set "
                   "train.eval_every = 0");
-  split_tensor_parallel(deck);
+  split_tensor_parallel();
   const int stages = grid.group(Group::pp).size();
-  if (stages > 1) model_ = std::make_unique<Transformer>(cfg_, store_, pipeline_stage(deck));
+  if (stages > 1) model_ = std::make_unique<Transformer>(cfg_, store_, pipeline_stage());
   else model_ = std::make_unique<Transformer>(cfg_, store_);
   index_whole_model();
-  DpOptions dpo;
-  dpo.zero = int(deck.integer("parallel.zero"));
-  dpo.shard_group = deck.integer("parallel.shard_group");
-  dpo.overlap = deck.boolean("parallel.overlap");
-  dpo.inflight = int(deck.integer("parallel.zero_inflight"));
-  dpo.bucket_mb = deck.real("parallel.bucket_mb");
-  dpo.progress = dp_progress_from(deck.str("parallel.progress"));
-  store_.finalize(alloc_, DataParallel::store_layout(dpo, *model_, geo_.dp));
+  store_.finalize(alloc_, DataParallel::store_layout(run.parallel, *model_, geo_.dp));
   AdamWConfig oc;
-  oc.beta1 = float(deck.real("optim.beta1"));
-  oc.beta2 = float(deck.real("optim.beta2"));
-  oc.eps = float(deck.real("optim.eps"));
-  oc.weight_decay = float(deck.real("optim.weight_decay"));
-  oc.decay_embeddings = deck.boolean("optim.decay_embeddings");
-  dp_ = make_data_parallel(dpo, store_, *model_, grid.dp(), grid.group(Group::dp_cp), alloc_);
+  oc.beta1 = float(run.optim.beta1);
+  oc.beta2 = float(run.optim.beta2);
+  oc.eps = float(run.optim.eps);
+  oc.weight_decay = float(run.optim.weight_decay);
+  oc.decay_embeddings = run.optim.decay_embeddings;
+  dp_ = make_data_parallel(run.parallel, store_, *model_, grid.dp(), grid.group(Group::dp_cp),
+                           alloc_);
   if (tied_over_pipeline()) dp_->defer(0);  // summed over the embedding group first
   dp_->initialize(seed_);
   optim_ = std::make_unique<AdamW>(store_, alloc_, oc, dp_->segments());
-  schedule_ = {deck.real("optim.lr"), deck.real("optim.min_lr"), deck.integer("optim.warmup"),
-               steps_};
-  grad_clip_ = deck.real("optim.grad_clip");
+  schedule_ = {run.optim.lr, run.optim.min_lr, run.optim.warmup, steps_};
+  grad_clip_ = run.optim.grad_clip;
   const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
   tokens_ = Buffer(alloc_, Shape{B, T + 1}, DType::i32, Charge::workspace);
   inputs_ = Buffer(alloc_, Shape{B, T}, DType::i32, Charge::workspace);
   targets_ = Buffer(alloc_, Shape{B, T}, DType::i32, Charge::workspace);
   // Every step runs through the pipeline executor; with one stage its schedule is one
   // forward then one backward per micro-batch (1f1b with p = 1), the serial loop.
-  pp::ScheduleShape shape{1, int(geo_.accum), 1, pp::ScheduleKind::one_f_one_b};
+  pp::ScheduleShape shape{1, int(geo_.accum), 1, PipeSchedule::one_f_one_b};
   if (stages > 1) {
-    shape = {stages, int(geo_.accum), int(deck.integer("parallel.pp_virtual")),
-             pp::parse_schedule_kind(deck.str("parallel.pp_schedule"))};
+    shape = {stages, int(geo_.accum), run.parallel.pp_virtual, run.parallel.pp_schedule};
     pp_inputs_ = Buffer(alloc_, Shape{geo_.accum, B, T}, DType::i32, Charge::workspace);
     pp_targets_ = Buffer(alloc_, Shape{geo_.accum, B, T}, DType::i32, Charge::workspace);
   }
@@ -88,15 +80,15 @@ Trainer::Trainer(const Deck& deck, ProcessGrid& grid)
                                              tp::rows(ctx, B * T) * cfg_.d_model, alloc_);
 }
 
-std::vector<ChunkLayers> Trainer::pipeline_stage(const Deck& deck) {
+std::vector<ChunkLayers> Trainer::pipeline_stage() {
   Communicator& pp = grid_.group(Group::pp);
-  const pp::ScheduleShape shape{pp.size(), int(geo_.accum), int(deck.integer("parallel.pp_virtual")),
-                                pp::parse_schedule_kind(deck.str("parallel.pp_schedule"))};
+  const pp::ScheduleShape shape{pp.size(), int(geo_.accum), run_.parallel.pp_virtual,
+                                run_.parallel.pp_schedule};
   TESSERA_REQUIRE(pp.rank() == grid_.coord().pp, "pipeline group rank ", pp.rank(),
                   " is not the stage ", grid_.coord().pp);
   // The micro-batches of a step are those one data-parallel rank accumulates.
   pp::require_valid(shape);
-  chunk_layers_ = pp::split_layers(cfg_, shape.model_chunks(), deck.str("parallel.pp_layers"));
+  chunk_layers_ = pp::split_layers(cfg_, shape.model_chunks(), run_.parallel.pp_layers);
   return pp::stage_layers(chunk_layers_, shape.stages, pp.rank());
 }
 
@@ -106,9 +98,9 @@ void Trainer::index_whole_model() {
   for (Param* p : whole.params()) whole_model_.push_back({p->name, p->global});
 }
 
-void Trainer::split_tensor_parallel(const Deck& deck) {
+void Trainer::split_tensor_parallel() {
   Communicator& tp = grid_.group(Group::tp);
-  const bool sp = deck.boolean("parallel.sequence_parallel");
+  const bool sp = run_.parallel.sequence_parallel;
   cfg_.split({tp.size(), tp.rank(), sp});
   if (tp.size() == 1) return;
   const int64_t tokens = geo_.micro_batch * cfg_.seq_len;
@@ -376,7 +368,7 @@ void Trainer::save(Checkpointer& ckpt, int64_t step) {
   meta.step = step;
   meta.samples = step * geo_.global_batch;
   meta.seed = int64_t(seed_);
-  meta.deck_json = deck_.to_json();
+  meta.deck_json = run_.to_json();
   meta.layout_json = layout_json();
   ckpt.save(meta, checkpoint_tensors());  // ZeRO: each rank writes its own pieces
   timer_.stop();

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "comm/process_grid.hpp"
-#include "core/deck.hpp"
+#include "config/run_config.hpp"
 #include "core/timer.hpp"
 #include "io/checkpoint.hpp"
 #include "io/token_dataset.hpp"
@@ -25,7 +25,7 @@ struct BatchGeometry {
   int64_t global_batch = 0;  // sequences per step over all ranks
   int64_t accum = 0;         // micro-batches per step per rank
   int64_t dp = 1;
-  static BatchGeometry from_deck(const Deck& deck, int64_t dp);
+  static BatchGeometry from(const TrainSection& train, int64_t dp);
 };
 
 struct StepResult {
@@ -36,7 +36,7 @@ struct StepResult {
 
 class Trainer {
  public:
-  Trainer(const Deck& deck, ProcessGrid& grid);
+  Trainer(const RunConfig& run, ProcessGrid& grid);
 
   // Runs optimizer step number step (1-based).
   StepResult step(int64_t step);
@@ -95,9 +95,9 @@ class Trainer {
   void load_micro_batch(const std::function<void(int64_t, int32_t*)>& sample_row);
   // Splits cfg_ over the tensor-parallel group (checks divisibility, warns when the group
   // spans nodes).
-  void split_tensor_parallel(const Deck& deck);
+  void split_tensor_parallel();
   // Pipeline parallelism (parallel.pp > 1): checks the schedule's shape and cuts the layers.
-  std::vector<ChunkLayers> pipeline_stage(const Deck& deck);
+  std::vector<ChunkLayers> pipeline_stage();
   // One step's micro-batches through this stage's op list; returns the summed token loss
   // (non-zero only on the last stage).
   double pipeline_step(int64_t step, StepContext& ctx);
@@ -106,7 +106,7 @@ class Trainer {
   // stage holds only some of them; every rank passes all).
   void index_whole_model();
 
-  const Deck& deck_;
+  const RunConfig& run_;
   ModelConfig cfg_;
   BatchGeometry geo_;
   ProcessGrid& grid_;

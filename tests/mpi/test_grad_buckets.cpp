@@ -69,7 +69,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, GradBucketsTest,
 TEST(DpProgressName, RoundTrips) {
   EXPECT_EQ(dp_progress_from("poll"), DpProgress::poll);
   EXPECT_EQ(dp_progress_from("none"), DpProgress::none);
-  EXPECT_STREQ(dp_progress_name(DpProgress::none), "none");
+  EXPECT_STREQ(to_string(DpProgress::none), "none");
   EXPECT_THROW(dp_progress_from("thread"), std::logic_error);
 }
 

@@ -52,8 +52,8 @@ struct Probe : pp::StageWork {
 // Every shape the generator accepts with p stages, m <= 8 micro-batches, v <= vmax chunks.
 std::vector<pp::ScheduleShape> valid_shapes(int p, int vmax) {
   std::vector<pp::ScheduleShape> out;
-  for (pp::ScheduleKind kind : {pp::ScheduleKind::gpipe, pp::ScheduleKind::one_f_one_b,
-                                pp::ScheduleKind::interleaved})
+  for (PipeSchedule kind : {PipeSchedule::gpipe, PipeSchedule::one_f_one_b,
+                                PipeSchedule::interleaved})
     for (int v = 1; v <= vmax; ++v)
       for (int m = 1; m <= 8; ++m) {
         const pp::ScheduleShape shape{p, m, v, kind};
@@ -78,7 +78,7 @@ TEST(PipelineExecutor, EveryScheduleRunsAndMovesTheRightMessages) {
     pp::Executor exec(pp, shape, kMessage, alloc);
     Probe probe(shape, pp.rank());
     for (int step = 0; step < 2; ++step) exec.run(probe);  // buffers reused
-    SCOPED_TRACE(std::string(pp::to_string(shape.kind)) + " m=" +
+    SCOPED_TRACE(std::string(to_string(shape.kind)) + " m=" +
                  std::to_string(shape.micro_batches) + " v=" + std::to_string(shape.chunks));
     EXPECT_EQ(probe.bad, 0);
     for (size_t i = 0; i < probe.forwards.size(); ++i) {
@@ -126,7 +126,7 @@ TEST(PipelineExecutor, EveryScheduleRunsBesideTensorParallelCollectives) {
     pp::Executor exec(pp, shape, kMessage, alloc);
     TpProbe probe(shape, pp.rank(), tp);
     exec.run(probe);
-    SCOPED_TRACE(std::string(pp::to_string(shape.kind)) + " m=" +
+    SCOPED_TRACE(std::string(to_string(shape.kind)) + " m=" +
                  std::to_string(shape.micro_batches) + " v=" + std::to_string(shape.chunks));
     EXPECT_EQ(probe.bad, 0);
     EXPECT_EQ(probe.tp_bad, 0);

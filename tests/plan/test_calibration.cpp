@@ -56,7 +56,7 @@ std::vector<Row> table1() {
 // tied embeddings, dropout, attention scores materialised as in 2021's Megatron-LM).
 Workload gpt_row(const Row& r) {
   const std::string deck = "[model]\narch = gpt2\nvocab = 51200\nseq_len = 2048\n";
-  Workload w = workload_from_deck(plan_deck(
+  Workload w = workload_from(plan_config(
       deck,
       {"--model.layers=" + std::to_string(r.layers), "--model.d_model=" + std::to_string(r.hidden),
        "--model.heads=" + std::to_string(r.heads),

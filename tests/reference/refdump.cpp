@@ -8,14 +8,14 @@
 #include <vector>
 
 #include "app/errors.hpp"
-#include "core/deck.hpp"
+#include "config/run_config.hpp"
 #include "io/h5.hpp"
 #include "train/trainer.hpp"
 
 namespace tessera {
 namespace {
 
-void write_config(H5File& f, const Deck& deck, const ModelConfig& c, int64_t steps) {
+void write_config(H5File& f, const RunConfig& run, const ModelConfig& c, int64_t steps) {
   f.attr("arch", std::string(c.arch_name()));
   f.attr("layers", c.layers);
   f.attr("d_model", c.d_model);
@@ -29,11 +29,17 @@ void write_config(H5File& f, const Deck& deck, const ModelConfig& c, int64_t ste
   f.attr("rope_theta", double(c.rope_theta));
   f.attr("tie_embeddings", int64_t(c.tie_embeddings));
   f.attr("init_std", double(c.init_std));
-  for (const char* k : {"lr", "min_lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip"})
-    f.attr(k, deck.real(std::string("optim.") + k));
-  f.attr("warmup", deck.integer("optim.warmup"));
+  const OptimSection& o = run.optim;
+  f.attr("lr", o.lr);
+  f.attr("min_lr", o.min_lr);
+  f.attr("beta1", o.beta1);
+  f.attr("beta2", o.beta2);
+  f.attr("eps", o.eps);
+  f.attr("weight_decay", o.weight_decay);
+  f.attr("grad_clip", o.grad_clip);
+  f.attr("warmup", o.warmup);
   f.attr("total_steps", steps);
-  f.attr("decay_embeddings", int64_t(deck.boolean("optim.decay_embeddings")));
+  f.attr("decay_embeddings", int64_t(o.decay_embeddings));
 }
 
 void write_params(H5File& f, ParamStore& store, const std::string& group, bool grads) {
@@ -44,16 +50,16 @@ void write_params(H5File& f, ParamStore& store, const std::string& group, bool g
 }
 
 void dump(const std::string& out, const std::vector<std::string>& deck_args) {
-  const Deck deck = Deck::from_args(deck_args);
+  const RunConfig run = RunConfig::from_deck(Deck::from_args(deck_args));
   ProcessGrid grid(MPI_COMM_WORLD);
   TESSERA_REQUIRE(grid.world().size() == 1, "tessera-refdump runs on one rank");
-  Trainer trainer(deck, grid);
+  Trainer trainer(run, grid);
   const ModelConfig& c = trainer.config();
   const int64_t T = c.seq_len, B = trainer.batch().micro_batch, G = trainer.batch().global_batch;
   const int64_t S = trainer.steps();
 
   H5File f = H5File::create(out);
-  write_config(f, deck, c, S);
+  write_config(f, run, c, S);
   write_params(f, trainer.params(), "/init", false);
 
   // One batch at the initial weights: logits, mean loss, gradients.

@@ -41,11 +41,11 @@ oversubscription = 2
 
 // A GPT-3-like model: h = 4096, 32 heads, seq 2048, 4h MLP.
 Workload gpt(int64_t layers = 4, int64_t global_batch = 64) {
-  Workload w = workload_from_deck(
-      plan_deck("[model]\narch = gpt2\nd_model = 4096\nheads = 32\nvocab = 51200\nseq_len = 2048\n",
-                {"--model.layers=" + std::to_string(layers),
-                 "--train.global_batch=" + std::to_string(global_batch)},
-                "test"));
+  Workload w = workload_from(plan_config(
+      "[model]\narch = gpt2\nd_model = 4096\nheads = 32\nvocab = 51200\nseq_len = 2048\n",
+      {"--model.layers=" + std::to_string(layers),
+       "--train.global_batch=" + std::to_string(global_batch)},
+      "test"));
   w.flash_attention = false;
   w.dropout = true;
   return w;

@@ -17,7 +17,7 @@
 
 #include "comm/communicator.hpp"
 #include "comm/process_grid.hpp"
-#include "core/deck.hpp"
+#include "config/run_config.hpp"
 #include "model/attention.hpp"
 #include "model/block.hpp"
 #include "model/config.hpp"
@@ -516,7 +516,7 @@ TEST_F(GradCheckModel, TransformerGpt2FromDeck) {
       "vocab_multiple = 8\nseq_len = 5\nffn_hidden = 24\ninit_std = 0.3\n"
       "[data]\npath = unused.txt\n",
       {});
-  const ModelConfig cfg = ModelConfig::from_deck(deck);
+  const ModelConfig cfg = ModelConfig::from(RunConfig::from_deck(deck).model);
   ASSERT_TRUE(cfg.tie_embeddings);
   ASSERT_EQ(cfg.vocab_padded, 16);
   ASSERT_EQ(cfg.head_dim, 8);

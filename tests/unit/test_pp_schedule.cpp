@@ -21,8 +21,8 @@
 namespace tessera::pp {
 namespace {
 
-constexpr ScheduleKind kAllKinds[] = {ScheduleKind::gpipe, ScheduleKind::one_f_one_b,
-                                      ScheduleKind::interleaved};
+constexpr PipeSchedule kAllKinds[] = {PipeSchedule::gpipe, PipeSchedule::one_f_one_b,
+                                      PipeSchedule::interleaved};
 
 bool allowed(const ScheduleShape& shape) {
   try {
@@ -34,7 +34,7 @@ bool allowed(const ScheduleShape& shape) {
 }
 
 // Every allowed shape of one kind with p <= 8, m <= 16, v <= 4.
-std::vector<ScheduleShape> all_shapes(ScheduleKind kind) {
+std::vector<ScheduleShape> all_shapes(PipeSchedule kind) {
   std::vector<ScheduleShape> shapes;
   for (int p = 1; p <= 8; ++p) {
     for (int m = 1; m <= 16; ++m) {
@@ -121,7 +121,7 @@ void expect_correct(const ScheduleShape& shape) {
     }
     EXPECT_EQ(sim.compute, std::int64_t(m) * v * (costs.forward + costs.backward));
     // bubble = (makespan - compute) / compute, exactly:
-    const int vv = shape.kind == ScheduleKind::interleaved ? v : 1;
+    const int vv = shape.kind == PipeSchedule::interleaved ? v : 1;
     EXPECT_EQ(sim.bubble, make_ratio(p - 1, vv * m)) << costs.forward << "/" << costs.backward;
     EXPECT_EQ(sim.bubble, bubble_formula(shape));
     EXPECT_EQ((sim.makespan - sim.compute) * vv * m, sim.compute * (p - 1));
@@ -132,14 +132,14 @@ void expect_correct(const ScheduleShape& shape) {
   for (int s = 0; s < p; ++s) {
     EXPECT_EQ(peak[s], peak_activations_formula(shape, s)) << "stage " << s;
     switch (shape.kind) {
-      case ScheduleKind::gpipe:
+      case PipeSchedule::gpipe:
         EXPECT_EQ(peak[s], m);
         break;
-      case ScheduleKind::one_f_one_b:
+      case PipeSchedule::one_f_one_b:
         EXPECT_EQ(peak[s], std::min(p - s, m));
         EXPECT_LE(peak[s], p);
         break;
-      case ScheduleKind::interleaved:
+      case PipeSchedule::interleaved:
         EXPECT_EQ(peak[s], std::min(2 * (p - s - 1) + (v - 1) * p + 1, v * m));
         break;
     }
@@ -147,19 +147,19 @@ void expect_correct(const ScheduleShape& shape) {
 }
 
 TEST(PipelineSchedule, EveryGPipeShape) {
-  const auto shapes = all_shapes(ScheduleKind::gpipe);
+  const auto shapes = all_shapes(PipeSchedule::gpipe);
   EXPECT_EQ(shapes.size(), 8u * 16u);
   for (const ScheduleShape& shape : shapes) expect_correct(shape);
 }
 
 TEST(PipelineSchedule, Every1F1BShape) {
-  const auto shapes = all_shapes(ScheduleKind::one_f_one_b);
+  const auto shapes = all_shapes(PipeSchedule::one_f_one_b);
   EXPECT_EQ(shapes.size(), 100u);  // sum over p = 1..8 of (17 - p)
   for (const ScheduleShape& shape : shapes) expect_correct(shape);
 }
 
 TEST(PipelineSchedule, EveryInterleavedShape) {
-  const auto shapes = all_shapes(ScheduleKind::interleaved);
+  const auto shapes = all_shapes(PipeSchedule::interleaved);
   // p = 2..8 with m a multiple of p: 8 + 5 + 4 + 3 + 2 + 2 + 2 = 26, times v = 2, 3, 4.
   EXPECT_EQ(shapes.size(), 78u);
   for (const ScheduleShape& shape : shapes) expect_correct(shape);
@@ -168,7 +168,7 @@ TEST(PipelineSchedule, EveryInterleavedShape) {
 // One stage: forward then backward per micro-batch, nothing sent (doc/architecture.md, "The
 // one step loop").
 TEST(PipelineSchedule, OneStageIsForwardThenBackward) {
-  const Schedule s = make_schedule(1, 3, 1, ScheduleKind::one_f_one_b);
+  const Schedule s = make_schedule(1, 3, 1, PipeSchedule::one_f_one_b);
   const std::vector<Op> want = {{Op::forward, 0, 0, -1}, {Op::backward, 0, 0, -1},
                                 {Op::forward, 1, 0, -1}, {Op::backward, 1, 0, -1},
                                 {Op::forward, 2, 0, -1}, {Op::backward, 2, 0, -1}};
@@ -177,7 +177,7 @@ TEST(PipelineSchedule, OneStageIsForwardThenBackward) {
 
 // The op-list format, written out for 1f1b with p = 2, m = 3.
 TEST(PipelineSchedule, OneFOneBOpList) {
-  const Schedule s = make_schedule(2, 3, 1, ScheduleKind::one_f_one_b);
+  const Schedule s = make_schedule(2, 3, 1, PipeSchedule::one_f_one_b);
   const std::vector<Op> stage0 = {
       {Op::forward, 0, 0, -1},  {Op::send_act, 0, 0, 1},    // warm-up: p - 0 - 1 = 1
       {Op::forward, 1, 0, -1},  {Op::send_act, 1, 0, 1},    // steady: F1 B0
@@ -206,7 +206,7 @@ std::string compute_order(const std::vector<Op>& ops) {
 // Megatron-LM's order: micro-batches go through the chunks in groups of p (forwards chunk
 // a then b, backwards b then a); warm-up 2 (p - s - 1) + (v - 1) p.
 TEST(PipelineSchedule, InterleavedOrder) {
-  const Schedule s = make_schedule(2, 4, 2, ScheduleKind::interleaved);
+  const Schedule s = make_schedule(2, 4, 2, PipeSchedule::interleaved);
   EXPECT_EQ(warmup_forwards(s.shape, 0), 4);
   EXPECT_EQ(warmup_forwards(s.shape, 1), 2);
   EXPECT_EQ(compute_order(s.stages[0]),
@@ -219,7 +219,7 @@ TEST(PipelineSchedule, InterleavedOrder) {
 }
 
 TEST(PipelineSchedule, GPipeIsAllForwardsThenAllBackwards) {
-  const Schedule s = make_schedule(3, 4, 1, ScheduleKind::gpipe);
+  const Schedule s = make_schedule(3, 4, 1, PipeSchedule::gpipe);
   for (int st = 0; st < 3; ++st) {
     EXPECT_EQ(compute_order(s.stages[st]), "F0a F1a F2a F3a B0a B1a B2a B3a ");
   }
@@ -228,9 +228,9 @@ TEST(PipelineSchedule, GPipeIsAllForwardsThenAllBackwards) {
 // The lists assume sends that do not block (doc/pipeline.md, "For the executor"): with
 // rendezvous sends only gpipe, and 1f1b on one stage, run to the end.
 TEST(PipelineSchedule, OneFOneBNeedsNonBlockingSends) {
-  for (ScheduleKind kind : kAllKinds) {
+  for (PipeSchedule kind : kAllKinds) {
     for (const ScheduleShape& shape : all_shapes(kind)) {
-      const bool completes = kind == ScheduleKind::gpipe || shape.stages == 1;
+      const bool completes = kind == PipeSchedule::gpipe || shape.stages == 1;
       EXPECT_EQ(completes_with_blocking_sends(make_schedule(shape)), completes) << name(shape);
     }
   }
@@ -250,7 +250,7 @@ void expect_error(const ScheduleShape& shape, const std::string& fragment) {
 }
 
 TEST(PipelineSchedule, ShapeErrors) {
-  using K = ScheduleKind;
+  using K = PipeSchedule;
   expect_error({4, 3, 1, K::one_f_one_b},
                "the 1f1b schedule needs at least as many micro-batches as stages, but "
                "micro-batches is 3 and stages is 4; raise micro-batches to 4 or more");
@@ -277,7 +277,7 @@ TEST(PipelineSchedule, ShapeErrors) {
 
 // The executor checks the step's tags against the pipeline communicator's MPI_TAG_UB.
 TEST(PipelineSchedule, TagLimit) {
-  using K = ScheduleKind;
+  using K = PipeSchedule;
   // p = 2, m = 8: tags 0 .. 2 m (C - 1) - 1 = 15.
   EXPECT_NO_THROW(require_tags({2, 8, 1, K::one_f_one_b}, 15));
   // p = 4, v = 2 (C = 8), m = 8: tags up to 111.
@@ -298,9 +298,9 @@ TEST(PipelineSchedule, TagLimit) {
 }
 
 TEST(PipelineSchedule, KindNames) {
-  for (ScheduleKind k : kAllKinds) EXPECT_EQ(parse_schedule_kind(to_string(k)), k);
+  for (PipeSchedule k : kAllKinds) EXPECT_EQ(parse_pipe_schedule(to_string(k)), k);
   try {
-    parse_schedule_kind("1F1B-interleaved");
+    parse_pipe_schedule("1F1B-interleaved");
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_TRUE(e.collective());
@@ -328,7 +328,7 @@ std::size_t find(const std::vector<Op>& ops, Op op) {
 
 TEST(PipelineSchedule, CheckerRejectsBackwardBeforeForward) {
   // gpipe with one stage: swap F0 and B0.
-  Schedule s = make_schedule(1, 2, 1, ScheduleKind::gpipe);
+  Schedule s = make_schedule(1, 2, 1, PipeSchedule::gpipe);
   std::swap(s.stages[0][0], s.stages[0][2]);
   expect_rejected(s,
                   "stage 0: backward(micro 0, chunk 0) at op 0 comes before its forward at "
@@ -336,38 +336,38 @@ TEST(PipelineSchedule, CheckerRejectsBackwardBeforeForward) {
 }
 
 TEST(PipelineSchedule, CheckerRejectsMissingBackward) {
-  Schedule s = make_schedule(4, 8, 1, ScheduleKind::one_f_one_b);
+  Schedule s = make_schedule(4, 8, 1, PipeSchedule::one_f_one_b);
   auto& ops = s.stages[3];
   ops.erase(ops.begin() + find(ops, {Op::backward, 5, 0, -1}));
   expect_rejected(s, "stage 3: backward(micro 5, chunk 0) appears 0 times, not 1");
 }
 
 TEST(PipelineSchedule, CheckerRejectsRecvWithoutSend) {
-  Schedule s = make_schedule(4, 8, 1, ScheduleKind::one_f_one_b);
+  Schedule s = make_schedule(4, 8, 1, PipeSchedule::one_f_one_b);
   auto& ops = s.stages[1];
   ops.erase(ops.begin() + find(ops, {Op::send_act, 2, 0, 2}));
   expect_rejected(s, "stage 1: send_act(micro 2, chunk 0) appears 0 times, not 1");
 }
 
 TEST(PipelineSchedule, CheckerRejectsDuplicateAndStrayOps) {
-  Schedule s = make_schedule(2, 2, 1, ScheduleKind::gpipe);
+  Schedule s = make_schedule(2, 2, 1, PipeSchedule::gpipe);
   s.stages[0].push_back({Op::forward, 1, 0, -1});
   expect_rejected(s, "stage 0: forward(micro 1, chunk 0) appears 2 times, not 1");
-  s = make_schedule(2, 2, 1, ScheduleKind::gpipe);
+  s = make_schedule(2, 2, 1, PipeSchedule::gpipe);
   s.stages[1].push_back({Op::send_act, 1, 0, 0});  // the last model chunk sends nothing on
   expect_rejected(s,
                   "stage 1 op 8 send_act(micro 1, chunk 0, peer 0): model chunk 1 of 2 has "
                   "no such message");
-  s = make_schedule(2, 2, 1, ScheduleKind::gpipe);
+  s = make_schedule(2, 2, 1, PipeSchedule::gpipe);
   s.stages[0][1].peer = 0;  // F0's send_act to itself
   expect_rejected(s, "stage 0 op 1 send_act(micro 0, chunk 0, peer 0): the peer should be 1");
-  s = make_schedule(2, 2, 1, ScheduleKind::gpipe);
+  s = make_schedule(2, 2, 1, PipeSchedule::gpipe);
   s.stages[0][0].micro = 2;
   expect_rejected(s, "out of range");
 }
 
 TEST(PipelineSchedule, CheckerRejectsSendAwayFromItsCompute) {
-  Schedule s = make_schedule(2, 2, 1, ScheduleKind::gpipe);
+  Schedule s = make_schedule(2, 2, 1, PipeSchedule::gpipe);
   // Stage 0: F0 send0 F1 send1 ...: move send0 after F1.
   std::swap(s.stages[0][1], s.stages[0][2]);
   expect_rejected(s,
@@ -377,7 +377,7 @@ TEST(PipelineSchedule, CheckerRejectsSendAwayFromItsCompute) {
 
 TEST(PipelineSchedule, CheckerRejectsMismatchedPairing) {
   // Stage 0 runs micro-batch 1 before 0, stage 1 receives 0 first.
-  Schedule s = make_schedule(2, 2, 1, ScheduleKind::gpipe);
+  Schedule s = make_schedule(2, 2, 1, PipeSchedule::gpipe);
   auto& ops = s.stages[0];  // F0 S0 F1 S1 R0 B0 R1 B1
   std::swap_ranges(ops.begin(), ops.begin() + 2, ops.begin() + 2);
   expect_rejected(s,
@@ -389,7 +389,7 @@ TEST(PipelineSchedule, CheckerRejectsDeadlock) {
   // Stage 0 waits for micro 0's gradient before sending micro 1's activations; stage 1
   // waits for micro 1's activations before sending micro 0's gradient.
   const auto F = Op::forward, B = Op::backward;
-  Schedule s{{2, 2, 1, ScheduleKind::gpipe}, {}};
+  Schedule s{{2, 2, 1, PipeSchedule::gpipe}, {}};
   s.stages.push_back({{F, 0, 0, -1},
                       {Op::send_act, 0, 0, 1},
                       {Op::recv_grad, 0, 0, 1},
@@ -430,9 +430,9 @@ TEST(PipelineSchedule, TimelinesInDoc) {
   ASSERT_TRUE(in) << root / "doc" / "pipeline.md";
   std::stringstream doc;
   doc << in.rdbuf();
-  for (const Schedule& s : {make_schedule(4, 8, 1, ScheduleKind::gpipe),
-                            make_schedule(4, 8, 1, ScheduleKind::one_f_one_b),
-                            make_schedule(4, 8, 2, ScheduleKind::interleaved)}) {
+  for (const Schedule& s : {make_schedule(4, 8, 1, PipeSchedule::gpipe),
+                            make_schedule(4, 8, 1, PipeSchedule::one_f_one_b),
+                            make_schedule(4, 8, 2, PipeSchedule::interleaved)}) {
     const std::string timeline = render_timeline(s);
     std::cout << timeline << "\n";
     EXPECT_NE(doc.str().find(timeline), std::string::npos)

@@ -12,7 +12,7 @@ namespace {
 // in buckets that start during the last micro-batch's backward (grad_buckets.hpp).
 class Replicated : public DataParallel {
  public:
-  Replicated(const DpOptions& o, ParamStore& store, const Transformer& model, Communicator& dp,
+  Replicated(const ParallelSection& o, ParamStore& store, const Transformer& model, Communicator& dp,
              Communicator& holders)
       : store_(store),
         parts_(model.parts()),
@@ -64,7 +64,7 @@ class Replicated : public DataParallel {
   }
   std::string sync_settings() const override {
     return cat("overlap ", buckets_.overlap() ? "on" : "off", ", progress ",
-               dp_progress_name(buckets_.progress()));
+               to_string(buckets_.progress()));
   }
   bool sync_hidden_measured() const override {
     return !buckets_.overlap() || buckets_.progress() == DpProgress::poll;
@@ -83,7 +83,7 @@ class Replicated : public DataParallel {
 
 }  // namespace
 
-StoreLayout DataParallel::store_layout(const DpOptions& o, const Transformer& model, int64_t dp) {
+StoreLayout DataParallel::store_layout(const ParallelSection& o, const Transformer& model, int64_t dp) {
   const int64_t k = o.shard_group == 0 ? dp : o.shard_group;
   TESSERA_REQUIRE(dp % k == 0, "parallel.shard_group = ", k,
                   " does not divide the data-parallel degree ", dp);
@@ -92,12 +92,12 @@ StoreLayout DataParallel::store_layout(const DpOptions& o, const Transformer& mo
   return o.zero >= 1 ? Zero::layout(o.zero, model, k) : StoreLayout{};
 }
 
-std::unique_ptr<DataParallel> make_data_parallel(const DpOptions& o, ParamStore& store,
+std::unique_ptr<DataParallel> make_data_parallel(const ParallelSection& o, ParamStore& store,
                                                  const Transformer& model, Communicator& dp,
                                                  Communicator& holders, Allocator& alloc) {
   if (o.zero == 0) return std::make_unique<Replicated>(o, store, model, dp, holders);
   const int64_t k = o.shard_group == 0 ? dp.size() : o.shard_group;
-  return std::make_unique<Zero>(o.zero, store, model, dp, holders, k, o.overlap, o.inflight,
+  return std::make_unique<Zero>(o.zero, store, model, dp, holders, k, o.overlap, o.zero_inflight,
                                 alloc);
 }
 

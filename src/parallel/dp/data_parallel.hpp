@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "config/run_config.hpp"
 #include "model/param.hpp"
 #include "model/step_context.hpp"
 #include "model/transformer.hpp"
@@ -25,15 +26,6 @@
 #include "parallel/dp/grad_buckets.hpp"
 
 namespace tessera {
-
-struct DpOptions {
-  int zero = 0;             // parallel.zero
-  int64_t shard_group = 0;  // parallel.shard_group (0: the whole data-parallel group)
-  bool overlap = true;      // parallel.overlap
-  int inflight = 2;         // parallel.zero_inflight
-  double bucket_mb = 25;    // parallel.bucket_mb
-  DpProgress progress = DpProgress::poll;
-};
 
 // Where this rank keeps an array laid out like the store's flat buffers: `data` indexed by
 // the segments' local offsets, the same data held by the ranks of `replicas` (they split
@@ -48,7 +40,7 @@ class DataParallel : public PartHooks {
  public:
   // The store layout the strategy needs (before ParamStore::finalize). Errors (collective,
   // before any work) when the options do not fit the data-parallel degree.
-  static StoreLayout store_layout(const DpOptions& o, const Transformer& model, int64_t dp);
+  static StoreLayout store_layout(const ParallelSection& o, const Transformer& model, int64_t dp);
 
   // Parameter values from (seed, name, global element index), wherever they are held.
   virtual void initialize(uint64_t seed) = 0;
@@ -89,8 +81,8 @@ class DataParallel : public PartHooks {
   virtual bool sync_hidden_measured() const = 0;
 };
 
-// The strategy the options select, over a store finalised with store_layout().
-std::unique_ptr<DataParallel> make_data_parallel(const DpOptions& o, ParamStore& store,
+// The strategy parallel.zero / shard_group select, over a store finalised with store_layout().
+std::unique_ptr<DataParallel> make_data_parallel(const ParallelSection& o, ParamStore& store,
                                                  const Transformer& model, Communicator& dp,
                                                  Communicator& replicas, Allocator& alloc);
 

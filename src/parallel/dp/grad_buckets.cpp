@@ -1,22 +1,11 @@
 #include "parallel/dp/grad_buckets.hpp"
 
 #include <algorithm>
-#include <stdexcept>
 #include <utility>
 
 #include "comm/mpi_env.hpp"
 
 namespace tessera {
-
-DpProgress dp_progress_from(const std::string& name) {
-  if (name == "poll") return DpProgress::poll;
-  if (name == "none") return DpProgress::none;
-  throw std::logic_error("parallel.progress: unknown mode '" + name + "'");
-}
-
-const char* dp_progress_name(DpProgress p) {
-  return p == DpProgress::poll ? "poll" : "none";
-}
 
 DpSyncTiming& DpSyncTiming::operator+=(const DpSyncTiming& o) {
   buckets += o.buckets, bytes += o.bytes;

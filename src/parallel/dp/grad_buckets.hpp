@@ -18,14 +18,10 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "config/choices.hpp"  // DpProgress (parallel.progress)
 #include "model/param.hpp"
 
 namespace tessera {
-
-// How buckets in flight are driven during backward (parallel.progress).
-enum class DpProgress { poll, none };
-DpProgress dp_progress_from(const std::string& name);  // "poll" or "none"
-const char* dp_progress_name(DpProgress p);
 
 // One step's data-parallel gradient all-reduce as one rank saw it (or a sum over steps).
 struct DpSyncTiming {

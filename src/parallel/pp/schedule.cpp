@@ -7,28 +7,6 @@
 
 namespace tessera::pp {
 
-std::string_view to_string(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::gpipe:
-      return "gpipe";
-    case ScheduleKind::one_f_one_b:
-      return "1f1b";
-    case ScheduleKind::interleaved:
-      return "interleaved";
-  }
-  return "?";
-}
-
-ScheduleKind parse_schedule_kind(std::string_view name) {
-  for (ScheduleKind k :
-       {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved}) {
-    if (name == to_string(k)) return k;
-  }
-  TESSERA_REQUIRE(false, "pipeline schedule '", name,
-                  "' is not known; choose gpipe, 1f1b or interleaved");
-  return ScheduleKind::one_f_one_b;
-}
-
 std::string_view to_string(Op::Kind kind) {
   switch (kind) {
     case Op::forward:
@@ -56,18 +34,18 @@ void require_valid(const ScheduleShape& shape) {
   TESSERA_REQUIRE(m >= 1, "pipeline: micro-batches is ", m, "; it must be at least 1");
   TESSERA_REQUIRE(v >= 1, "pipeline: chunks per stage is ", v, "; it must be at least 1");
   switch (shape.kind) {
-    case ScheduleKind::gpipe:
-    case ScheduleKind::one_f_one_b:
+    case PipeSchedule::gpipe:
+    case PipeSchedule::one_f_one_b:
       TESSERA_REQUIRE(v == 1, "pipeline: the ", kind, " schedule runs one model chunk per ",
                       "stage but chunks per stage is ", v, "; use the interleaved schedule ",
                       "for v >= 2, or set chunks to 1");
-      TESSERA_REQUIRE(shape.kind != ScheduleKind::one_f_one_b || m >= p,
+      TESSERA_REQUIRE(shape.kind != PipeSchedule::one_f_one_b || m >= p,
                       "pipeline: the 1f1b schedule needs at least as many micro-batches as ",
                       "stages, but micro-batches is ", m, " and stages is ", p,
                       "; raise micro-batches to ", p, " or more (the bubble is (p-1)/m), ",
                       "or use the gpipe schedule");
       break;
-    case ScheduleKind::interleaved:
+    case PipeSchedule::interleaved:
       TESSERA_REQUIRE(p >= 2, "pipeline: the interleaved schedule needs at least 2 stages, ",
                       "but stages is ", p, "; use 1f1b with one stage");
       TESSERA_REQUIRE(v >= 2, "pipeline: the interleaved schedule needs at least 2 chunks ",
@@ -83,11 +61,11 @@ void require_valid(const ScheduleShape& shape) {
 int warmup_forwards(const ScheduleShape& shape, int stage) {
   const int p = shape.stages, m = shape.micro_batches, v = shape.chunks;
   switch (shape.kind) {
-    case ScheduleKind::gpipe:
+    case PipeSchedule::gpipe:
       return m;
-    case ScheduleKind::one_f_one_b:
+    case PipeSchedule::one_f_one_b:
       return std::min(p - stage - 1, m);
-    case ScheduleKind::interleaved:
+    case PipeSchedule::interleaved:
       return std::min(2 * (p - stage - 1) + (v - 1) * p, v * m);
   }
   return m;
@@ -106,7 +84,7 @@ Ratio make_ratio(std::int64_t num, std::int64_t den) {
 }
 
 Ratio bubble_formula(const ScheduleShape& shape) {
-  const int v = shape.kind == ScheduleKind::interleaved ? shape.chunks : 1;
+  const int v = shape.kind == PipeSchedule::interleaved ? shape.chunks : 1;
   return make_ratio(shape.stages - 1, std::int64_t(v) * shape.micro_batches);
 }
 

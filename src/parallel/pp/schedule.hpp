@@ -38,14 +38,9 @@
 #include <string_view>
 #include <vector>
 
+#include "config/choices.hpp"  // PipeSchedule, its parser and spelling
+
 namespace tessera::pp {
-
-enum class ScheduleKind { gpipe, one_f_one_b, interleaved };
-
-// "gpipe", "1f1b", "interleaved" (the deck's spelling).
-std::string_view to_string(ScheduleKind kind);
-// Throws a collective tessera::Error naming the valid choices.
-ScheduleKind parse_schedule_kind(std::string_view name);
 
 struct Op {
   enum Kind : std::uint8_t { forward, backward, send_act, recv_act, send_grad, recv_grad };
@@ -66,7 +61,7 @@ struct ScheduleShape {
   int stages = 1;         // p
   int micro_batches = 1;  // m
   int chunks = 1;         // v, model chunks per stage
-  ScheduleKind kind = ScheduleKind::one_f_one_b;
+  PipeSchedule kind = PipeSchedule::one_f_one_b;
 
   int model_chunks() const { return stages * chunks; }  // C = v * p
   int model_chunk(int stage, int local_chunk) const { return local_chunk * stages + stage; }
@@ -89,7 +84,7 @@ void require_valid(const ScheduleShape& shape);
 
 // The schedule of every stage; calls require_valid first.
 Schedule make_schedule(const ScheduleShape& shape);
-inline Schedule make_schedule(int stages, int micro_batches, int chunks, ScheduleKind kind) {
+inline Schedule make_schedule(int stages, int micro_batches, int chunks, PipeSchedule kind) {
   return make_schedule(ScheduleShape{stages, micro_batches, chunks, kind});
 }
 

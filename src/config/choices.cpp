@@ -1,0 +1,97 @@
+#include "config/choices.hpp"
+
+#include <initializer_list>
+#include <stdexcept>
+
+#include "core/error.hpp"
+
+namespace tessera {
+namespace {
+
+// The value of `all` spelt `name`; a collective error listing the spellings otherwise.
+template <class E>
+E parse_choice(const char* what, std::string_view name, std::initializer_list<E> all) {
+  for (E e : all)
+    if (name == to_string(e)) return e;
+  std::string valid;
+  size_t i = 0;
+  for (E e : all) {
+    valid += i == 0 ? "" : i + 1 == all.size() ? " or " : ", ";
+    valid += to_string(e);
+    ++i;
+  }
+  TESSERA_REQUIRE(false, what, " '", name, "' is not known; choose ", valid);
+  return *all.begin();
+}
+
+}  // namespace
+
+const char* to_string(Arch a) {
+  return a == Arch::gpt2 ? "gpt2" : "llama";
+}
+
+const char* to_string(TieEmbeddings t) {
+  switch (t) {
+    case TieEmbeddings::automatic:
+      return "auto";
+    case TieEmbeddings::yes:
+      return "true";
+    case TieEmbeddings::no:
+      return "false";
+  }
+  return "?";
+}
+
+const char* to_string(TokenizerKind t) {
+  return t == TokenizerKind::gpt2 ? "gpt2" : "byte";
+}
+
+const char* to_string(PipeSchedule s) {
+  switch (s) {
+    case PipeSchedule::gpipe:
+      return "gpipe";
+    case PipeSchedule::one_f_one_b:
+      return "1f1b";
+    case PipeSchedule::interleaved:
+      return "interleaved";
+  }
+  return "?";
+}
+
+const char* to_string(DpProgress p) {
+  return p == DpProgress::poll ? "poll" : "none";
+}
+
+const char* to_string(DeviceKind d) {
+  return d == DeviceKind::cuda ? "cuda" : "cpu";
+}
+
+Arch parse_arch(std::string_view name) {
+  return parse_choice("model.arch", name, {Arch::llama, Arch::gpt2});
+}
+
+TieEmbeddings parse_tie_embeddings(std::string_view name) {
+  return parse_choice("model.tie_embeddings", name,
+                      {TieEmbeddings::automatic, TieEmbeddings::yes, TieEmbeddings::no});
+}
+
+TokenizerKind parse_tokenizer_kind(std::string_view name) {
+  return parse_choice("tokenizer", name, {TokenizerKind::byte, TokenizerKind::gpt2});
+}
+
+PipeSchedule parse_pipe_schedule(std::string_view name) {
+  return parse_choice("pipeline schedule", name,
+                      {PipeSchedule::gpipe, PipeSchedule::one_f_one_b, PipeSchedule::interleaved});
+}
+
+DpProgress dp_progress_from(const std::string& name) {
+  if (name == to_string(DpProgress::poll)) return DpProgress::poll;
+  if (name == to_string(DpProgress::none)) return DpProgress::none;
+  throw std::logic_error("parallel.progress: unknown mode '" + name + "'");
+}
+
+DeviceKind parse_device_kind(std::string_view name) {
+  return parse_choice("hardware.device", name, {DeviceKind::cpu, DeviceKind::cuda});
+}
+
+}  // namespace tessera

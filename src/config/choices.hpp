@@ -1,0 +1,43 @@
+// The deck's choice keys as enums, each with the one parser and the one spelling
+// (to_string) of its values. Kept apart from RunConfig so that the layers that consume a
+// choice (model/, parallel/, perf/) name it without seeing the deck.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace tessera {
+
+// model.arch
+enum class Arch { llama, gpt2 };
+// model.tie_embeddings: automatic lets the architecture decide (gpt2 ties, llama does not).
+enum class TieEmbeddings { automatic, yes, no };
+// data.tokenizer
+enum class TokenizerKind { byte, gpt2 };
+// parallel.pp_schedule. interleaved is Megatron-LM's virtual pipeline (1F1B over
+// parallel.pp_virtual >= 2 chunks per stage).
+enum class PipeSchedule { gpipe, one_f_one_b, interleaved };
+// parallel.progress: how data-parallel buckets in flight are driven during backward.
+enum class DpProgress { poll, none };
+// hardware.device
+enum class DeviceKind { cpu, cuda };
+
+// The deck's spelling of each value.
+const char* to_string(Arch a);
+const char* to_string(TieEmbeddings t);
+const char* to_string(TokenizerKind t);
+const char* to_string(PipeSchedule s);  // "gpipe", "1f1b", "interleaved"
+const char* to_string(DpProgress p);
+const char* to_string(DeviceKind d);
+
+// Parsers of the deck's spelling. The deck has already checked its choice keys against the
+// schema, so an unknown name here comes from code or a test: a collective tessera::Error
+// naming the valid choices (std::logic_error for parallel.progress, its historical contract).
+Arch parse_arch(std::string_view name);
+TieEmbeddings parse_tie_embeddings(std::string_view name);
+TokenizerKind parse_tokenizer_kind(std::string_view name);
+PipeSchedule parse_pipe_schedule(std::string_view name);
+DpProgress dp_progress_from(const std::string& name);
+DeviceKind parse_device_kind(std::string_view name);
+
+}  // namespace tessera

@@ -1,0 +1,121 @@
+// The run configuration: the resolved input deck read once into typed sections, one per deck
+// section, one field per schema key (core/schema.cpp stays the single list of keys). Every
+// consumer takes the section it needs; nothing outside config/ reads a key by name.
+//
+// Values are the deck's, unchanged: a key that defaults to 0 meaning "auto" (train.
+// global_batch, parallel.dp, ...) stays 0 here and is resolved where the facts are known
+// (the number of ranks, the dataset). The deck itself is kept for what must show it whole:
+// the echo at start, run.json and the checkpoints' metadata.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "config/choices.hpp"
+#include "core/deck.hpp"
+
+namespace tessera {
+
+struct ModelSection {
+  Arch arch = Arch::llama;
+  int64_t layers = 0, d_model = 0, heads = 0;
+  int64_t kv_heads = 0;    // 0: equal to heads
+  int64_t ffn_hidden = 0;  // 0: picked by the architecture
+  int64_t vocab = 0, vocab_multiple = 1, seq_len = 0;
+  double norm_eps = 0, rope_theta = 0, init_std = 0;
+  TieEmbeddings tie_embeddings = TieEmbeddings::automatic;
+};
+
+struct DataSection {
+  std::string path;
+  TokenizerKind tokenizer = TokenizerKind::byte;
+  double val_fraction = 0;
+};
+
+struct TrainSection {
+  int64_t steps = 0, micro_batch = 0;
+  int64_t global_batch = 0;  // 0: micro_batch x dp
+  int64_t eval_every = 0, eval_samples = 0;
+  int64_t exit_after = 0;  // 0: run to steps
+  int64_t seed = 0;
+};
+
+struct OptimSection {
+  double lr = 0, min_lr = 0;
+  int64_t warmup = 0;
+  double beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, grad_clip = 0;
+  bool decay_embeddings = false;
+};
+
+struct ParallelSection {
+  int tp = 1;
+  bool sequence_parallel = false;
+  int cp = 1, pp = 1;
+  PipeSchedule pp_schedule = PipeSchedule::one_f_one_b;
+  int pp_virtual = 1;
+  std::string pp_layers;  // balanced, even, or a list of layers per model chunk
+  int dp = 0;             // 0: ranks / (tp x cp x pp)
+  int ep = 1;
+  std::string order;
+  int zero = 0, zero_inflight = 2;
+  int64_t shard_group = 0;  // 0: the whole data-parallel group
+  double bucket_mb = 0;
+  bool overlap = true;
+  DpProgress progress = DpProgress::poll;
+};
+
+struct HardwareSection {
+  DeviceKind device = DeviceKind::cpu;
+  int ranks_per_node = 0;  // 0: found from shared memory
+  int threads = 0;         // 0: OMP_NUM_THREADS or the runtime default
+  double peak_flops = 0;   // 0: measured at start
+};
+
+struct OutputSection {
+  std::string dir;
+  int64_t log_every = 1;
+  bool echo_deck = true, trace = false;
+  int64_t trace_steps = 0;
+  bool compare_plan = false;
+};
+
+struct CheckpointSection {
+  int64_t every = 0;
+  bool at_end = true;
+  std::string dir;  // empty: OUTPUT_DIR/checkpoints
+  int64_t keep = 1;
+  std::string resume;  // none, latest or a file
+};
+
+struct SampleSection {
+  std::string prompt;
+  int64_t length = 0;
+  double temperature = 0;
+  int64_t top_k = 0;
+  int64_t seed = 0;
+  std::string vocab_dir;
+};
+
+struct RunConfig {
+  ModelSection model;
+  DataSection data;
+  TrainSection train;
+  OptimSection optim;
+  ParallelSection parallel;
+  HardwareSection hardware;
+  OutputSection output;
+  CheckpointSection checkpoint;
+  SampleSection sample;
+
+  static RunConfig from_deck(const Deck& deck);
+
+  const Deck& deck() const { return deck_; }
+  const std::string& origin() const { return deck_.origin(); }
+  std::string to_ini() const { return deck_.to_ini(); }    // the resolved deck, defaults included
+  std::string to_json() const { return deck_.to_json(); }  // for run.json and checkpoints
+
+ private:
+  Deck deck_;
+};
+
+}  // namespace tessera
