@@ -7,21 +7,10 @@
 #include <vector>
 
 #include "comm/process_grid.hpp"
+#include "model/scratch.hpp"
 #include "tensor/tensor.hpp"
 
 namespace tessera {
-
-// Scratch buffers shared by all layers, keyed by a small integer; each grows to the largest
-// request once and is then reused, so steady-state steps allocate nothing.
-class Scratch {
- public:
-  explicit Scratch(Allocator& alloc) : alloc_(alloc) {}
-  float* get(int id, int64_t n);
-
- private:
-  Allocator& alloc_;
-  std::vector<Buffer> buffers_;
-};
 
 class GradBuckets;
 

@@ -79,18 +79,18 @@ void Zero::initialize(uint64_t seed) {
     const ParamPart& pp = store_.parts()[q];
     if (pp.size == 0) continue;  // held by another pipeline stage
     Buffer full = pool_.take(pp.size);
-    kernels::fill(full.f32(), 0.0f, pp.size);
+    kernels::fill(full.view(), 0.0f, pp.size);
     point_values(part, full.f32());
     for (int i = pp.first; i < pp.last; ++i) ParamStore::initialize(store_.param(i), seed);
-    kernels::copy(full.f32() + shard_comm_.rank() * piece(part), value_shard_.f32() + local_of(part),
-                  piece(part));
+    kernels::copy(full.view().slice(shard_comm_.rank() * piece(part), piece(part)),
+                  value_shard_.view().slice(local_of(part), piece(part)), piece(part));
     point_values(part, nullptr);
     pool_.give(std::move(full));
   }
 }
 
 void Zero::begin_step() {
-  kernels::fill(grad_shard_.f32(), 0.0f, local_size_);
+  kernels::fill(grad_shard_.view(), 0.0f, local_size_);
   reducing_.assign(reducing_.size(), false);
 }
 
@@ -131,7 +131,7 @@ void Zero::stage_grads(int part) {
   const int64_t size = store_.parts()[size_t(part)].size;
   if (!s.grads.empty() || size == 0) return;
   s.grads = pool_.take(size);
-  kernels::fill(s.grads.f32(), 0.0f, size);
+  kernels::fill(s.grads.view(), 0.0f, size);
   point_grads(part, s.grads.f32());
 }
 
@@ -161,7 +161,8 @@ void Zero::start_reduce(int part) {
 void Zero::complete(Pending& p) {
   p.request.wait();
   if (p.piece.empty()) return;  // stage 1 reduced into the shard directly
-  kernels::add_inplace(grad_shard_.f32() + local_of(p.part), p.piece.f32(), piece(p.part));
+  kernels::add_inplace(grad_shard_.view().slice(local_of(p.part), piece(p.part)), p.piece.view(),
+                       piece(p.part));
   pool_.give(std::move(p.staged));
   pool_.give(std::move(p.piece));
 }
