@@ -27,9 +27,8 @@ uint16_t to_bf16(float x) {
   return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-// After F. Giesen's float_to_half_fast3_rtne: the normal range is rebiased and rounded on the
-// bits; below 2^-14 a float addition of 0.5 does the subnormal rounding (the ulp of 0.5 is
-// 2^-24, the smallest half subnormal).
+// The normal range is rebiased and rounded on the bits; below 2^-14 a float addition of 0.5
+// does the subnormal rounding, since the ulp of 0.5 is 2^-24, the smallest half subnormal.
 uint16_t to_f16(float x) {
   uint32_t u = bits(x);
   const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
