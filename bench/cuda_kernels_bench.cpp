@@ -21,13 +21,18 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/context.hpp"
+#include "kernels/kernels.hpp"
 
 namespace {
 
 namespace cuda = tessera::kernels::cuda;
+namespace kernels = tessera::kernels;
 using tessera::Charge;
 using tessera::DType;
+using tessera::Shape;
+using tessera::Space;
+using tessera::Tensor;
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
@@ -54,8 +59,8 @@ class Buffer {
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   float* f32() const { return static_cast<float*>(p_); }
-  uint16_t* bf16() const { return static_cast<uint16_t*>(p_); }
   void* get() const { return p_; }
+  Tensor view() const { return tessera::view_of(p_, dtype_, Shape{int64_t(n_)}, Space::cuda); }
 
   void randomize(const Buffer* scratch_f32 = nullptr) {
     static const std::vector<float> block = [] {
@@ -70,7 +75,8 @@ class Buffer {
       check(cudaMemcpyAsync(dst + off, block.data(), std::min(block.size(), n_ - off) * 4,
                             cudaMemcpyHostToDevice, ctx_.stream()),
             "cudaMemcpyAsync");
-    if (dtype_ == DType::bf16) cuda::to_bf16(dst, bf16(), int64_t(n_));
+    if (dtype_ == DType::bf16)
+      kernels::cast(tessera::view_of(dst, Shape{int64_t(n_)}, Space::cuda), view(), int64_t(n_));
     ctx_.synchronize();
   }
 
@@ -178,10 +184,7 @@ void bench_gemms(cuda::Context& ctx, const Model& m, const Options& o, std::vect
           B.randomize(&scratch);
         }
         const double ms = time_ms(ctx, o.reps, [&] {
-          if (dt == DType::f32)
-            cuda::matmul(A.f32(), B.f32(), C.f32(), g.M, g.N, g.K, g.ta, g.tb);
-          else
-            cuda::matmul_bf16(A.bf16(), B.bf16(), C.get(), DType::bf16, g.M, g.N, g.K, g.ta, g.tb);
+          kernels::matmul(A.view(), B.view(), C.view(), g.M, g.N, g.K, g.ta, g.tb);
         });
         Record r{m.name, "gemm", std::string(l.name) + "." + g.pass,           dname, g.M, g.N,
                  g.K,    ms,     2.0 * double(g.M) * double(g.N) * double(g.K)};
@@ -212,11 +215,11 @@ void bench_attention(cuda::Context& ctx, const Model& m, const Options& o,
   for (Buffer* b : {&q, &k, &v, &dout}) b->randomize();
   const double fwd_flop = 4.0 * m.B * m.Hq * double(m.T) * m.T * m.D / 2;
   const double fwd = time_ms(ctx, o.reps, [&] {
-    cuda::attention_forward(q.f32(), k.f32(), v.f32(), o_.f32(), lse.f32(), s);
+    kernels::attention_forward(q.view(), k.view(), v.view(), o_.view(), lse.view(), s);
   });
   const double bwd = time_ms(ctx, o.reps, [&] {
-    cuda::attention_backward(dout.f32(), q.f32(), k.f32(), v.f32(), o_.f32(), lse.f32(), dq.f32(),
-                             dk.f32(), dv.f32(), s);
+    kernels::attention_backward(dout.view(), q.view(), k.view(), v.view(), o_.view(), lse.view(),
+                                dq.view(), dk.view(), dv.view(), s);
   });
   const Record rf{m.name, "attention", "fwd", "fp32", m.T, m.Hq, m.D, fwd, fwd_flop};
   const Record rb{m.name, "attention", "bwd", "fp32", m.T, m.Hq, m.D, bwd, 2.5 * fwd_flop};

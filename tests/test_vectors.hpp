@@ -5,6 +5,8 @@
 #include <random>
 #include <vector>
 
+#include "tensor/tensor.hpp"
+
 namespace tessera::test {
 
 using FVec = std::vector<float>;
@@ -16,6 +18,12 @@ inline FVec randn(int64_t n, uint32_t seed, double stddev = 1.0, double mean = 0
   FVec v(static_cast<size_t>(n));
   for (float& x : v) x = float(dist(gen));
   return v;
+}
+
+// A 1-D host tensor viewing a vector (float, double or int32_t), for kernel arguments.
+template <class T>
+Tensor host(const std::vector<T>& v) {
+  return view_of(v.data(), Shape{int64_t(v.size())});
 }
 
 }  // namespace tessera::test

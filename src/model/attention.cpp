@@ -6,10 +6,6 @@
 #include "model/tensor_parallel.hpp"
 
 namespace tessera {
-namespace {
-enum ScratchId { kDAtt = 0, kDq, kDk, kDv, kPartial = 20, kSum };
-}
-
 Attention::Attention(ParamStore& store, const std::string& name, const ModelConfig& cfg)
     : cfg_(cfg) {
   const int64_t C = cfg.d_model, qd = cfg.heads * cfg.head_dim, kvd = cfg.kv_heads * cfg.head_dim;
@@ -38,15 +34,16 @@ void Attention::forward(StepContext& ctx, const float* x, float* y) {
   k_.forward(x, s.k.f32(), N);
   v_.forward(x, s.v.f32(), N);
   if (cfg_.arch == Arch::llama) {
-    kernels::rope(s.q.f32(), B, T, Hq, D, 0, cfg_.rope_theta, false);
-    kernels::rope(s.k.f32(), B, T, Hkv, D, 0, cfg_.rope_theta, false);
+    kernels::rope(s.q.view(), B, T, Hq, D, 0, cfg_.rope_theta, false);
+    kernels::rope(s.k.view(), B, T, Hkv, D, 0, cfg_.rope_theta, false);
   }
   const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
-  kernels::attention_forward(s.q.f32(), s.k.f32(), s.v.f32(), s.att.f32(), s.lse.f32(), shape);
+  kernels::attention_forward(s.q.view(), s.k.view(), s.v.view(), s.att.view(), s.lse.view(), shape);
   if (tp::size(ctx) == 1) return o_.forward(s.att.f32(), y, N, /*accumulate=*/true);
-  float* partial = ctx.scratch.get(kPartial, N * C);
+  float* partial = ctx.scratch.get(ScratchId::tp_partial, {N, C}).f32();
   o_.forward(s.att.f32(), partial, N);
-  tp::reduce_into(ctx, partial, y, ctx.scratch.get(kSum, tp::rows(ctx, N) * C), N, C, true);
+  tp::reduce_into(ctx, partial, y, ctx.scratch.get(ScratchId::tp_sum, {tp::rows(ctx, N), C}).f32(),
+                  N, C, true);
   o_.add_bias(y, tp::rows(ctx, N));
 }
 
@@ -54,24 +51,25 @@ void Attention::backward(StepContext& ctx, const float* x, const float* dy, floa
   const int64_t B = ctx.batch, T = cfg_.seq_len, N = B * T, D = cfg_.head_dim;
   const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local(), C = cfg_.d_model;
   Saved& s = slots_.at(ctx.slot);
-  float* d_att = ctx.scratch.get(kDAtt, N * Hq * D);
-  float* dq = ctx.scratch.get(kDq, N * Hq * D);
-  float* dk = ctx.scratch.get(kDk, N * Hkv * D);
-  float* dv = ctx.scratch.get(kDv, N * Hkv * D);
+  const Tensor d_att = ctx.scratch.get(ScratchId::attn_d_out, {N, Hq * D});
+  const Tensor dq = ctx.scratch.get(ScratchId::attn_dq, {N, Hq * D});
+  const Tensor dk = ctx.scratch.get(ScratchId::attn_dk, {N, Hkv * D});
+  const Tensor dv = ctx.scratch.get(ScratchId::attn_dv, {N, Hkv * D});
 
-  o_.backward(s.att.f32(), dy, d_att, N);
+  o_.backward(s.att.f32(), dy, d_att.f32(), N);
   const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
-  kernels::attention_backward(d_att, s.q.f32(), s.k.f32(), s.v.f32(), s.att.f32(), s.lse.f32(),
+  kernels::attention_backward(d_att, s.q.view(), s.k.view(), s.v.view(), s.att.view(), s.lse.view(),
                               dq, dk, dv, shape);
   if (cfg_.arch == Arch::llama) {
     kernels::rope(dq, B, T, Hq, D, 0, cfg_.rope_theta, true);
     kernels::rope(dk, B, T, Hkv, D, 0, cfg_.rope_theta, true);
   }
   // The input gradient sums over the ranks' heads.
-  float* dxp = tp::sequence_parallel(ctx) ? ctx.scratch.get(kPartial, N * C) : dx;
-  q_.backward(x, dq, dxp, N);
-  k_.backward(x, dk, dxp, N, /*accumulate_dx=*/true);
-  v_.backward(x, dv, dxp, N, /*accumulate_dx=*/true);
+  float* dxp =
+      tp::sequence_parallel(ctx) ? ctx.scratch.get(ScratchId::tp_partial, {N, C}).f32() : dx;
+  q_.backward(x, dq.f32(), dxp, N);
+  k_.backward(x, dk.f32(), dxp, N, /*accumulate_dx=*/true);
+  v_.backward(x, dv.f32(), dxp, N, /*accumulate_dx=*/true);
   tp::reduce_grad(ctx, dxp, dx, N, C);
 }
 

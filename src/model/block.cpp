@@ -4,10 +4,6 @@
 #include "model/tensor_parallel.hpp"
 
 namespace tessera {
-namespace {
-enum ScratchId { kDNorm = 8, kDh, kFull = 22, kDFull };
-}
-
 Block::Block(ParamStore& store, const std::string& name, const ModelConfig& cfg)
     : cfg_(cfg),
       attn_norm_(store, name + ".attn_norm", cfg.d_model, cfg.arch == Arch::gpt2, cfg.norm_eps,
@@ -29,13 +25,14 @@ const float* Block::forward(StepContext& ctx, const float* x) {
     s.rstd1 = act(R), s.rstd2 = act(R);
     if (attn_norm_.layernorm()) s.mean1 = act(R), s.mean2 = act(R);
   }
-  float* full = ctx.scratch.get(kFull, tp::sequence_parallel(ctx) ? N * C : 1);
+  float* full =
+      ctx.scratch.get(ScratchId::sp_gathered, {tp::sequence_parallel(ctx) ? N * C : 1}).f32();
   s.x = x;
   attn_norm_.forward(x, s.n1.f32(), s.mean1.f32(), s.rstd1.f32(), R);
-  kernels::copy(x, s.h.f32(), R * C);
+  kernels::copy(view_of(x, {R, C}), s.h.view(), R * C);
   attn_.forward(ctx, tp::gather(ctx, s.n1.f32(), full, N, C), s.h.f32());
   mlp_norm_.forward(s.h.f32(), s.n2.f32(), s.mean2.f32(), s.rstd2.f32(), R);
-  kernels::copy(s.h.f32(), s.out.f32(), R * C);
+  kernels::copy(s.h.view(), s.out.view(), R * C);
   mlp_.forward(ctx, tp::gather(ctx, s.n2.f32(), full, N, C), s.out.f32());
   return s.out.f32();
 }
@@ -43,21 +40,21 @@ const float* Block::forward(StepContext& ctx, const float* x) {
 void Block::backward(StepContext& ctx, const float* dy, float* dx) {
   const int64_t N = ctx.batch * cfg_.seq_len, C = cfg_.d_model, R = tp::rows(ctx, N);
   Saved& s = slots_.at(ctx.slot);
-  float* d_norm = ctx.scratch.get(kDNorm, R * C);
-  float* dh = ctx.scratch.get(kDh, R * C);
+  float* d_norm = ctx.scratch.get(ScratchId::block_d_norm, {R, C}).f32();
+  const Tensor dh = ctx.scratch.get(ScratchId::block_dh, {R, C});
   const bool sp = tp::sequence_parallel(ctx);
-  float* full = ctx.scratch.get(kFull, sp ? N * C : 1);
-  float* dfull = ctx.scratch.get(kDFull, sp ? N * C : 1);
+  float* full = ctx.scratch.get(ScratchId::sp_gathered, {sp ? N * C : 1}).f32();
+  float* dfull = ctx.scratch.get(ScratchId::sp_gathered_grad, {sp ? N * C : 1}).f32();
   // y = h + mlp(n2(h))
   mlp_.backward(ctx, tp::gather(ctx, s.n2.f32(), full, N, C), tp::gather(ctx, dy, dfull, N, C),
                 d_norm);
-  mlp_norm_.backward(s.h.f32(), d_norm, s.mean2.f32(), s.rstd2.f32(), dh, R);
-  kernels::add_inplace(dh, dy, R * C);
+  mlp_norm_.backward(s.h.f32(), d_norm, s.mean2.f32(), s.rstd2.f32(), dh.f32(), R);
+  kernels::add_inplace(dh, view_of(dy, {R, C}), R * C);
   // h = x + attn(n1(x))
-  attn_.backward(ctx, tp::gather(ctx, s.n1.f32(), full, N, C), tp::gather(ctx, dh, dfull, N, C),
-                 d_norm);
+  attn_.backward(ctx, tp::gather(ctx, s.n1.f32(), full, N, C),
+                 tp::gather(ctx, dh.f32(), dfull, N, C), d_norm);
   attn_norm_.backward(s.x, d_norm, s.mean1.f32(), s.rstd1.f32(), dx, R);
-  kernels::add_inplace(dx, dh, R * C);
+  kernels::add_inplace(view_of(dx, {R, C}), dh, R * C);
 }
 
 }  // namespace tessera

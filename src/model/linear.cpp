@@ -19,21 +19,23 @@ Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t o
 }
 
 void Linear::forward(const float* x, float* y, int64_t N, bool accumulate) const {
-  kernels::matmul(x, w_->value.f32(), y, N, out_, in_, false, true, 1.0f,
+  const Tensor ty = view_of(y, {N, out_});
+  kernels::matmul(view_of(x, {N, in_}), w_->value, ty, N, out_, in_, false, true, 1.0f,
                   accumulate ? 1.0f : 0.0f);
-  if (b_ && !partial_) kernels::bias_add(y, b_->value.f32(), N, out_);
+  if (b_ && !partial_) kernels::bias_add(ty, b_->value, N, out_);
 }
 
 void Linear::add_bias(float* y, int64_t N) const {
-  if (b_) kernels::bias_add(y, b_->value.f32(), N, out_);
+  if (b_) kernels::bias_add(view_of(y, {N, out_}), b_->value, N, out_);
 }
 
 void Linear::backward(const float* x, const float* dy, float* dx, int64_t N,
                       bool accumulate_dx) const {
-  kernels::matmul(dy, x, w_->grad.f32(), out_, in_, N, true, false, 1.0f, 1.0f);
-  if (b_) kernels::bias_backward(dy, b_->grad.f32(), N, out_);
+  const Tensor tdy = view_of(dy, {N, out_});
+  kernels::matmul(tdy, view_of(x, {N, in_}), w_->grad, out_, in_, N, true, false, 1.0f, 1.0f);
+  if (b_) kernels::bias_backward(tdy, b_->grad, N, out_);
   if (dx)
-    kernels::matmul(dy, w_->value.f32(), dx, N, in_, out_, false, false, 1.0f,
+    kernels::matmul(tdy, w_->value, view_of(dx, {N, in_}), N, in_, out_, false, false, 1.0f,
                     accumulate_dx ? 1.0f : 0.0f);
 }
 

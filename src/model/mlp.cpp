@@ -6,10 +6,6 @@
 #include "model/tensor_parallel.hpp"
 
 namespace tessera {
-namespace {
-enum ScratchId { kDAct = 4, kDGate, kDUp, kPartial = 20, kSum };
-}
-
 Mlp::Mlp(ParamStore& store, const std::string& name, const ModelConfig& cfg)
     : cfg_(cfg), swiglu_(cfg.arch == Arch::llama) {
   const int64_t C = cfg.d_model, F = cfg.ffn_hidden;
@@ -34,32 +30,34 @@ void Mlp::forward(StepContext& ctx, const float* x, float* y) {
   up_.forward(x, s.up.f32(), N);
   if (swiglu_) {
     gate_.forward(x, s.gate.f32(), N);
-    kernels::swiglu_forward(s.gate.f32(), s.up.f32(), s.act.f32(), N * F);
+    kernels::swiglu_forward(s.gate.view(), s.up.view(), s.act.view(), N * F);
   } else {
-    kernels::gelu_forward(s.up.f32(), s.act.f32(), N * F);
+    kernels::gelu_forward(s.up.view(), s.act.view(), N * F);
   }
   if (tp::size(ctx) == 1) return down_.forward(s.act.f32(), y, N, /*accumulate=*/true);
-  float* partial = ctx.scratch.get(kPartial, N * C);
+  float* partial = ctx.scratch.get(ScratchId::tp_partial, {N, C}).f32();
   down_.forward(s.act.f32(), partial, N);
-  tp::reduce_into(ctx, partial, y, ctx.scratch.get(kSum, tp::rows(ctx, N) * C), N, C, true);
+  tp::reduce_into(ctx, partial, y, ctx.scratch.get(ScratchId::tp_sum, {tp::rows(ctx, N), C}).f32(),
+                  N, C, true);
   down_.add_bias(y, tp::rows(ctx, N));
 }
 
 void Mlp::backward(StepContext& ctx, const float* x, const float* dy, float* dx) {
   const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_local(), C = cfg_.d_model;
-  float* dxp = tp::sequence_parallel(ctx) ? ctx.scratch.get(kPartial, N * C) : dx;
+  float* dxp =
+      tp::sequence_parallel(ctx) ? ctx.scratch.get(ScratchId::tp_partial, {N, C}).f32() : dx;
   Saved& s = slots_.at(ctx.slot);
-  float* d_act = ctx.scratch.get(kDAct, N * F);
-  float* d_up = ctx.scratch.get(kDUp, N * F);
-  down_.backward(s.act.f32(), dy, d_act, N);
+  const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {N, F});
+  const Tensor d_up = ctx.scratch.get(ScratchId::mlp_d_up, {N, F});
+  down_.backward(s.act.f32(), dy, d_act.f32(), N);
   if (swiglu_) {
-    float* d_gate = ctx.scratch.get(kDGate, N * F);
-    kernels::swiglu_backward(d_act, s.gate.f32(), s.up.f32(), d_gate, d_up, N * F);
-    gate_.backward(x, d_gate, dxp, N);
-    up_.backward(x, d_up, dxp, N, /*accumulate_dx=*/true);
+    const Tensor d_gate = ctx.scratch.get(ScratchId::mlp_d_gate, {N, F});
+    kernels::swiglu_backward(d_act, s.gate.view(), s.up.view(), d_gate, d_up, N * F);
+    gate_.backward(x, d_gate.f32(), dxp, N);
+    up_.backward(x, d_up.f32(), dxp, N, /*accumulate_dx=*/true);
   } else {
-    kernels::gelu_backward(d_act, s.up.f32(), d_up, N * F);
-    up_.backward(x, d_up, dxp, N);
+    kernels::gelu_backward(d_act, s.up.view(), d_up, N * F);
+    up_.backward(x, d_up.f32(), dxp, N);
   }
   tp::reduce_grad(ctx, dxp, dx, N, C);  // the input gradient sums over the ranks' slices
 }

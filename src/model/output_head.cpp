@@ -7,10 +7,6 @@
 #include "model/tensor_parallel.hpp"
 
 namespace tessera {
-namespace {
-enum ScratchId { kXn = 10, kLogits, kLosses, kPartial = 20, kFull = 24, kMax, kSumExp, kTarget };
-}
-
 OutputHead::OutputHead(ParamStore& store, const ModelConfig& cfg, Param* tied)
     : cfg_(cfg),
       norm_(store, "final_norm", cfg.d_model, cfg.arch == Arch::gpt2, cfg.norm_eps,
@@ -29,15 +25,17 @@ void OutputHead::parallel_cross_entropy(StepContext& ctx, float* logits, const i
                                         float* losses, int64_t N) {
   const int64_t Vl = cfg_.vocab_local(), v0 = cfg_.tp.rank * Vl;
   const int64_t valid = std::clamp<int64_t>(cfg_.vocab - v0, 0, Vl);
-  float* mx = ctx.scratch.get(kMax, N);
-  auto* sum = reinterpret_cast<double*>(ctx.scratch.get(kSumExp, 2 * N));
-  float* target = ctx.scratch.get(kTarget, N);
-  kernels::cross_entropy_local_max(logits, mx, N, Vl, valid);
-  ctx.par.tp.all_reduce(mx, N, ReduceOp::max);
-  kernels::cross_entropy_local_exp(logits, targets, mx, sum, target, N, Vl, valid, v0);
-  ctx.par.tp.all_reduce(sum, N);
-  ctx.par.tp.all_reduce(target, N);
-  kernels::cross_entropy_local_finish(logits, targets, sum, target, losses, N, Vl, valid, v0,
+  const Tensor mx = ctx.scratch.get(ScratchId::ce_max, {N});
+  const Tensor sum = ctx.scratch.get(ScratchId::ce_sum_exp, {N}, DType::f64);
+  const Tensor target = ctx.scratch.get(ScratchId::ce_target, {N});
+  const Tensor tl = view_of(logits, {N, Vl}), tt = view_of(targets, {N});
+  const Tensor tlosses = view_of(losses, {N});
+  kernels::cross_entropy_local_max(tl, mx, N, Vl, valid);
+  ctx.par.tp.all_reduce(mx.f32(), N, ReduceOp::max);
+  kernels::cross_entropy_local_exp(tl, tt, mx, sum, target, N, Vl, valid, v0);
+  ctx.par.tp.all_reduce(static_cast<double*>(sum.data), N);
+  ctx.par.tp.all_reduce(target.f32(), N);
+  kernels::cross_entropy_local_finish(tl, tt, sum, target, tlosses, N, Vl, valid, v0,
                                       ctx.loss_scale);
 }
 
@@ -51,25 +49,32 @@ double OutputHead::forward(StepContext& ctx, const float* x, const int32_t* targ
     s.dxn = Buffer(ctx.alloc, Shape{R, C}, DType::f32, Charge::activations);
   }
   s.x = x;
-  float* xn = ctx.scratch.get(kXn, R * C);
-  float* logits = ctx.scratch.get(kLogits, N * Vl);
-  float* losses = ctx.scratch.get(kLosses, N);
+  float* xn = ctx.scratch.get(ScratchId::head_normed, {R, C}).f32();
+  const Tensor logits = ctx.scratch.get(ScratchId::head_logits, {N, Vl});
+  const Tensor losses = ctx.scratch.get(ScratchId::head_losses, {N});
   norm_.forward(x, xn, s.mean.f32(), s.rstd.f32(), R);
-  const float* xf = tp::gather(ctx, xn, ctx.scratch.get(kFull, R == N ? 1 : N * C), N, C);
-  kernels::matmul(xf, w_->value.f32(), logits, N, Vl, C, false, true);
+  const Tensor xf = view_of(
+      tp::gather(ctx, xn, ctx.scratch.get(ScratchId::head_gathered, {R == N ? 1 : N * C}).f32(), N,
+                 C),
+      {N, C});
+  kernels::matmul(xf, w_->value, logits, N, Vl, C, false, true);
   if (tp::size(ctx) == 1)
-    kernels::cross_entropy_fused(logits, targets, losses, N, Vl, cfg_.vocab, ctx.loss_scale);
+    kernels::cross_entropy_fused(logits, view_of(targets, {N}), losses, N, Vl, cfg_.vocab,
+                                 ctx.loss_scale);
   else
-    parallel_cross_entropy(ctx, logits, targets, losses, N);
+    parallel_cross_entropy(ctx, logits.f32(), targets, losses.f32(), N);
+  // Host bookkeeping: the losses are summed in order in double (the reported loss).
   double loss = 0;
-  for (int64_t n = 0; n < N; ++n) loss += losses[n];
+  for (int64_t n = 0; n < N; ++n) loss += losses.f32()[n];
   if (ctx.training) {
     // logits now hold dlogits: dW += dlogits^T xn, dxn = dlogits W (summed over the ranks'
     // vocabulary blocks).
-    kernels::matmul(logits, xf, w_->grad.f32(), Vl, C, N, true, false, 1.0f, 1.0f);
-    float* dxn = R == N && !tp::sequence_parallel(ctx) ? s.dxn.f32() : ctx.scratch.get(kPartial, N * C);
-    kernels::matmul(logits, w_->value.f32(), dxn, N, C, Vl, false, false);
-    tp::reduce_grad(ctx, dxn, s.dxn.f32(), N, C);
+    kernels::matmul(logits, xf, w_->grad, Vl, C, N, true, false, 1.0f, 1.0f);
+    const Tensor dxn = R == N && !tp::sequence_parallel(ctx)
+                           ? s.dxn.view()
+                           : ctx.scratch.get(ScratchId::tp_partial, {N, C});
+    kernels::matmul(logits, w_->value, dxn, N, C, Vl, false, false);
+    tp::reduce_grad(ctx, dxn.f32(), s.dxn.f32(), N, C);
   }
   return loss;
 }
@@ -84,12 +89,14 @@ void OutputHead::logits(StepContext& ctx, const float* x, float* out) {
   if (tp::size(ctx) > 1) throw std::logic_error("OutputHead::logits needs the whole vocabulary");
   const int64_t N = ctx.batch * cfg_.seq_len, C = cfg_.d_model, Vp = cfg_.vocab_padded;
   const int64_t V = cfg_.vocab;
-  float* xn = ctx.scratch.get(kXn, N * C);
-  float* full = ctx.scratch.get(kLogits, N * Vp);
-  float* rstd = ctx.scratch.get(kLosses, 2 * N);
-  norm_.forward(x, xn, rstd + N, rstd, N);
-  kernels::matmul(xn, w_->value.f32(), full, N, Vp, C, false, true);
-  for (int64_t n = 0; n < N; ++n) kernels::copy(full + n * Vp, out + n * V, V);
+  const Tensor xn = ctx.scratch.get(ScratchId::head_normed, {N, C});
+  const Tensor full = ctx.scratch.get(ScratchId::head_logits, {N, Vp});
+  // rstd in the first N, mean in the second N.
+  float* rstd = ctx.scratch.get(ScratchId::head_losses, {2 * N}).f32();
+  norm_.forward(x, xn.f32(), rstd + N, rstd, N);
+  kernels::matmul(xn, w_->value, full, N, Vp, C, false, true);
+  const Tensor tout = view_of(out, {N, V});
+  for (int64_t n = 0; n < N; ++n) kernels::copy(full.rows(n, 1), tout.rows(n, 1), V);
 }
 
 }  // namespace tessera

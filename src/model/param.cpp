@@ -28,8 +28,13 @@ Param& ParamStore::add(std::string name, Shape shape, ParamInit init, bool decay
   return p;
 }
 
-void ParamStore::finalize(Allocator& alloc, const StoreLayout& layout) {
+void ParamStore::finalize(Allocator& alloc, const StoreLayout& layout, DType compute) {
   if (!parts_.empty()) throw std::logic_error("ParamStore::finalize called twice");
+  if (compute != DType::f32 && compute != DType::bf16 && compute != DType::f16)
+    throw std::logic_error(std::string("ParamStore: no compute copy in ") + dtype_name(compute));
+  if (compute != DType::f32 && !layout.values)
+    throw std::logic_error("ParamStore: a compute copy needs the flat value buffer");
+  compute_dtype_ = compute;
   std::vector<std::pair<int, int>> ranges = layout.parts;
   if (ranges.empty()) ranges.push_back({0, int(params_.size())});
   const int64_t align = std::max<int64_t>(16, layout.align);
@@ -48,12 +53,20 @@ void ParamStore::finalize(Allocator& alloc, const StoreLayout& layout) {
   }
   if (layout.values) values_ = Buffer(alloc, Shape{numel_}, DType::f32, Charge::params);
   if (layout.grads) grads_ = Buffer(alloc, Shape{numel_}, DType::f32, Charge::grads);
+  if (compute != DType::f32) compute_ = Buffer(alloc, Shape{numel_}, compute, Charge::params);
   for (Param& p : params_) {
     p.value = Tensor{layout.values ? values_.f32() + p.offset : nullptr, DType::f32, Space::host,
                      p.local};
     p.grad = Tensor{layout.grads ? grads_.f32() + p.offset : nullptr, DType::f32, Space::host,
                     p.local};
+    p.compute = compute == DType::f32
+                    ? p.value
+                    : compute_.view().slice(p.offset, p.local.numel()).reshaped(p.local);
   }
+}
+
+void ParamStore::refresh_compute() {
+  if (compute_dtype_ != DType::f32) kernels::cast(values_.view(), compute_.view(), numel_);
 }
 
 int64_t ParamStore::elements() const {
@@ -93,10 +106,10 @@ void ParamStore::initialize(Param& p, uint64_t seed) {
   }
   switch (p.init.kind) {
     case ParamInit::ones:
-      kernels::fill(v, 1.0f, n);
+      kernels::fill(p.value, 1.0f, n);
       break;
     case ParamInit::zeros:
-      kernels::fill(v, 0.0f, n);
+      kernels::fill(p.value, 0.0f, n);
       break;
     case ParamInit::normal:
       // Elements 2j and 2j+1 share one Philox call (CounterRng::normal_pair).
@@ -112,7 +125,7 @@ void ParamStore::initialize(Param& p, uint64_t seed) {
 }
 
 void ParamStore::zero_grads() {
-  if (!grads_.empty()) kernels::fill(grads_.f32(), 0.0f, numel_);
+  if (!grads_.empty()) kernels::fill(grads_.view(), 0.0f, numel_);
 }
 
 std::vector<Param*> ParamStore::params() {

@@ -37,7 +37,11 @@ struct Param {
   ParamInit init;
   bool decay = false;
   int64_t offset = 0;  // into the store's flat buffers
-  Tensor value, grad;  // shape local
+  Tensor value, grad;  // shape local; value is the fp32 master copy
+  // The value in the store's compute dtype: value itself when that is f32, else a view of the
+  // compute copy (ParamStore::refresh_compute). Nothing reads it yet; an owner that points value
+  // elsewhere (ZeRO-3 gathering a part) leaves it behind.
+  Tensor compute;
   // Start of this rank's block in the global tensor, per dimension.
   int64_t block_start(int d) const { return d == tp.dim ? tp.index * local[d] : 0; }
 };
@@ -65,12 +69,18 @@ class ParamStore {
   // Lays the parameters out part by part, allocates the flat buffers the layout asks for
   // and points every Param at its slice (Params of a buffer not allocated get null views,
   // pointed elsewhere by their owner). Call once, after every layer has registered.
-  void finalize(Allocator& alloc, const StoreLayout& layout = {});
+  // compute: the dtype the layers compute with. f32: Param::compute aliases the fp32 values
+  // (no memory, nothing to refresh); bf16 or f16: a second flat buffer of that dtype, charged
+  // to Charge::params, filled from the values by refresh_compute() (needs layout.values).
+  void finalize(Allocator& alloc, const StoreLayout& layout = {}, DType compute = DType::f32);
   // Initialises every value from (seed, name, global element index): a block of a split
   // parameter holds exactly the values of the same elements of the whole one.
   void initialize(uint64_t seed);
   static void initialize(Param& p, uint64_t seed);
   void zero_grads();
+  // compute copy = values, rounded to nearest even; nothing when the compute dtype is f32.
+  void refresh_compute();
+  DType compute_dtype() const { return compute_dtype_; }
 
   std::vector<Param*> params();
   Param& param(int index) { return params_[size_t(index)]; }
@@ -85,7 +95,8 @@ class ParamStore {
   std::deque<Param> params_;  // deque: pointers stay valid while layers register
   std::vector<ParamPart> parts_;
   int64_t numel_ = 0;
-  Buffer values_, grads_;
+  DType compute_dtype_ = DType::f32;
+  Buffer values_, grads_, compute_;
 };
 
 }  // namespace tessera

@@ -2,11 +2,13 @@
 
 namespace tessera {
 
-float* Scratch::get(int id, int64_t n) {
-  if (id >= int(buffers_.size())) buffers_.resize(size_t(id) + 1);
+Tensor Scratch::get(ScratchId id, Shape shape, DType dtype) {
+  if (buffers_.empty()) buffers_.resize(size_t(ScratchId::count));
   Buffer& b = buffers_[size_t(id)];
-  if (b.numel() < n) b = Buffer(alloc_, Shape{n}, DType::f32, Charge::workspace);
-  return b.f32();
+  // Held as f32 words: the byte counts stay those of the f32 buffers the memory model assumes.
+  const int64_t words = (shape.numel() * int64_t(dtype_size(dtype)) + 3) / 4;
+  if (b.numel() < words) b = Buffer(alloc_, Shape{words}, DType::f32, Charge::workspace);
+  return view_of(b.view().data, dtype, shape);
 }
 
 }  // namespace tessera

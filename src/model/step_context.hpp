@@ -8,21 +8,10 @@
 
 #include "comm/process_grid.hpp"
 #include "model/parts.hpp"
+#include "model/scratch.hpp"
 #include "tensor/tensor.hpp"
 
 namespace tessera {
-
-// Scratch buffers shared by all layers, keyed by a small integer; each grows to the largest
-// request once and is then reused, so steady-state steps allocate nothing.
-class Scratch {
- public:
-  explicit Scratch(Allocator& alloc) : alloc_(alloc) {}
-  float* get(int id, int64_t n);
-
- private:
-  Allocator& alloc_;
-  std::vector<Buffer> buffers_;
-};
 
 // Told before and after each part of the model (embedding, block, head; ParamStore::parts())
 // runs a forward or backward pass, so data parallelism can reduce a part's gradients as soon

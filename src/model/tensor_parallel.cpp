@@ -28,14 +28,16 @@ void reduce_into(StepContext& ctx, float* partial, float* y, float* scratch, int
   } else if (size(ctx) > 1) {
     ctx.par.tp.all_reduce(partial, n);
   }
-  if (accumulate) kernels::add_inplace(y, sum, n);
-  else kernels::copy(sum, y, n);
+  if (accumulate)
+    kernels::add_inplace(view_of(y, {n}), view_of(sum, {n}), n);
+  else
+    kernels::copy(view_of(sum, {n}), view_of(y, {n}), n);
 }
 
 void reduce_grad(StepContext& ctx, float* partial, float* out, int64_t N, int64_t C) {
   if (sequence_parallel(ctx)) return ctx.par.tp.reduce_scatter(partial, out, rows(ctx, N) * C);
   if (size(ctx) > 1) ctx.par.tp.all_reduce(partial, N * C);
-  if (partial != out) kernels::copy(partial, out, N * C);
+  if (partial != out) kernels::copy(view_of(partial, {N, C}), view_of(out, {N, C}), N * C);
 }
 
 }  // namespace tessera::tp

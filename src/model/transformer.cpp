@@ -3,13 +3,10 @@
 #include <algorithm>
 #include <string>
 
+#include "kernels/kernels.hpp"
 #include "model/tensor_parallel.hpp"
 
 namespace tessera {
-namespace {
-enum ScratchId { kGradA = 14, kGradB };
-}
-
 Transformer::Transformer(const ModelConfig& cfg, ParamStore& store)
     : Transformer(cfg, store, {ChunkLayers{0, cfg.layers, true, true}}) {}
 
@@ -78,10 +75,11 @@ const float* Transformer::forward_chunk(StepContext& ctx, int k, const int32_t* 
 const float* Transformer::backward_chunk(StepContext& ctx, int k, const float* dy) {
   const ChunkLayers& c = chunks_[size_t(k)];
   const int64_t n = tp::rows(ctx, ctx.batch * cfg_.seq_len) * cfg_.d_model;
-  float* grad = ctx.scratch.get(kGradA, n);
-  float* next = ctx.scratch.get(kGradB, n);
+  float* grad = ctx.scratch.get(ScratchId::grad_a, {n}).f32();
+  float* next = ctx.scratch.get(ScratchId::grad_b, {n}).f32();
   if (c.head) around(ctx, head_part(), Pass::backward, [&] { return (head_->backward(ctx, grad), 0); });
-  else std::copy(dy, dy + n, grad);
+  else
+    kernels::copy(view_of(dy, {n}), view_of(grad, {n}), n);
   for (int64_t l = c.last - 1; l >= c.first; --l) {
     around(ctx, int(l) + 1, Pass::backward,
            [&] { return (blocks_[size_t(l)]->backward(ctx, grad, next), 0); });

@@ -38,8 +38,10 @@ void AdamW::step(double lr, int64_t step, float* values, Index index, const floa
       const int64_t b = std::min(s.global + s.n, p->offset + p->local.numel());
       if (a >= b) continue;
       const int64_t l = s.local + (a - s.global);
-      kernels::adamw(values + (index == Index::global ? a : l), grads + l, m_.f32() + l,
-                     v_.f32() + l, b - a, args);
+      const int64_t n = b - a;
+      kernels::adamw(view_of(values + (index == Index::global ? a : l), {n}),
+                     view_of(grads + l, {n}), m_.view().slice(l, n), v_.view().slice(l, n), n,
+                     args);
     }
   }
 }
@@ -53,7 +55,7 @@ GradSquares grad_squares(ParamStore& store, const std::vector<ShardSegment>& seg
       const int64_t b = std::min(s.global + s.n, p->offset + p->local.numel());
       if (a >= b || p == skip) continue;
       (p->tp.split() ? sq.split : sq.replicated) +=
-          kernels::sum_squares(grads + s.local + (a - s.global), b - a);
+          kernels::sum_squares(view_of(grads + s.local + (a - s.global), {b - a}), b - a);
     }
   return sq;
 }

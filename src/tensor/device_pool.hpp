@@ -4,7 +4,7 @@
 // cudaMalloc/cudaFree are slow and synchronise the device.
 //
 // The bookkeeping is independent of CUDA: the pool takes its blocks from a RawMemory, which is
-// cudaMalloc in the CUDA backend (kernels/cuda/cuda_kernels.hpp, CudaMemory) and plain host
+// cudaMalloc in the CUDA backend (kernels/cuda/context.hpp, CudaMemory) and plain host
 // memory in the unit test. A cached block is handed out again without any synchronisation, so
 // a pool serves ONE stream: work queued on that stream is ordered after the kernels that used
 // the block before. Memory shared with another stream must be synchronised by the caller.

@@ -5,6 +5,7 @@
 #include <new>
 #include <sstream>
 #include <stdexcept>
+#include <string>
 
 namespace tessera {
 
@@ -13,12 +14,36 @@ size_t dtype_size(DType t) {
     case DType::f32:
     case DType::i32:
       return 4;
+    case DType::f64:
+      return 8;
     case DType::bf16:
     case DType::f16:
     case DType::u16:
       return 2;
   }
   return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32:
+      return "f32";
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "f16";
+    case DType::i32:
+      return "i32";
+    case DType::u16:
+      return "u16";
+    case DType::f64:
+      return "f64";
+  }
+  return "?";
+}
+
+const char* space_name(Space s) {
+  return s == Space::host ? "host" : "cuda";
 }
 
 const char* charge_name(Charge c) {
@@ -60,6 +85,29 @@ Tensor Tensor::reshaped(Shape s) const {
   Tensor t = *this;
   t.shape = s;
   return t;
+}
+
+Tensor Tensor::slice(int64_t begin, int64_t count) const {
+  if (begin < 0 || count < 0 || begin + count > numel())
+    throw std::logic_error("slice [" + std::to_string(begin) + ", " +
+                           std::to_string(begin + count) + ") of " + shape.str());
+  Tensor t = *this;
+  t.data = static_cast<char*>(data) + begin * int64_t(dtype_size(dtype));
+  t.shape = Shape{count};
+  return t;
+}
+
+Tensor view_of(const void* p, DType dtype, Shape s, Space space) {
+  return Tensor{const_cast<void*>(p), dtype, space, s};
+}
+Tensor view_of(const float* p, Shape s, Space space) {
+  return view_of(p, DType::f32, s, space);
+}
+Tensor view_of(const double* p, Shape s, Space space) {
+  return view_of(p, DType::f64, s, space);
+}
+Tensor view_of(const int32_t* p, Shape s, Space space) {
+  return view_of(p, DType::i32, s, space);
 }
 
 void MemoryLedger::add(size_t bytes, Charge c) {

@@ -11,12 +11,14 @@
 
 namespace tessera {
 
-enum class DType { f32, bf16, f16, i32, u16 };
+enum class DType { f32, bf16, f16, i32, u16, f64 };
 enum class Space { host, cuda };
 enum class Charge { params, grads, optimizer, activations, comm, workspace };
 constexpr int kChargeCount = 6;
 
 size_t dtype_size(DType t);
+const char* dtype_name(DType t);  // "f32", "bf16", ...
+const char* space_name(Space s);  // "host", "cuda"
 const char* charge_name(Charge c);
 
 // Up to four dimensions, row-major.
@@ -44,7 +46,17 @@ struct Tensor {
   // Rows [begin, begin+count) of the outermost dimension.
   Tensor rows(int64_t begin, int64_t count) const;
   Tensor reshaped(Shape s) const;
+  // Elements [begin, begin+count) of the flattened tensor, as a 1-D view (the flat parameter,
+  // gradient and shard buffers are cut this way).
+  Tensor slice(int64_t begin, int64_t count) const;
 };
+
+// A view of memory the caller owns, typed by the pointer. Tensor carries no const: a kernel's
+// inputs are views it only reads, which its signature says.
+Tensor view_of(const float* p, Shape s, Space space = Space::host);
+Tensor view_of(const double* p, Shape s, Space space = Space::host);
+Tensor view_of(const int32_t* p, Shape s, Space space = Space::host);
+Tensor view_of(const void* p, DType dtype, Shape s, Space space = Space::host);
 
 // Live and peak bytes per category, and the peak of their sum: the bookkeeping shared by the
 // host Allocator and the device pool (tensor/device_pool.hpp).

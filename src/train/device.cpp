@@ -2,7 +2,7 @@
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
-#include "kernels/cuda/device_count.hpp"
+#include "kernels/kernels.hpp"
 
 namespace tessera {
 

@@ -229,7 +229,7 @@ double Trainer::pipeline_evaluate() {
   const int stage = pp.rank(), C = shape.model_chunks();
   StepContext ctx = context(false);
   const int64_t n = tp::rows(ctx, B * T) * cfg_.d_model;
-  float* x = C > 1 ? ctx.scratch.get(40, n) : nullptr;  // a received chunk input
+  float* x = C > 1 ? ctx.scratch.get(ScratchId::pipeline_input, {n}).f32() : nullptr;
   double loss_sum = 0;
   for (int64_t first = grid_.dp().rank() * B; first < eval_samples_; first += B * geo_.dp) {
     if (stage == 0 || stage == pp.size() - 1)

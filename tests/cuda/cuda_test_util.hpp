@@ -17,19 +17,24 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../test_vectors.hpp"
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/context.hpp"
+#include "kernels/kernels.hpp"
 
 namespace tessera::kernels::test_cuda {
 
 using tessera::test::FVec;
+using tessera::test::host;
 using tessera::test::randn;
 
 constexpr double kRel = 1e-5;
 
-// A device copy of a host vector, from the current context's pool (charged to activations).
+// A device copy of a host vector, from the current context's pool (charged to activations). It
+// converts to a 1-D Space::cuda Tensor of T's dtype; as() views it as another dtype of T's size
+// (bf16 bit patterns held as uint16_t).
 template <class T>
 class Dev {
  public:
@@ -42,7 +47,17 @@ class Dev {
   Dev(const Dev&) = delete;
   Dev& operator=(const Dev&) = delete;
   T* get() const { return p_; }
-  operator T*() const { return p_; }
+  Tensor as(DType dtype) const { return view_of(p_, dtype, Shape{int64_t(n_)}, Space::cuda); }
+  operator Tensor() const {
+    if constexpr (std::is_same_v<T, float>)
+      return as(DType::f32);
+    else if constexpr (std::is_same_v<T, double>)
+      return as(DType::f64);
+    else if constexpr (std::is_same_v<T, int32_t>)
+      return as(DType::i32);
+    else
+      return as(DType::u16);
+  }
   // Waits for the context's stream, then copies back.
   std::vector<T> host() const {
     cuda::current().synchronize();

@@ -45,17 +45,17 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
   const FVec v = randn(c.kv_size(), 3), dout = randn(c.q_size(), 4);
 
   FVec out(c.q_size()), lse(c.lse_size()), dq(c.q_size()), dk(c.kv_size()), dv(c.kv_size());
-  attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), s);
-  attention_backward(dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), dq.data(),
-                     dk.data(), dv.data(), s);
+  attention_forward(host(q), host(k), host(v), host(out), host(lse), s);
+  attention_backward(host(dout), host(q), host(k), host(v), host(out), host(lse), host(dq),
+                     host(dk), host(dv), s);
 
   // Outputs start as NaN, so an element the kernels never write shows up.
   const float nan = std::nanf("");
   Dev<float> dQ(q), dK(k), dV(v), dO(dout), dOut(FVec(c.q_size(), nan)),
       dLse(FVec(c.lse_size(), nan));
   Dev<float> gQ(FVec(c.q_size(), nan)), gK(FVec(c.kv_size(), nan)), gV(FVec(c.kv_size(), nan));
-  cuda::attention_forward(dQ, dK, dV, dOut, dLse, s);
-  cuda::attention_backward(dO, dQ, dK, dV, dOut, dLse, gQ, gK, gV, s);
+  attention_forward(dQ, dK, dV, dOut, dLse, s);
+  attention_backward(dO, dQ, dK, dV, dOut, dLse, gQ, gK, gV, s);
   expect_normwise(dOut.host(), out, kRel, "out");
   expect_normwise(dLse.host(), lse, kRel, "lse");
   expect_normwise(gQ.host(), dq, kRel, "dq");
@@ -98,13 +98,13 @@ TEST_F(CudaAttentionLimits, LongSequenceNeedsNoTxTMemory) {
   Dev<float> dQ(q), dK(k), dV(v), dO(dout), dOut{size_t(c.q_size())}, dLse{size_t(c.lse_size())};
   Dev<float> gQ{size_t(c.q_size())}, gK{size_t(c.kv_size())}, gV{size_t(c.kv_size())};
   const size_t before = ctx().pool().live_total();
-  cuda::attention_forward(dQ, dK, dV, dOut, dLse, s);
-  cuda::attention_backward(dO, dQ, dK, dV, dOut, dLse, gQ, gK, gV, s);
+  attention_forward(dQ, dK, dV, dOut, dLse, s);
+  attention_backward(dO, dQ, dK, dV, dOut, dLse, gQ, gK, gV, s);
   ctx().synchronize();
   EXPECT_LE(ctx().pool().live_total() - before, size_t(1) << 20);
   // And the forward against the CPU's.
   FVec out(c.q_size()), lse(c.lse_size());
-  attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), s);
+  attention_forward(host(q), host(k), host(v), host(out), host(lse), s);
   expect_normwise(dOut.host(), out, kRel, "out, T = 8192");
   expect_normwise(dLse.host(), lse, kRel, "lse, T = 8192");
 }
@@ -112,7 +112,7 @@ TEST_F(CudaAttentionLimits, LongSequenceNeedsNoTxTMemory) {
 TEST_F(CudaAttentionLimits, HeadDimAbove128IsAnError) {
   const Case c{1, 4, 1, 1, 256};
   Dev<float> x{size_t(c.q_size())}, lse{size_t(c.lse_size())};
-  EXPECT_THROW(cuda::attention_forward(x, x, x, x, lse, c.shape()), Error);
+  EXPECT_THROW(attention_forward(x, x, x, x, lse, c.shape()), Error);
 }
 
 }  // namespace

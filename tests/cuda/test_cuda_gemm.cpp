@@ -43,10 +43,10 @@ TEST_P(CudaGemm, Fp32MatchesCpu) {
   const FVec A = randn(M * K, 1), B = randn(K * N, 2), C0 = randn(M * N, 3);
   Dev<float> dA(A), dB(B), dC(C0), dC2(C0);
   FVec C = C0, C2 = C0;
-  matmul(A.data(), B.data(), C.data(), M, N, K, ta, tb);
-  matmul(A.data(), B.data(), C2.data(), M, N, K, ta, tb, 0.5f, -2.0f);
-  cuda::matmul(dA, dB, dC, M, N, K, ta, tb);
-  cuda::matmul(dA, dB, dC2, M, N, K, ta, tb, 0.5f, -2.0f);
+  matmul(host(A), host(B), host(C), M, N, K, ta, tb);
+  matmul(host(A), host(B), host(C2), M, N, K, ta, tb, 0.5f, -2.0f);
+  matmul(dA, dB, dC, M, N, K, ta, tb);
+  matmul(dA, dB, dC2, M, N, K, ta, tb, 0.5f, -2.0f);
   expect_normwise(dC.host(), C, kRel, "C = A B");
   expect_normwise(dC2.host(), C2, kRel, "C = 0.5 A B - 2 C");
 }
@@ -59,14 +59,15 @@ TEST_P(CudaGemm, Bf16MatchesCpuOnRoundedInputs) {
   for (size_t i = 0; i < A.size(); ++i) Ab[i] = bf16_bits(A[i]), Ar[i] = bf16_value(Ab[i]);
   for (size_t i = 0; i < B.size(); ++i) Bb[i] = bf16_bits(B[i]), Br[i] = bf16_value(Bb[i]);
   FVec want(M * N), exact(M * N);
-  matmul(Ar.data(), Br.data(), want.data(), M, N, K, ta, tb);
-  matmul(A.data(), B.data(), exact.data(), M, N, K, ta, tb);
+  matmul(host(Ar), host(Br), host(want), M, N, K, ta, tb);
+  matmul(host(A), host(B), host(exact), M, N, K, ta, tb);
 
   Dev<uint16_t> dA(Ab), dB(Bb), dCb{size_t(M * N)};
   Dev<float> dC{size_t(M * N)}, dCf{size_t(M * N)};
-  cuda::matmul_bf16(dA, dB, dC.get(), DType::f32, M, N, K, ta, tb);
-  cuda::matmul_bf16(dA, dB, dCb.get(), DType::bf16, M, N, K, ta, tb);
-  cuda::to_f32(dCb, dCf, M * N);
+  const Tensor a = dA.as(DType::bf16), b = dB.as(DType::bf16), cb = dCb.as(DType::bf16);
+  matmul(a, b, dC, M, N, K, ta, tb);
+  matmul(a, b, cb, M, N, K, ta, tb);
+  cast(cb, dCf, M * N);
   const FVec got = dC.host(), got_b = dCf.host();
   expect_normwise(got, want, 1e-4, "bf16 GEMM, fp32 C");
   expect_normwise(got_b, want, 4e-3, "bf16 GEMM, bf16 C");
@@ -94,12 +95,12 @@ TEST_F(CudaGemmShapes, ModelSizedProductsMatchCpu) {
   const FVec X = randn(T * C, 11), W = randn(C * F, 12, 0.02), dY = randn(T * F, 13);
   Dev<float> dX(X), dW(W), ddY(dY), Y{size_t(T * F)}, dXg{size_t(T * C)}, dWg{size_t(C * F)};
   FVec y(T * F), dx(T * C), dw(C * F);
-  matmul(X.data(), W.data(), y.data(), T, F, C, false, false);   // Y = X W
-  matmul(dY.data(), W.data(), dx.data(), T, C, F, false, true);  // dX = dY W^T
-  matmul(X.data(), dY.data(), dw.data(), C, F, T, true, false);  // dW = X^T dY
-  cuda::matmul(dX, dW, Y, T, F, C, false, false);
-  cuda::matmul(ddY, dW, dXg, T, C, F, false, true);
-  cuda::matmul(dX, ddY, dWg, C, F, T, true, false);
+  matmul(host(X), host(W), host(y), T, F, C, false, false);   // Y = X W
+  matmul(host(dY), host(W), host(dx), T, C, F, false, true);  // dX = dY W^T
+  matmul(host(X), host(dY), host(dw), C, F, T, true, false);  // dW = X^T dY
+  matmul(dX, dW, Y, T, F, C, false, false);
+  matmul(ddY, dW, dXg, T, C, F, false, true);
+  matmul(dX, ddY, dWg, C, F, T, true, false);
   expect_normwise(Y.host(), y, kRel, "Y = X W");
   expect_normwise(dXg.host(), dx, kRel, "dX = dY W^T");
   expect_normwise(dWg.host(), dw, kRel, "dW = X^T dY");
@@ -108,7 +109,7 @@ TEST_F(CudaGemmShapes, ModelSizedProductsMatchCpu) {
 TEST_F(CudaGemmShapes, EmptyInnerDimensionScalesC) {
   const FVec C0 = randn(6, 14);
   Dev<float> dC(C0), dummy{size_t(1)};
-  cuda::matmul(dummy, dummy, dC, 2, 3, 0, false, false, 1.0f, 0.5f);
+  matmul(dummy, dummy, dC, 2, 3, 0, false, false, 1.0f, 0.5f);
   FVec want = C0;
   for (float& x : want) x *= 0.5f;
   expect_close(dC.host(), want, 0.0, "K = 0");

@@ -69,13 +69,14 @@ TEST_F(CudaKernels, ErrorsBecomeTesseraErrors) {
     EXPECT_FALSE(e.collective());
   }
   Dev<float> a(16), c(16);
-  EXPECT_THROW(cuda::matmul(a, a, c, 4, 4, -1, false, false), Error);
+  EXPECT_THROW(matmul(a, a, c, 4, 4, -1, false, false), Error);
 }
 
 TEST(CudaKernelsNoContext, KernelWithoutContextIsAnError) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: CUDA kernels not tested";
+  float unused = 0;  // never touched: the kernel looks for its context first
   try {
-    cuda::fill(nullptr, 0.0f, 1);
+    fill(view_of(&unused, Shape{1}, Space::cuda), 0.0f, 1);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no current cuda::Context"), std::string::npos);
@@ -88,21 +89,21 @@ TEST_F(CudaKernels, ElementwiseMatchCpuExactly) {
   const int64_t n = 100003, N = 37, C = 129;
   const FVec x = randn(n, 1), y0 = randn(n, 2), b = randn(C, 3), yb = randn(N * C, 4);
   Dev<float> dx(x), dy(y0), dfill{size_t(n)}, dcopy{size_t(n)}, db(b), dyb(yb);
-  cuda::fill(dfill, 2.5f, n);
-  cuda::copy(dx, dcopy, n);
-  cuda::add_inplace(dy, dx, n);
-  cuda::bias_add(dyb, db, N, C);
+  fill(dfill, 2.5f, n);
+  copy(dx, dcopy, n);
+  add_inplace(dy, dx, n);
+  bias_add(dyb, db, N, C);
   FVec fill_ref(n), copy_ref(n), y_ref = y0, yb_ref = yb;
-  fill(fill_ref.data(), 2.5f, n);
-  copy(x.data(), copy_ref.data(), n);
-  add_inplace(y_ref.data(), x.data(), n);
-  bias_add(yb_ref.data(), b.data(), N, C);
+  fill(host(fill_ref), 2.5f, n);
+  copy(host(x), host(copy_ref), n);
+  add_inplace(host(y_ref), host(x), n);
+  bias_add(host(yb_ref), host(b), N, C);
   expect_bitwise(dfill.host(), fill_ref, "fill");
   expect_bitwise(dcopy.host(), copy_ref, "copy");
   expect_bitwise(dy.host(), y_ref, "add_inplace");
   expect_bitwise(dyb.host(), yb_ref, "bias_add");
-  cuda::scale_inplace(dy, -0.37f, n);
-  scale_inplace(y_ref.data(), -0.37f, n);
+  scale_inplace(dy, -0.37f, n);
+  scale_inplace(host(y_ref), -0.37f, n);
   expect_bitwise(dy.host(), y_ref, "scale_inplace");
 }
 
@@ -110,24 +111,25 @@ TEST_F(CudaKernels, SumSquaresMatchesCpu) {
   for (int64_t n : {1, 1000, 3000017}) {
     const FVec x = randn(n, uint32_t(n));
     Dev<float> dx(x);
-    const double want = sum_squares(x.data(), n);
+    const double want = sum_squares(host(x), n);
     // Both sum in double, in different orders: ~n * 1e-16 relative at worst.
-    EXPECT_NEAR(cuda::sum_squares(dx, n), want, 1e-10 * want) << n;
+    EXPECT_NEAR(sum_squares(dx, n), want, 1e-10 * want) << n;
     Dev<double> total(std::vector<double>{1.5});
-    cuda::sum_squares_accumulate(dx, n, total);
-    cuda::sum_squares_accumulate(dx, n, total);
+    sum_squares_accumulate(dx, n, total);
+    sum_squares_accumulate(dx, n, total);
     EXPECT_NEAR(total.host()[0], 1.5 + 2 * want, 1e-10 * want) << n;
   }
-  EXPECT_EQ(cuda::sum_squares(nullptr, 0), 0.0);
+  Dev<float> none{size_t(1)};
+  EXPECT_EQ(sum_squares(none, 0), 0.0);
 }
 
 TEST_F(CudaKernels, BiasBackwardMatchesCpu) {
   for (auto [N, C] : {std::pair<int64_t, int64_t>{1, 7}, {300, 129}, {4099, 768}}) {
     const FVec dy = randn(N * C, 5), db0 = randn(C, 6);
     Dev<float> ddy(dy), ddb(db0);
-    cuda::bias_backward(ddy, ddb, N, C);
+    bias_backward(ddy, ddb, N, C);
     FVec db = db0;
-    bias_backward(dy.data(), db.data(), N, C);
+    bias_backward(host(dy), host(db), N, C);
     expect_normwise(ddb.host(), db, kRel, "bias_backward");
   }
 }
@@ -140,8 +142,8 @@ TEST_F(CudaKernels, Bf16CastsRoundToNearestEven) {
   x[3] = std::numeric_limits<float>::max();  // rounds up to infinity
   Dev<float> dx(x), back(x.size());
   Dev<uint16_t> bits(x.size());
-  cuda::to_bf16(dx, bits, int64_t(x.size()));
-  cuda::to_f32(bits, back, int64_t(x.size()));
+  cast(dx, bits.as(DType::bf16), int64_t(x.size()));
+  cast(bits.as(DType::bf16), back, int64_t(x.size()));
   const std::vector<uint16_t> got = bits.host();
   const FVec round_trip = back.host();
   for (size_t i = 0; i < x.size(); ++i) {
@@ -157,6 +159,27 @@ TEST_F(CudaKernels, Bf16CastsRoundToNearestEven) {
   EXPECT_EQ(round_trip[0], 1.0f);
 }
 
+// Both 16-bit casts, each way, bit for bit against the CPU backend (which rounds on the bit
+// patterns), subnormals and overflow included.
+TEST_F(CudaKernels, HalfCastsMatchCpuBitwise) {
+  FVec x = randn(5003, 8, 1000.0);
+  x[0] = 65520.0f, x[1] = 5.9604645e-08f / 2, x[2] = 1e-6f, x[3] = -1e-7f, x[4] = 1e30f;
+  for (DType t : {DType::bf16, DType::f16}) {
+    std::vector<uint16_t> want(x.size());
+    FVec want_back(x.size());
+    cast(host(x), view_of(want.data(), t, Shape{int64_t(x.size())}), int64_t(x.size()));
+    cast(view_of(want.data(), t, Shape{int64_t(x.size())}), host(want_back), int64_t(x.size()));
+    Dev<float> dx(x), back(x.size());
+    Dev<uint16_t> bits(x.size());
+    cast(dx, bits.as(t), int64_t(x.size()));
+    cast(bits.as(t), back, int64_t(x.size()));
+    const std::vector<uint16_t> got = bits.host();
+    for (size_t i = 0; i < x.size(); ++i)
+      ASSERT_EQ(got[i], want[i]) << dtype_name(t) << " " << x[i];
+    expect_bitwise(back.host(), want_back, dtype_name(t));
+  }
+}
+
 // ---- normalisation ----------------------------------------------------------------------------
 
 TEST_F(CudaKernels, RmsNormMatchesCpu) {
@@ -164,12 +187,12 @@ TEST_F(CudaKernels, RmsNormMatchesCpu) {
     const FVec x = randn(N * C, 11, 2.0, 0.5), w = randn(C, 12, 0.2, 1.0), dy = randn(N * C, 13);
     const FVec dw0 = randn(C, 14);
     FVec y(N * C), rstd(N), dx(N * C), dw = dw0;
-    rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), N, C, 1e-5f);
-    rmsnorm_backward(dy.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), N, C);
+    rmsnorm_forward(host(x), host(w), host(y), host(rstd), N, C, 1e-5f);
+    rmsnorm_backward(host(dy), host(x), host(w), host(rstd), host(dx), host(dw), N, C);
     Dev<float> dX(x), dW(w), dY{size_t(N * C)}, dR{size_t(N)}, dDY(dy), dDX{size_t(N * C)},
         dDW(dw0);
-    cuda::rmsnorm_forward(dX, dW, dY, dR, N, C, 1e-5f);
-    cuda::rmsnorm_backward(dDY, dX, dW, dR, dDX, dDW, N, C);
+    rmsnorm_forward(dX, dW, dY, dR, N, C, 1e-5f);
+    rmsnorm_backward(dDY, dX, dW, dR, dDX, dDW, N, C);
     expect_close(dY.host(), y, kRel, "rmsnorm y");
     expect_close(dR.host(), rstd, kRel, "rmsnorm rstd");
     expect_close(dDX.host(), dx, kRel, "rmsnorm dx");
@@ -182,14 +205,13 @@ TEST_F(CudaKernels, LayerNormMatchesCpu) {
     const FVec x = randn(N * C, 21, 2.0, 0.5), w = randn(C, 22, 0.2, 1.0), b = randn(C, 23);
     const FVec dy = randn(N * C, 24), dw0 = randn(C, 25), db0 = randn(C, 26);
     FVec y(N * C), mean(N), rstd(N), dx(N * C), dw = dw0, db = db0;
-    layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), N, C,
-                      1e-5f);
-    layernorm_backward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(),
-                       dw.data(), db.data(), N, C);
+    layernorm_forward(host(x), host(w), host(b), host(y), host(mean), host(rstd), N, C, 1e-5f);
+    layernorm_backward(host(dy), host(x), host(w), host(mean), host(rstd), host(dx), host(dw),
+                       host(db), N, C);
     Dev<float> dX(x), dW(w), dB(b), dY{size_t(N * C)}, dM{size_t(N)}, dR{size_t(N)}, dDY(dy),
         dDX{size_t(N * C)}, dDW(dw0), dDB(db0);
-    cuda::layernorm_forward(dX, dW, dB, dY, dM, dR, N, C, 1e-5f);
-    cuda::layernorm_backward(dDY, dX, dW, dM, dR, dDX, dDW, dDB, N, C);
+    layernorm_forward(dX, dW, dB, dY, dM, dR, N, C, 1e-5f);
+    layernorm_backward(dDY, dX, dW, dM, dR, dDX, dDW, dDB, N, C);
     expect_close(dY.host(), y, kRel, "layernorm y");
     expect_close(dM.host(), mean, kRel, "layernorm mean");
     expect_close(dR.host(), rstd, kRel, "layernorm rstd");
@@ -206,11 +228,11 @@ TEST_F(CudaKernels, SwiGluMatchesCpu) {
   FVec gate = randn(n, 31, 4.0), up = randn(n, 32), dout = randn(n, 33);
   gate[0] = -100.0f, gate[1] = 100.0f, gate[2] = 0.0f;
   FVec out(n), dgate(n), dup(n);
-  swiglu_forward(gate.data(), up.data(), out.data(), n);
-  swiglu_backward(dout.data(), gate.data(), up.data(), dgate.data(), dup.data(), n);
+  swiglu_forward(host(gate), host(up), host(out), n);
+  swiglu_backward(host(dout), host(gate), host(up), host(dgate), host(dup), n);
   Dev<float> dG(gate), dU(up), dO{size_t(n)}, dD(dout), dDG{size_t(n)}, dDU{size_t(n)};
-  cuda::swiglu_forward(dG, dU, dO, n);
-  cuda::swiglu_backward(dD, dG, dU, dDG, dDU, n);
+  swiglu_forward(dG, dU, dO, n);
+  swiglu_backward(dD, dG, dU, dDG, dDU, n);
   expect_close(dO.host(), out, kRel, "swiglu out");
   expect_close(dDG.host(), dgate, kRel, "swiglu dgate");
   expect_close(dDU.host(), dup, kRel, "swiglu dup");
@@ -221,11 +243,11 @@ TEST_F(CudaKernels, GeluMatchesCpu) {
   FVec x = randn(n, 41, 3.0), dy = randn(n, 42);
   x[0] = -30.0f, x[1] = 30.0f, x[2] = 0.0f;
   FVec y(n), dx(n);
-  gelu_forward(x.data(), y.data(), n);
-  gelu_backward(dy.data(), x.data(), dx.data(), n);
+  gelu_forward(host(x), host(y), n);
+  gelu_backward(host(dy), host(x), host(dx), n);
   Dev<float> dX(x), dYo{size_t(n)}, dDY(dy), dDX{size_t(n)};
-  cuda::gelu_forward(dX, dYo, n);
-  cuda::gelu_backward(dDY, dX, dDX, n);
+  gelu_forward(dX, dYo, n);
+  gelu_backward(dDY, dX, dDX, n);
   expect_close(dYo.host(), y, kRel, "gelu y");
   expect_close(dDX.host(), dx, kRel, "gelu dx");
 }
@@ -237,9 +259,9 @@ TEST_F(CudaKernels, RopeMatchesCpuForwardAndInverse) {
   const FVec x = randn(B * T * H * D, 51);
   for (bool inverse : {false, true}) {
     FVec want = x;
-    rope(want.data(), B, T, H, D, pos0, 10000.0f, inverse);
+    rope(host(want), B, T, H, D, pos0, 10000.0f, inverse);
     Dev<float> dx(x);
-    cuda::rope(dx, B, T, H, D, pos0, 10000.0f, inverse);
+    rope(dx, B, T, H, D, pos0, 10000.0f, inverse);
     expect_close(dx.host(), want, kRel, inverse ? "rope inverse" : "rope");
   }
 }
@@ -251,12 +273,12 @@ TEST_F(CudaKernels, EmbeddingMatchesCpuBitwise) {
   const IVec ids = random_ids(N, 0, int32_t(V), 61);
   const FVec table = randn(V * C, 62), dout = randn(N * C, 63), dtable0 = randn(V * C, 64);
   FVec out(N * C), dtable = dtable0;
-  embedding_forward(ids.data(), table.data(), out.data(), N, C);
-  embedding_backward(ids.data(), dout.data(), dtable.data(), N, C);
+  embedding_forward(host(ids), host(table), host(out), N, C);
+  embedding_backward(host(ids), host(dout), host(dtable), N, C);
   Dev<int32_t> dI(ids);
   Dev<float> dT(table), dO{size_t(N * C)}, dD(dout), dDT(dtable0);
-  cuda::embedding_forward(dI, dT, dO, N, C);
-  cuda::embedding_backward(dI, dD, dDT, N, C);
+  embedding_forward(dI, dT, dO, N, C);
+  embedding_backward(dI, dD, dDT, N, C);
   expect_bitwise(dO.host(), out, "embedding out");
   // Rows added in token order, as on the CPU: the same sums, bit for bit.
   expect_bitwise(dDT.host(), dtable, "embedding dtable");
@@ -267,12 +289,12 @@ TEST_F(CudaKernels, VocabParallelEmbeddingMatchesCpuBitwise) {
   const IVec ids = random_ids(N, 0, int32_t(V), 71);
   const FVec table = randn(rows * C, 72), dout = randn(N * C, 73), dtable0 = randn(rows * C, 74);
   FVec out(N * C, -1.0f), dtable = dtable0;
-  embedding_forward_range(ids.data(), table.data(), out.data(), N, C, v0, rows);
-  embedding_backward_range(ids.data(), dout.data(), dtable.data(), N, C, v0, rows);
+  embedding_forward_range(host(ids), host(table), host(out), N, C, v0, rows);
+  embedding_backward_range(host(ids), host(dout), host(dtable), N, C, v0, rows);
   Dev<int32_t> dI(ids);
   Dev<float> dT(table), dO(FVec(N * C, -1.0f)), dD(dout), dDT(dtable0);
-  cuda::embedding_forward_range(dI, dT, dO, N, C, v0, rows);
-  cuda::embedding_backward_range(dI, dD, dDT, N, C, v0, rows);
+  embedding_forward_range(dI, dT, dO, N, C, v0, rows);
+  embedding_backward_range(dI, dD, dDT, N, C, v0, rows);
   expect_bitwise(dO.host(), out, "embedding_range out");
   expect_bitwise(dDT.host(), dtable, "embedding_range dtable");
 }
@@ -284,10 +306,10 @@ TEST_F(CudaKernels, CrossEntropyFusedMatchesCpu) {
   const FVec logits = randn(N * V, 81, 3.0);
   const IVec targets = random_ids(N, 0, int32_t(V_valid), 82);
   FVec grad = logits, losses(N);
-  cross_entropy_fused(grad.data(), targets.data(), losses.data(), N, V, V_valid, 0.01f);
+  cross_entropy_fused(host(grad), host(targets), host(losses), N, V, V_valid, 0.01f);
   Dev<float> dL(logits), dLoss{size_t(N)};
   Dev<int32_t> dT(targets);
-  cuda::cross_entropy_fused(dL, dT, dLoss, N, V, V_valid, 0.01f);
+  cross_entropy_fused(dL, dT, dLoss, N, V, V_valid, 0.01f);
   expect_close(dLoss.host(), losses, kRel, "cross_entropy losses");
   expect_close(dL.host(), grad, kRel, "cross_entropy grad");
 }
@@ -315,21 +337,21 @@ TEST_F(CudaKernels, VocabParallelCrossEntropyMatchesCpu) {
     for (int64_t n = 0; n < N; ++n)
       std::copy_n(logits.begin() + n * 2 * V + s.v0, V, s.logits.begin() + n * V);
     s.row_max.resize(N);
-    cross_entropy_local_max(s.logits.data(), s.row_max.data(), N, V, s.V_valid);
+    cross_entropy_local_max(host(s.logits), host(s.row_max), N, V, s.V_valid);
     for (int64_t n = 0; n < N; ++n) gmax[n] = std::max(gmax[n], s.row_max[n]);
   }
   for (Shard& s : sh) {
     s.grad = s.logits;
     s.sum_exp.resize(N);
     s.target_logit.resize(N);
-    cross_entropy_local_exp(s.grad.data(), targets.data(), gmax.data(), s.sum_exp.data(),
-                            s.target_logit.data(), N, V, s.V_valid, s.v0);
+    cross_entropy_local_exp(host(s.grad), host(targets), host(gmax), host(s.sum_exp),
+                            host(s.target_logit), N, V, s.V_valid, s.v0);
     for (int64_t n = 0; n < N; ++n) gsum[n] += s.sum_exp[n], gtl[n] += s.target_logit[n];
   }
   for (Shard& s : sh) {
     s.losses.resize(N);
-    cross_entropy_local_finish(s.grad.data(), targets.data(), gsum.data(), gtl.data(),
-                               s.losses.data(), N, V, s.V_valid, s.v0, 0.5f);
+    cross_entropy_local_finish(host(s.grad), host(targets), host(gsum), host(gtl), host(s.losses),
+                               N, V, s.V_valid, s.v0, 0.5f);
   }
 
   for (const Shard& s : sh) {
@@ -337,13 +359,13 @@ TEST_F(CudaKernels, VocabParallelCrossEntropyMatchesCpu) {
         dLoss{size_t(N)};
     Dev<double> dSum{size_t(N)}, dGsum(gsum);
     Dev<int32_t> dT(targets);
-    cuda::cross_entropy_local_max(dL, dMax, N, V, s.V_valid);
+    cross_entropy_local_max(dL, dMax, N, V, s.V_valid);
     expect_bitwise(dMax.host(), s.row_max, "local_max");
-    cuda::cross_entropy_local_exp(dL, dT, dGmax, dSum, dTl, N, V, s.V_valid, s.v0);
+    cross_entropy_local_exp(dL, dT, dGmax, dSum, dTl, N, V, s.V_valid, s.v0);
     const std::vector<double> got_sum = dSum.host();
     for (int64_t n = 0; n < N; ++n) EXPECT_NEAR(got_sum[n], s.sum_exp[n], 1e-6 * gsum[n]) << n;
     expect_bitwise(dTl.host(), s.target_logit, "local_exp target_logit");
-    cuda::cross_entropy_local_finish(dL, dT, dGsum, dGtl, dLoss, N, V, s.V_valid, s.v0, 0.5f);
+    cross_entropy_local_finish(dL, dT, dGsum, dGtl, dLoss, N, V, s.V_valid, s.v0, 0.5f);
     expect_close(dLoss.host(), s.losses, kRel, "local_finish losses");
     expect_close(dL.host(), s.grad, kRel, "local_finish grad");
   }
@@ -357,8 +379,8 @@ TEST_F(CudaKernels, AdamWMatchesCpu) {
   for (float& x : v) x = std::abs(x);
   Dev<float> dp(p), dg(g), dm(m), dv(v);
   const AdamWArgs args{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f};
-  adamw(p.data(), g.data(), m.data(), v.data(), n, args);
-  cuda::adamw(dp, dg, dm, dv, n, args);
+  adamw(host(p), host(g), host(m), host(v), n, args);
+  adamw(dp, dg, dm, dv, n, args);
   expect_close(dp.host(), p, kRel, "adamw p");
   expect_close(dm.host(), m, kRel, "adamw m");
   expect_close(dv.host(), v, kRel, "adamw v");

@@ -12,7 +12,7 @@
 
 #include "comm/communicator.hpp"
 #include "comm/nccl_backend.hpp"
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/context.hpp"
 
 namespace tessera {
 namespace {

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "../test_vectors.hpp"
 #include "kernels/kernels.hpp"
 
 #ifdef _OPENMP
@@ -20,6 +21,7 @@ namespace tessera::kernels {
 namespace {
 
 using DVec = std::vector<double>;
+using test::host;
 
 struct Shape {
   int64_t B, T, Hq, Hkv, D;
@@ -184,7 +186,7 @@ TEST_P(AttentionCpu, ForwardMatchesNaive) {
 
   const auto qf = to_float(q), kf = to_float(k), vf = to_float(v);
   std::vector<float> out(shape.q_size(), kGarbage), lse(shape.lse_size(), kGarbage);
-  attention_forward(qf.data(), kf.data(), vf.data(), out.data(), lse.data(), s);
+  attention_forward(host(qf), host(kf), host(vf), host(out), host(lse), s);
   EXPECT_LE(rel_err(out, out_ref), kTol);
   EXPECT_LE(rel_err(lse, lse_ref), kTol);
 }
@@ -202,12 +204,12 @@ void check_backward(const Shape& shape) {
 
   const auto qf = to_float(q), kf = to_float(k), vf = to_float(v), doutf = to_float(dout);
   std::vector<float> out(shape.q_size()), lse(shape.lse_size());
-  attention_forward(qf.data(), kf.data(), vf.data(), out.data(), lse.data(), s);
+  attention_forward(host(qf), host(kf), host(vf), host(out), host(lse), s);
   // Garbage-filled so that a missing overwrite shows up.
   std::vector<float> dq(shape.q_size(), kGarbage), dk(shape.kv_size(), kGarbage),
       dv(shape.kv_size(), kGarbage);
-  attention_backward(doutf.data(), qf.data(), kf.data(), vf.data(), out.data(), lse.data(),
-                     dq.data(), dk.data(), dv.data(), s);
+  attention_backward(host(doutf), host(qf), host(kf), host(vf), host(out), host(lse), host(dq),
+                     host(dk), host(dv), s);
   EXPECT_LE(rel_err(dq, dq_ref), kTol);
   EXPECT_LE(rel_err(dk, dk_ref), kTol);
   EXPECT_LE(rel_err(dv, dv_ref), kTol);

@@ -21,6 +21,7 @@ namespace {
 
 using DVec = std::vector<double>;
 using test::FVec;
+using test::host;
 using test::randn;
 
 constexpr double kRel = 1e-5;  // relative tolerance of fp32 results
@@ -88,7 +89,7 @@ void check_matmul(const GemmCase& c, uint32_t seed) {
   const FVec A = randn(c.M * c.K, seed), B = randn(c.K * c.N, seed + 1);
   const FVec C0 = randn(c.M * c.N, seed + 2);
   FVec C = C0;
-  matmul(A.data(), B.data(), C.data(), c.M, c.N, c.K, c.ta, c.tb, c.alpha, c.beta);
+  matmul(host(A), host(B), host(C), c.M, c.N, c.K, c.ta, c.tb, c.alpha, c.beta);
   // op(A)[i][k]: A is [M,K], or [K,M] when transposed; op(B)[k][j]: B is [K,N] or [N,K].
   auto a = [&](int64_t i, int64_t k) { return double(c.ta ? A[k * c.M + i] : A[i * c.K + k]); };
   auto b = [&](int64_t k, int64_t j) { return double(c.tb ? B[j * c.K + k] : B[k * c.N + j]); };
@@ -126,7 +127,7 @@ TEST(KernelMatmul, BetaZeroIgnoresOldC) {
   const int64_t M = 6, N = 4, K = 5;
   const FVec A = randn(M * K, 1), B = randn(K * N, 2);
   FVec C(M * N, kNaN);
-  matmul(A.data(), B.data(), C.data(), M, N, K, false, false);
+  matmul(host(A), host(B), host(C), M, N, K, false, false);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       double want = 0;
@@ -137,8 +138,8 @@ TEST(KernelMatmul, BetaZeroIgnoresOldC) {
 
 TEST(KernelMatmul, EmptyOutputIsANoOp) {
   FVec C = {1.0f, 2.0f};
-  matmul(nullptr, nullptr, C.data(), 0, 2, 3, false, false, 1.0f, 0.0f);
-  matmul(nullptr, nullptr, C.data(), 2, 0, 3, false, false, 1.0f, 0.0f);
+  matmul(Tensor{}, Tensor{}, host(C), 0, 2, 3, false, false, 1.0f, 0.0f);
+  matmul(Tensor{}, Tensor{}, host(C), 2, 0, 3, false, false, 1.0f, 0.0f);
   EXPECT_EQ(C, (FVec{1.0f, 2.0f}));
 }
 
@@ -147,23 +148,23 @@ TEST(KernelMatmul, EmptyOutputIsANoOp) {
 TEST(KernelElementwise, FillCopyAddScale) {
   const int64_t n = 1003;  // not a multiple of any vector width
   FVec x(n, kNaN);
-  fill(x.data(), 2.5f, n);
+  fill(host(x), 2.5f, n);
   for (float v : x) ASSERT_EQ(v, 2.5f);
 
   const FVec a = randn(n, 3), b = randn(n, 4);
   FVec y(n, kNaN);
-  copy(a.data(), y.data(), n);
+  copy(host(a), host(y), n);
   EXPECT_EQ(y, a);
 
-  add_inplace(y.data(), b.data(), n);
+  add_inplace(host(y), host(b), n);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], a[i] + b[i]) << i;
 
   y = a;
-  scale_inplace(y.data(), -0.375f, n);
+  scale_inplace(host(y), -0.375f, n);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], a[i] * -0.375f) << i;
 
   // n = 0 touches nothing.
-  fill(x.data(), 7.0f, 0);
+  fill(host(x), 7.0f, 0);
   EXPECT_EQ(x[0], 2.5f);
 }
 
@@ -173,8 +174,8 @@ TEST(KernelElementwise, SumSquaresIsAccumulatedInDouble) {
   x[17] = 1e4f;  // one large value next to many small ones: fp32 accumulation would lose digits
   double want = 0;
   for (float v : x) want += double(v) * double(v);
-  EXPECT_NEAR(sum_squares(x.data(), n), want, 1e-12 * want);
-  EXPECT_EQ(sum_squares(x.data(), 0), 0.0);
+  EXPECT_NEAR(sum_squares(host(x), n), want, 1e-12 * want);
+  EXPECT_EQ(sum_squares(host(x), 0), 0.0);
 }
 
 TEST(KernelElementwise, BiasAdd) {
@@ -182,7 +183,7 @@ TEST(KernelElementwise, BiasAdd) {
     const int64_t N = 37;
     const FVec y0 = randn(N * C, 6), b = randn(C, 7);
     FVec y = y0;
-    bias_add(y.data(), b.data(), N, C);
+    bias_add(host(y), host(b), N, C);
     for (int64_t r = 0; r < N; ++r)
       for (int64_t c = 0; c < C; ++c) ASSERT_EQ(y[r * C + c], y0[r * C + c] + b[c]);
   }
@@ -196,7 +197,7 @@ TEST(KernelElementwise, BiasBackwardAccumulatesColumnSums) {
     DVec want = to_double(db);
     for (int64_t r = 0; r < N; ++r)
       for (int64_t c = 0; c < C; ++c) want[c] += dy[r * C + c];
-    bias_backward(dy.data(), db.data(), N, C);
+    bias_backward(host(dy), host(db), N, C);
     expect_close(db, want, kRel, -1, "db C=" + std::to_string(C));
   }
 }
@@ -241,14 +242,14 @@ TEST(KernelNorm, RmsnormForwardAndBackward) {
   const int64_t N = 6, C = 37;
   const FVec x = randn(N * C, 11, 1.5), w = randn(C, 12, 0.5, 1.0), dy = randn(N * C, 13);
   FVec y(N * C, kNaN), rstd(N, kNaN);
-  rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), N, C, kEps);
+  rmsnorm_forward(host(x), host(w), host(y), host(rstd), N, C, kEps);
   DVec rstd_ref;
   const DVec xd = to_double(x), wd = to_double(w), dyd = to_double(dy);
   expect_close(y, rmsnorm_ref(xd, wd, N, C, &rstd_ref), kRel, -1, "rmsnorm y");
   expect_close(rstd, rstd_ref, kRel, 0, "rmsnorm rstd");
 
   FVec dx(N * C, kNaN), dw(C, 0.25f);  // dx overwritten, dw accumulated
-  rmsnorm_backward(dy.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), N, C);
+  rmsnorm_backward(host(dy), host(x), host(w), host(rstd), host(dx), host(dw), N, C);
   const DVec dx_ref =
       numeric_vjp([&](const DVec& xx) { return rmsnorm_ref(xx, wd, N, C); }, xd, dyd);
   DVec dw_ref = numeric_vjp([&](const DVec& ww) { return rmsnorm_ref(xd, ww, N, C); }, wd, dyd);
@@ -263,7 +264,7 @@ TEST(KernelNorm, LayernormForwardAndBackward) {
   const FVec x = randn(N * C, 21, 1.5, 10.0), w = randn(C, 22, 0.5, 1.0), b = randn(C, 23);
   const FVec dy = randn(N * C, 24);
   FVec y(N * C, kNaN), mean(N, kNaN), rstd(N, kNaN);
-  layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), N, C, kEps);
+  layernorm_forward(host(x), host(w), host(b), host(y), host(mean), host(rstd), N, C, kEps);
   DVec mean_ref, rstd_ref;
   const DVec xd = to_double(x), wd = to_double(w), bd = to_double(b), dyd = to_double(dy);
   expect_close(y, layernorm_ref(xd, wd, bd, N, C, &mean_ref, &rstd_ref), kRel, -1, "layernorm y");
@@ -271,8 +272,8 @@ TEST(KernelNorm, LayernormForwardAndBackward) {
   expect_close(rstd, rstd_ref, kRel, 0, "layernorm rstd");
 
   FVec dx(N * C, kNaN), dw(C, 0.25f), db(C, -0.5f);
-  layernorm_backward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(), dw.data(),
-                     db.data(), N, C);
+  layernorm_backward(host(dy), host(x), host(w), host(mean), host(rstd), host(dx), host(dw),
+                     host(db), N, C);
   const DVec dx_ref =
       numeric_vjp([&](const DVec& xx) { return layernorm_ref(xx, wd, bd, N, C); }, xd, dyd);
   DVec dw_ref =
@@ -316,8 +317,8 @@ TEST(KernelActivation, SwigluForwardAndBackward) {
   const int64_t n = int64_t(gate.size());
   const FVec up = randn(n, 32), dout = randn(n, 33);
   FVec out(n, kNaN), dgate(n, kNaN), dup(n, kNaN);
-  swiglu_forward(gate.data(), up.data(), out.data(), n);
-  swiglu_backward(dout.data(), gate.data(), up.data(), dgate.data(), dup.data(), n);
+  swiglu_forward(host(gate), host(up), host(out), n);
+  swiglu_backward(host(dout), host(gate), host(up), host(dgate), host(dup), n);
   DVec out_ref(n), dgate_ref(n), dup_ref(n);
   for (int64_t i = 0; i < n; ++i) {
     out_ref[i] = silu(gate[i]) * up[i];
@@ -335,8 +336,8 @@ TEST(KernelActivation, GeluTanhForwardAndBackward) {
   const int64_t n = int64_t(x.size());
   const FVec dy = randn(n, 34);
   FVec y(n, kNaN), dx(n, kNaN);
-  gelu_forward(x.data(), y.data(), n);
-  gelu_backward(dy.data(), x.data(), dx.data(), n);
+  gelu_forward(host(x), host(y), n);
+  gelu_backward(host(dy), host(x), host(dx), n);
   DVec y_ref(n), dx_ref(n);
   for (int64_t i = 0; i < n; ++i) {
     y_ref[i] = gelu(x[i]);
@@ -348,7 +349,7 @@ TEST(KernelActivation, GeluTanhForwardAndBackward) {
   // Spot values of the formula (torch.nn.functional.gelu(x, approximate='tanh')).
   const FVec xs = {1.0f, -1.0f, 3.0f};
   FVec ys(3);
-  gelu_forward(xs.data(), ys.data(), 3);
+  gelu_forward(host(xs), host(ys), 3);
   EXPECT_NEAR(ys[0], 0.8411919906082768, 1e-6);
   EXPECT_NEAR(ys[1], -0.15880800939172324, 1e-6);
   EXPECT_NEAR(ys[2], 2.996362607918227, 1e-6);
@@ -378,7 +379,7 @@ TEST(KernelRope, MatchesTheLlamaRotation) {
   for (double theta : {10000.0, 50.0}) {
     const FVec x0 = randn(B * T * H * D, 41);
     FVec x = x0;
-    rope(x.data(), B, T, H, D, 0, float(theta), false);
+    rope(host(x), B, T, H, D, 0, float(theta), false);
     expect_close(x, rope_ref(x0, B, T, H, D, 0, theta), kRel, -1,
                  "rope theta=" + std::to_string(theta));
     // Position 0 is the identity; pair j = 0 at position 1 turns by exactly 1 radian.
@@ -392,13 +393,13 @@ TEST(KernelRope, InverseUndoesForwardAndIsTheTranspose) {
   const int64_t B = 2, T = 9, H = 2, D = 6;
   const FVec x0 = randn(B * T * H * D, 42), g = randn(B * T * H * D, 43);
   FVec x = x0;
-  rope(x.data(), B, T, H, D, 0, 10000.0f, false);
-  rope(x.data(), B, T, H, D, 0, 10000.0f, true);
+  rope(host(x), B, T, H, D, 0, 10000.0f, false);
+  rope(host(x), B, T, H, D, 0, 10000.0f, true);
   expect_close(x, to_double(x0), kRel, -1, "rope^-1 rope x");
   // <R x, g> == <x, R^T g>: the inverse is the backward of the forward.
   FVec rx = x0, rtg = g;
-  rope(rx.data(), B, T, H, D, 0, 10000.0f, false);
-  rope(rtg.data(), B, T, H, D, 0, 10000.0f, true);
+  rope(host(rx), B, T, H, D, 0, 10000.0f, false);
+  rope(host(rtg), B, T, H, D, 0, 10000.0f, true);
   double lhs = 0, rhs = 0, mag = 0;
   for (size_t i = 0; i < x0.size(); ++i) {
     lhs += double(rx[i]) * g[i];
@@ -417,8 +418,8 @@ TEST(KernelRope, PositionOffset) {
     tail.insert(tail.end(), full0.begin() + (b * Tfull + pos0) * H * D,
                 full0.begin() + (b * Tfull + Tfull) * H * D);
   const FVec tail0 = tail;
-  rope(full.data(), B, Tfull, H, D, 0, 10000.0f, false);
-  rope(tail.data(), B, T, H, D, pos0, 10000.0f, false);
+  rope(host(full), B, Tfull, H, D, 0, 10000.0f, false);
+  rope(host(tail), B, T, H, D, pos0, 10000.0f, false);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < T * H * D; ++i)
       ASSERT_NEAR(tail[b * T * H * D + i], full[(b * Tfull + pos0) * H * D + i], 1e-6)
@@ -433,7 +434,7 @@ TEST(KernelEmbedding, ForwardGathersRows) {
   const FVec table = randn(V * C, 51);
   const std::vector<int32_t> ids = {3, 0, 9, 3, 3, 7, 0, 1};
   FVec out(N * C, kNaN);
-  embedding_forward(ids.data(), table.data(), out.data(), N, C);
+  embedding_forward(host(ids), host(table), host(out), N, C);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c) ASSERT_EQ(out[n * C + c], table[ids[n] * C + c]);
 }
@@ -446,7 +447,7 @@ TEST(KernelEmbedding, BackwardScatterAddsRepeatedIds) {
   DVec want = to_double(dtable);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c) want[ids[n] * C + c] += dout[n * C + c];
-  embedding_backward(ids.data(), dout.data(), dtable.data(), N, C);
+  embedding_backward(host(ids), host(dout), host(dtable), N, C);
   expect_close(dtable, want, kRel, -1, "dtable");
   // Rows never looked up are untouched.
   const FVec before = randn(V * C, 53);
@@ -478,7 +479,7 @@ CeRef cross_entropy_ref(const FVec& logits, const std::vector<int32_t>& targets,
 void check_cross_entropy(const FVec& logits0, const std::vector<int32_t>& targets, int64_t N,
                          int64_t V, int64_t V_valid, float grad_scale, const std::string& what) {
   FVec logits = logits0, losses(N, kNaN);
-  cross_entropy_fused(logits.data(), targets.data(), losses.data(), N, V, V_valid, grad_scale);
+  cross_entropy_fused(host(logits), host(targets), host(losses), N, V, V_valid, grad_scale);
   const CeRef ref = cross_entropy_ref(logits0, targets, N, V, V_valid, grad_scale);
   expect_close(losses, ref.loss, kRel, 1e-6, what + " loss");
   expect_close(logits, ref.grad, kRel, 1e-7, what + " grad");
@@ -495,7 +496,7 @@ TEST(KernelCrossEntropy, LossAndGradient) {
   check_cross_entropy(logits, targets, N, V, V, 0.125f, "grad_scale");
   // Gradient rows of softmax - onehot sum to zero.
   FVec g = logits, losses(N);
-  cross_entropy_fused(g.data(), targets.data(), losses.data(), N, V, V, 1.0f);
+  cross_entropy_fused(host(g), host(targets), host(losses), N, V, V, 1.0f);
   for (int64_t n = 0; n < N; ++n) {
     double s = 0;
     for (int64_t v = 0; v < V; ++v) s += g[n * V + v];
@@ -516,8 +517,8 @@ TEST(KernelCrossEntropy, PaddingColumnsDoNotChangeTheLoss) {
   FVec padded = logits, plain, lp(N), lu(N);
   for (int64_t n = 0; n < N; ++n)
     plain.insert(plain.end(), logits.begin() + n * V, logits.begin() + n * V + V_valid);
-  cross_entropy_fused(padded.data(), targets.data(), lp.data(), N, V, V_valid, 1.0f);
-  cross_entropy_fused(plain.data(), targets.data(), lu.data(), N, V_valid, V_valid, 1.0f);
+  cross_entropy_fused(host(padded), host(targets), host(lp), N, V, V_valid, 1.0f);
+  cross_entropy_fused(host(plain), host(targets), host(lu), N, V_valid, V_valid, 1.0f);
   for (int64_t n = 0; n < N; ++n) {
     EXPECT_EQ(lp[n], lu[n]) << n;
     for (int64_t v = 0; v < V_valid; ++v) EXPECT_EQ(padded[n * V + v], plain[n * V_valid + v]);
@@ -536,7 +537,7 @@ TEST(KernelCrossEntropy, LargeLogitsAreStable) {
   // A confident correct prediction has loss ~0, a confident wrong one a loss ~ the margin.
   FVec sharp = {0.0f, 200.0f, 0.0f, 0.0f, 200.0f, 0.0f}, loss(2);
   const std::vector<int32_t> t2 = {1, 0};
-  cross_entropy_fused(sharp.data(), t2.data(), loss.data(), 2, 3, 3, 1.0f);
+  cross_entropy_fused(host(sharp), host(t2), host(loss), 2, 3, 3, 1.0f);
   EXPECT_NEAR(loss[0], 0.0, 1e-6);
   EXPECT_NEAR(loss[1], 200.0, 1e-3);
   for (float v : sharp) EXPECT_TRUE(std::isfinite(v));
@@ -554,7 +555,7 @@ TEST(KernelAdamW, MatchesTorchOverThreeSteps) {
     g[0] = 0.0f;   // zero gradient: only the decay moves p (at step 1)
     g[1] = 1e-6f;  // tiny gradient: eps matters
     g[2] = 1e3f;   // large gradient: the update is bounded by ~lr
-    adamw(p.data(), g.data(), m.data(), v.data(), n,
+    adamw(host(p), host(g), host(m), host(v), n,
           {float(lr), float(b1), float(b2), float(eps), float(wd), step});
     // torch.optim.AdamW (single tensor, amsgrad=False, maximize=False):
     //   p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
@@ -595,9 +596,9 @@ TEST(KernelAdamW, GradScaleMultipliesTheGradient) {
   FVec p1 = p0, m1(n, 0.0f), v1(n, 0.0f), p2 = p0, m2(n, 0.0f), v2(n, 0.0f);
   for (int64_t step = 1; step <= 2; ++step) {
     AdamWArgs a{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step};
-    adamw(p2.data(), scaled_g.data(), m2.data(), v2.data(), n, a);
+    adamw(host(p2), host(scaled_g), host(m2), host(v2), n, a);
     a.grad_scale = scale;
-    adamw(p1.data(), g.data(), m1.data(), v1.data(), n, a);
+    adamw(host(p1), host(g), host(m1), host(v1), n, a);
   }
   EXPECT_EQ(p1, p2);
   EXPECT_EQ(m1, m2);

@@ -1,8 +1,8 @@
 // SwiGLU (llama MLP) and tanh-approximated GELU (gpt2 MLP), vectorised with vec_math.hpp.
+#include "kernels/backend.hpp"
 #include "kernels/cpu/vec_math.hpp"
-#include "kernels/kernels.hpp"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
 
 using vec::Block;
 using vec::vfloat;
@@ -53,4 +53,11 @@ void gelu_backward(const float* dy, const float* x, float* dx, int64_t n) {
   });
 }
 
-}  // namespace tessera::kernels
+void register_activation(Backend& b) {
+  b.swiglu_forward = swiglu_forward;
+  b.swiglu_backward = swiglu_backward;
+  b.gelu_forward = gelu_forward;
+  b.gelu_backward = gelu_backward;
+}
+
+}  // namespace tessera::kernels::cpu

@@ -1,9 +1,9 @@
 // AdamW with decoupled weight decay, step for step what torch.optim.AdamW computes.
 #include <cmath>
 
-#include "kernels/kernels.hpp"
+#include "kernels/backend.hpp"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
 
 void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) {
   const double bc1 = 1.0 - std::pow(double(a.beta1), double(a.step));
@@ -21,4 +21,8 @@ void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWA
   }
 }
 
-}  // namespace tessera::kernels
+void register_adamw(Backend& b) {
+  b.adamw = adamw;
+}
+
+}  // namespace tessera::kernels::cpu

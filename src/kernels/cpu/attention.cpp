@@ -13,14 +13,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/backend.hpp"
 #include "kernels/cpu/vec_math.hpp"
-#include "kernels/kernels.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
 namespace {
 
 constexpr int64_t kTile = 64;  // query and key tile length
@@ -433,4 +433,9 @@ void attention_backward(const float* dout, const float* q, const float* k, const
   }
 }
 
-}  // namespace tessera::kernels
+void register_attention(Backend& b) {
+  b.attention_forward = attention_forward;
+  b.attention_backward = attention_backward;
+}
+
+}  // namespace tessera::kernels::cpu

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/backend.hpp"
 #include "kernels/cpu/vec_math.hpp"
-#include "kernels/kernels.hpp"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
 
 void cross_entropy_fused(float* logits, const int32_t* targets, float* losses, int64_t N,
                          int64_t V, int64_t V_valid, float grad_scale) {
@@ -65,4 +65,11 @@ void cross_entropy_local_finish(float* logits, const int32_t* targets, const dou
   }
 }
 
-}  // namespace tessera::kernels
+void register_cross_entropy(Backend& b) {
+  b.cross_entropy_fused = cross_entropy_fused;
+  b.cross_entropy_local_max = cross_entropy_local_max;
+  b.cross_entropy_local_exp = cross_entropy_local_exp;
+  b.cross_entropy_local_finish = cross_entropy_local_finish;
+}
+
+}  // namespace tessera::kernels::cpu

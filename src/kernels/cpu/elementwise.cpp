@@ -4,9 +4,9 @@
 #include <cstddef>
 #include <vector>
 
-#include "kernels/kernels.hpp"
+#include "kernels/backend.hpp"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
 
 void fill(float* x, float value, int64_t n) {
 #pragma omp parallel for simd schedule(static)
@@ -35,6 +35,10 @@ double sum_squares(const float* x, int64_t n) {
   return s;
 }
 
+void sum_squares_accumulate(const float* x, int64_t n, double* total) {
+  *total += sum_squares(x, n);
+}
+
 void bias_add(float* y, const float* b, int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < N; ++r) {
@@ -59,4 +63,15 @@ void bias_backward(const float* dy, float* db, int64_t N, int64_t C) {
   }
 }
 
-}  // namespace tessera::kernels
+void register_elementwise(Backend& b) {
+  b.fill = fill;
+  b.copy = copy;
+  b.add_inplace = add_inplace;
+  b.scale_inplace = scale_inplace;
+  b.sum_squares = sum_squares;
+  b.sum_squares_accumulate = sum_squares_accumulate;
+  b.bias_backward = bias_backward;
+  b.bias_add = bias_add;
+}
+
+}  // namespace tessera::kernels::cpu

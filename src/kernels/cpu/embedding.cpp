@@ -1,7 +1,7 @@
 // Token/position embedding lookup and its scatter-add backward.
-#include "kernels/kernels.hpp"
+#include "kernels/backend.hpp"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
 
 void embedding_forward(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static)
@@ -64,4 +64,11 @@ void embedding_backward_range(const int32_t* ids, const float* dout, float* dtab
   }
 }
 
-}  // namespace tessera::kernels
+void register_embedding(Backend& b) {
+  b.embedding_forward = embedding_forward;
+  b.embedding_backward = embedding_backward;
+  b.embedding_forward_range = embedding_forward_range;
+  b.embedding_backward_range = embedding_backward_range;
+}
+
+}  // namespace tessera::kernels::cpu

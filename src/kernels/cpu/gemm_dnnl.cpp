@@ -5,9 +5,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/kernels.hpp"
+#include "kernels/backend.hpp"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
 
 void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
             bool trans_a, bool trans_b, float alpha, float beta) {
@@ -20,4 +20,8 @@ void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int6
     throw std::runtime_error("dnnl_sgemm failed with status " + std::to_string(int(st)));
 }
 
-}  // namespace tessera::kernels
+void register_gemm(Backend& b) {
+  b.matmul = matmul;
+}
+
+}  // namespace tessera::kernels::cpu

@@ -3,9 +3,9 @@
 // reference the CUDA kernels are tested against); slow, never used for training.
 #include <cstdint>
 
-#include "kernels/kernels.hpp"
+#include "kernels/backend.hpp"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
 
 void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K, bool trans_a,
             bool trans_b, float alpha, float beta) {
@@ -23,4 +23,8 @@ void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int6
     }
 }
 
-}  // namespace tessera::kernels
+void register_gemm(Backend& b) {
+  b.matmul = matmul;
+}
+
+}  // namespace tessera::kernels::cpu

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/kernels.hpp"
+#include "kernels/backend.hpp"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
 namespace {
 
 // Runs body(row, dw_acc, db_acc) over rows with per-thread accumulators of C doubles,
@@ -114,4 +114,11 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
   });
 }
 
-}  // namespace tessera::kernels
+void register_norm(Backend& b) {
+  b.rmsnorm_forward = rmsnorm_forward;
+  b.rmsnorm_backward = rmsnorm_backward;
+  b.layernorm_forward = layernorm_forward;
+  b.layernorm_backward = layernorm_backward;
+}
+
+}  // namespace tessera::kernels::cpu

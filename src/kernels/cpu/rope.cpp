@@ -1,9 +1,9 @@
 // Rotary position embedding, Llama's interleaved-pair convention.
 #include <cmath>
 
-#include "kernels/kernels.hpp"
+#include "kernels/backend.hpp"
 
-namespace tessera::kernels {
+namespace tessera::kernels::cpu {
 
 void rope(float* x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t pos0, float theta,
           bool inverse) {
@@ -28,4 +28,8 @@ void rope(float* x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t pos0, fl
   }
 }
 
-}  // namespace tessera::kernels
+void register_rope(Backend& b) {
+  b.rope = rope;
+}
+
+}  // namespace tessera::kernels::cpu

@@ -3,8 +3,9 @@
 // neither cancels, and GELU goes through 0.5 (1 + tanh(u)) = sigmoid(2u).
 #include <cuda_runtime.h>
 
+#include "kernels/backend.hpp"
 #include "kernels/cuda/check.hpp"
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/context.hpp"
 
 namespace tessera::kernels::cuda {
 namespace {
@@ -92,6 +93,13 @@ void gelu_backward(const float* dy, const float* x, float* dx, int64_t n) {
   if (n <= 0) return;
   gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(dy, x, dx, n);
   TESSERA_CUDA_LAUNCHED("gelu_backward_kernel");
+}
+
+void register_activation(Backend& b) {
+  b.swiglu_forward = swiglu_forward;
+  b.swiglu_backward = swiglu_backward;
+  b.gelu_forward = gelu_forward;
+  b.gelu_backward = gelu_backward;
 }
 
 }  // namespace tessera::kernels::cuda

@@ -3,8 +3,9 @@
 
 #include <cmath>
 
+#include "kernels/backend.hpp"
 #include "kernels/cuda/check.hpp"
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/context.hpp"
 
 namespace tessera::kernels::cuda {
 namespace {
@@ -34,6 +35,10 @@ void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWA
       p, g, m, v, n, a.lr, a.beta1, a.beta2, a.eps, 1.0f - a.lr * a.weight_decay, float(a.lr / bc1),
       float(1.0 / std::sqrt(bc2)), a.grad_scale);
   TESSERA_CUDA_LAUNCHED("adamw_kernel");
+}
+
+void register_adamw(Backend& b) {
+  b.adamw = adamw;
 }
 
 }  // namespace tessera::kernels::cuda

@@ -27,8 +27,9 @@
 
 #include <cmath>
 
+#include "kernels/backend.hpp"
 #include "kernels/cuda/check.hpp"
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/context.hpp"
 
 namespace tessera::kernels::cuda {
 namespace {
@@ -458,6 +459,11 @@ void attention_backward(const float* dout, const float* q, const float* k, const
     backward_impl<64>(dout, q, k, v, dvec, lse, dq, dk, dv, s, G);
   else
     backward_impl<128>(dout, q, k, v, dvec, lse, dq, dk, dv, s, G);
+}
+
+void register_attention(Backend& b) {
+  b.attention_forward = attention_forward;
+  b.attention_backward = attention_backward;
 }
 
 }  // namespace tessera::kernels::cuda

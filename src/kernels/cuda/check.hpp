@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "core/error.hpp"
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/context.hpp"
 
 namespace tessera::kernels::cuda::detail {
 

@@ -4,7 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/check.hpp"
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/context.hpp"
 
 namespace tessera::kernels::cuda {
 namespace {

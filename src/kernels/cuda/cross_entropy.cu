@@ -6,8 +6,9 @@
 
 #include <cmath>
 
+#include "kernels/backend.hpp"
 #include "kernels/cuda/check.hpp"
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/context.hpp"
 #include "kernels/cuda/reduce.cuh"
 
 namespace tessera::kernels::cuda {
@@ -131,6 +132,13 @@ void cross_entropy_local_finish(float* logits, const int32_t* targets, const dou
   local_finish_kernel<<<row_blocks(N), kThreads, 0, stream()>>>(
       logits, targets, sum_exp, target_logit, losses, N, V, V_valid, v0, grad_scale);
   TESSERA_CUDA_LAUNCHED("local_finish_kernel");
+}
+
+void register_cross_entropy(Backend& b) {
+  b.cross_entropy_fused = cross_entropy_fused;
+  b.cross_entropy_local_max = cross_entropy_local_max;
+  b.cross_entropy_local_exp = cross_entropy_local_exp;
+  b.cross_entropy_local_finish = cross_entropy_local_finish;
 }
 
 }  // namespace tessera::kernels::cuda

@@ -1,9 +1,11 @@
-// Elementwise kernels, bias add/backward, the fp64 sum of squares and the bf16 casts.
+// Elementwise kernels, bias add/backward, the fp64 sum of squares and the bf16/f16 casts.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/backend.hpp"
 #include "kernels/cuda/check.hpp"
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/context.hpp"
 #include "kernels/cuda/reduce.cuh"
 
 namespace tessera::kernels::cuda {
@@ -35,6 +37,12 @@ __global__ void to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
 }
 __global__ void to_f32_kernel(const uint16_t* x, float* y, int64_t n) {
   TESSERA_GRID_STRIDE(i, n) y[i] = __bfloat162float(__ushort_as_bfloat16(x[i]));
+}
+__global__ void to_f16_kernel(const float* x, uint16_t* y, int64_t n) {
+  TESSERA_GRID_STRIDE(i, n) y[i] = __half_as_ushort(__float2half_rn(x[i]));
+}
+__global__ void f16_to_f32_kernel(const uint16_t* x, float* y, int64_t n) {
+  TESSERA_GRID_STRIDE(i, n) y[i] = __half2float(__ushort_as_half(x[i]));
 }
 
 // Per-block sums of x^2 in double, then one block adds them in block order.
@@ -134,6 +142,33 @@ void to_f32(const uint16_t* x, float* y, int64_t n) {
   if (n <= 0) return;
   to_f32_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(x, y, n);
   TESSERA_CUDA_LAUNCHED("to_f32_kernel");
+}
+
+void to_f16(const float* x, uint16_t* y, int64_t n) {
+  if (n <= 0) return;
+  to_f16_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(x, y, n);
+  TESSERA_CUDA_LAUNCHED("to_f16_kernel");
+}
+
+void f16_to_f32(const uint16_t* x, float* y, int64_t n) {
+  if (n <= 0) return;
+  f16_to_f32_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(x, y, n);
+  TESSERA_CUDA_LAUNCHED("f16_to_f32_kernel");
+}
+
+void register_elementwise(Backend& b) {
+  b.fill = fill;
+  b.copy = copy;
+  b.add_inplace = add_inplace;
+  b.scale_inplace = scale_inplace;
+  b.sum_squares = sum_squares;
+  b.sum_squares_accumulate = sum_squares_accumulate;
+  b.bias_backward = bias_backward;
+  b.bias_add = bias_add;
+  b.f32_to_bf16 = to_bf16;
+  b.bf16_to_f32 = to_f32;
+  b.f32_to_f16 = to_f16;
+  b.f16_to_f32 = f16_to_f32;
 }
 
 }  // namespace tessera::kernels::cuda

@@ -8,8 +8,9 @@
 #include <climits>
 #include <cub/device/device_radix_sort.cuh>
 
+#include "kernels/backend.hpp"
 #include "kernels/cuda/check.hpp"
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/context.hpp"
 
 namespace tessera::kernels::cuda {
 namespace {
@@ -120,6 +121,13 @@ void embedding_forward_range(const int32_t* ids, const float* table, float* out,
 void embedding_backward_range(const int32_t* ids, const float* dout, float* dtable, int64_t N,
                               int64_t C, int64_t v0, int64_t rows) {
   backward(ids, dout, dtable, N, C, v0, rows);
+}
+
+void register_embedding(Backend& b) {
+  b.embedding_forward = embedding_forward;
+  b.embedding_backward = embedding_backward;
+  b.embedding_forward_range = embedding_forward_range;
+  b.embedding_backward_range = embedding_backward_range;
 }
 
 }  // namespace tessera::kernels::cuda

@@ -7,8 +7,9 @@
 
 #include <algorithm>
 
+#include "kernels/backend.hpp"
 #include "kernels/cuda/check.hpp"
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/context.hpp"
 
 namespace tessera::kernels::cuda {
 namespace {
@@ -40,6 +41,11 @@ void matmul_bf16(const uint16_t* A, const uint16_t* B, void* C, DType c_dtype, i
                         "matmul_bf16: C must be f32 or bf16");
   gemm(A, B, C, CUDA_R_16BF, c_dtype == DType::f32 ? CUDA_R_32F : CUDA_R_16BF, M, N, K, trans_a,
        trans_b, alpha, beta);
+}
+
+void register_gemm(Backend& b) {
+  b.matmul = matmul;
+  b.matmul_bf16 = matmul_bf16;
 }
 
 }  // namespace tessera::kernels::cuda

@@ -3,8 +3,9 @@
 // sums in double (reduce.cuh). The expressions follow cpu/norm.cpp term by term.
 #include <cuda_runtime.h>
 
+#include "kernels/backend.hpp"
 #include "kernels/cuda/check.hpp"
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/context.hpp"
 #include "kernels/cuda/reduce.cuh"
 
 namespace tessera::kernels::cuda {
@@ -151,6 +152,13 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
   TESSERA_CUDA_LAUNCHED("layernorm_backward_kernel");
   detail::column_sums<2>(LayerNormParamTerm{dy, x, mean, rstd, C}, N, C,
                          detail::ColumnOut<2>{{dw, db}});
+}
+
+void register_norm(Backend& b) {
+  b.rmsnorm_forward = rmsnorm_forward;
+  b.rmsnorm_backward = rmsnorm_backward;
+  b.layernorm_forward = layernorm_forward;
+  b.layernorm_backward = layernorm_backward;
 }
 
 }  // namespace tessera::kernels::cuda

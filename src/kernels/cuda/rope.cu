@@ -4,8 +4,9 @@
 // pair j of every head.
 #include <cuda_runtime.h>
 
+#include "kernels/backend.hpp"
 #include "kernels/cuda/check.hpp"
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/context.hpp"
 
 namespace tessera::kernels::cuda {
 namespace {
@@ -40,6 +41,10 @@ void rope(float* x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t pos0, fl
   const int blocks = int(std::min<int64_t>(BT, int64_t(current().sm_count()) * 32));
   rope_kernel<<<blocks, threads, 0, detail::stream()>>>(x, BT, T, H, D, pos0, theta, inverse);
   TESSERA_CUDA_LAUNCHED("rope_kernel");
+}
+
+void register_rope(Backend& b) {
+  b.rope = rope;
 }
 
 }  // namespace tessera::kernels::cuda

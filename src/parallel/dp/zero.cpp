@@ -95,17 +95,17 @@ void Zero::initialize(uint64_t seed) {
 void Zero::build(int part) {
   const ParamPart& pp = store_.parts()[size_t(part)];
   Buffer full = pool_.take(pp.size);
-  kernels::fill(full.f32(), 0.0f, pp.size);
+  kernels::fill(full.view(), 0.0f, pp.size);
   point_values(part, full.f32());
   for (int i = pp.first; i < pp.last; ++i) ParamStore::initialize(store_.param(i), seed_);
-  kernels::copy(full.f32() + shard_comm_.rank() * piece(part), value_shard_.f32() + local_of(part),
-                piece(part));
+  kernels::copy(full.view().slice(shard_comm_.rank() * piece(part), piece(part)),
+                value_shard_.view().slice(local_of(part), piece(part)), piece(part));
   point_values(part, nullptr);
   pool_.give(std::move(full));
 }
 
 void Zero::begin_step() {
-  kernels::fill(grad_shard_.f32(), 0.0f, local_size_);
+  kernels::fill(grad_shard_.view(), 0.0f, local_size_);
   schedule_.begin_step();
 }
 
@@ -129,7 +129,8 @@ void Zero::retire() {
   Pending& p = pending_.front();
   p.request.wait();
   if (!p.piece.empty()) {  // stage 1 reduced into the shard directly
-    kernels::add_inplace(grad_shard_.f32() + local_of(p.part), p.piece.f32(), piece(p.part));
+    kernels::add_inplace(grad_shard_.view().slice(local_of(p.part), piece(p.part)), p.piece.view(),
+                         piece(p.part));
     pool_.give(std::move(p.staged));
     pool_.give(std::move(p.piece));
   }
@@ -160,7 +161,7 @@ void Zero::run(const std::vector<ZeroAction>& actions) {
       case ZeroAction::stage: {
         const int64_t size = store_.parts()[size_t(a.part)].size;
         s.grads = pool_.take(size);
-        kernels::fill(s.grads.f32(), 0.0f, size);
+        kernels::fill(s.grads.view(), 0.0f, size);
         point_grads(a.part, s.grads.f32());
         break;
       }

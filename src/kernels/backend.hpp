@@ -1,0 +1,137 @@
+// Internal to kernels/: the implementation table each backend fills. The public functions of
+// kernels.hpp check their Tensors (space, dtype, size) and call one entry of the table of the
+// tensors' space; the entries take raw pointers of the dtype they implement, so a backend's
+// code knows nothing of Tensor.
+//
+// Adding a kernel: an entry here, its implementation in cpu/ (and cuda/, or leave the entry null
+// there: calling it then raises an error naming the kernel and the backend), the registration
+// line in that file's register_* function, and the checked public function in kernels.hpp and
+// kernels.cpp.
+//
+// Adding a dtype to a kernel: the DType (tensor/tensor.hpp, with its size and name), an entry
+// here for the kernel in that dtype (as matmul_bf16 beside matmul), and the branch in the
+// kernel's public function that checks the new dtype and calls that entry. A backend that does
+// not fill the entry reports the kernel as not implemented there.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernels.hpp"
+
+namespace tessera::kernels {
+
+struct Backend {
+  const char* name = nullptr;
+
+  // GEMM (sizes and layout as kernels::matmul).
+  void (*matmul)(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
+                 bool trans_a, bool trans_b, float alpha, float beta) = nullptr;
+  // bf16 A and B (bit patterns), fp32 accumulation, C f32 or bf16 as c_dtype says. Optional.
+  void (*matmul_bf16)(const uint16_t* A, const uint16_t* B, void* C, DType c_dtype, int64_t M,
+                      int64_t N, int64_t K, bool trans_a, bool trans_b, float alpha,
+                      float beta) = nullptr;
+
+  // elementwise / reductions
+  void (*fill)(float* x, float value, int64_t n) = nullptr;
+  void (*copy)(const float* x, float* y, int64_t n) = nullptr;
+  void (*add_inplace)(float* y, const float* x, int64_t n) = nullptr;
+  void (*scale_inplace)(float* x, float alpha, int64_t n) = nullptr;
+  double (*sum_squares)(const float* x, int64_t n) = nullptr;
+  void (*sum_squares_accumulate)(const float* x, int64_t n, double* total) = nullptr;
+  void (*bias_backward)(const float* dy, float* db, int64_t N, int64_t C) = nullptr;
+  void (*bias_add)(float* y, const float* b, int64_t N, int64_t C) = nullptr;
+
+  // casts between f32 and the 16-bit floating types (round to nearest even)
+  void (*f32_to_bf16)(const float* x, uint16_t* y, int64_t n) = nullptr;
+  void (*bf16_to_f32)(const uint16_t* x, float* y, int64_t n) = nullptr;
+  void (*f32_to_f16)(const float* x, uint16_t* y, int64_t n) = nullptr;
+  void (*f16_to_f32)(const uint16_t* x, float* y, int64_t n) = nullptr;
+
+  // normalisation
+  void (*rmsnorm_forward)(const float* x, const float* w, float* y, float* rstd, int64_t N,
+                          int64_t C, float eps) = nullptr;
+  void (*rmsnorm_backward)(const float* dy, const float* x, const float* w, const float* rstd,
+                           float* dx, float* dw, int64_t N, int64_t C) = nullptr;
+  void (*layernorm_forward)(const float* x, const float* w, const float* b, float* y, float* mean,
+                            float* rstd, int64_t N, int64_t C, float eps) = nullptr;
+  void (*layernorm_backward)(const float* dy, const float* x, const float* w, const float* mean,
+                             const float* rstd, float* dx, float* dw, float* db, int64_t N,
+                             int64_t C) = nullptr;
+
+  // activations
+  void (*swiglu_forward)(const float* gate, const float* up, float* out, int64_t n) = nullptr;
+  void (*swiglu_backward)(const float* dout, const float* gate, const float* up, float* dgate,
+                          float* dup, int64_t n) = nullptr;
+  void (*gelu_forward)(const float* x, float* y, int64_t n) = nullptr;
+  void (*gelu_backward)(const float* dy, const float* x, float* dx, int64_t n) = nullptr;
+
+  // rotary position embedding
+  void (*rope)(float* x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t pos0, float theta,
+               bool inverse) = nullptr;
+
+  // causal attention
+  void (*attention_forward)(const float* q, const float* k, const float* v, float* out, float* lse,
+                            const AttnShape& s) = nullptr;
+  void (*attention_backward)(const float* dout, const float* q, const float* k, const float* v,
+                             const float* out, const float* lse, float* dq, float* dk, float* dv,
+                             const AttnShape& s) = nullptr;
+
+  // embedding
+  void (*embedding_forward)(const int32_t* ids, const float* table, float* out, int64_t N,
+                            int64_t C) = nullptr;
+  void (*embedding_backward)(const int32_t* ids, const float* dout, float* dtable, int64_t N,
+                             int64_t C) = nullptr;
+  void (*embedding_forward_range)(const int32_t* ids, const float* table, float* out, int64_t N,
+                                  int64_t C, int64_t v0, int64_t rows) = nullptr;
+  void (*embedding_backward_range)(const int32_t* ids, const float* dout, float* dtable, int64_t N,
+                                   int64_t C, int64_t v0, int64_t rows) = nullptr;
+
+  // cross-entropy
+  void (*cross_entropy_fused)(float* logits, const int32_t* targets, float* losses, int64_t N,
+                              int64_t V, int64_t V_valid, float grad_scale) = nullptr;
+  void (*cross_entropy_local_max)(const float* logits, float* row_max, int64_t N, int64_t V,
+                                  int64_t V_valid) = nullptr;
+  void (*cross_entropy_local_exp)(float* logits, const int32_t* targets, const float* row_max,
+                                  double* sum_exp, float* target_logit, int64_t N, int64_t V,
+                                  int64_t V_valid, int64_t v0) = nullptr;
+  void (*cross_entropy_local_finish)(float* logits, const int32_t* targets, const double* sum_exp,
+                                     const float* target_logit, float* losses, int64_t N, int64_t V,
+                                     int64_t V_valid, int64_t v0, float grad_scale) = nullptr;
+
+  // optimizer
+  void (*adamw)(float* p, const float* g, float* m, float* v, int64_t n,
+                const AdamWArgs& a) = nullptr;
+};
+
+// The table of each backend, filled once on first use. cuda_backend() exists only in a build
+// with TESSERA_CUDA.
+const Backend& cpu_backend();
+const Backend& cuda_backend();
+
+// Each implementation file fills its family's entries.
+namespace cpu {
+void register_gemm(Backend& b);
+void register_elementwise(Backend& b);
+void register_cast(Backend& b);
+void register_norm(Backend& b);
+void register_activation(Backend& b);
+void register_rope(Backend& b);
+void register_attention(Backend& b);
+void register_embedding(Backend& b);
+void register_cross_entropy(Backend& b);
+void register_adamw(Backend& b);
+}  // namespace cpu
+
+namespace cuda {
+void register_gemm(Backend& b);
+void register_elementwise(Backend& b);
+void register_norm(Backend& b);
+void register_activation(Backend& b);
+void register_rope(Backend& b);
+void register_attention(Backend& b);
+void register_embedding(Backend& b);
+void register_cross_entropy(Backend& b);
+void register_adamw(Backend& b);
+}  // namespace cuda
+
+}  // namespace tessera::kernels

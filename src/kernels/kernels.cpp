@@ -1,0 +1,360 @@
+// The public kernel functions: check the tensors, pick the backend of their space (one table
+// lookup), call its entry with raw pointers.
+#include "kernels/kernels.hpp"
+
+#include <initializer_list>
+
+#include "core/error.hpp"
+#include "kernels/backend.hpp"
+
+#ifdef TESSERA_CUDA
+#include "kernels/cuda/context.hpp"
+#endif
+
+namespace tessera::kernels {
+namespace {
+
+// One tensor argument of a call: the elements the call's sizes make it read or write, and the
+// dtype the kernel takes for it.
+struct Arg {
+  const char* name;
+  const Tensor& t;
+  int64_t need;
+  DType dtype = DType::f32;
+};
+
+const Backend& backend_of(Space space, const char* kernel) {
+  if (space == Space::host) {
+    static const Backend& cpu = cpu_backend();
+    return cpu;
+  }
+#ifdef TESSERA_CUDA
+  static const bool has_device = cuda_device_count() > 0;
+  TESSERA_REQUIRE_LOCAL(has_device, "kernels::", kernel,
+                        ": the tensors are in cuda memory but no CUDA device is visible");
+  static const Backend& gpu = cuda_backend();
+  return gpu;
+#else
+  throw Error(cat("kernels::", kernel,
+                  ": the tensors are in cuda memory but this build has no CUDA backend "
+                  "(configure with the CUDA toolkit, TESSERA_CUDA=ON)"),
+              __FILE__, __LINE__, false);
+#endif
+}
+
+// Checks every argument (dtype, size, one space) and returns the backend of their space. An
+// argument the call does not touch (need 0, no data) is skipped.
+const Backend& check(const char* kernel, std::initializer_list<Arg> args) {
+  const Arg* first = nullptr;
+  for (const Arg& a : args) {
+    if (a.need <= 0 && a.t.data == nullptr) continue;
+    TESSERA_REQUIRE_LOCAL(a.t.dtype == a.dtype, "kernels::", kernel, ": ", a.name, " is ",
+                          dtype_name(a.t.dtype), ", this kernel takes ", dtype_name(a.dtype),
+                          " (convert with kernels::cast)");
+    TESSERA_REQUIRE_LOCAL(a.t.data != nullptr, "kernels::", kernel, ": ", a.name,
+                          " has no data but ", a.need, " elements are needed");
+    TESSERA_REQUIRE_LOCAL(a.t.numel() >= a.need, "kernels::", kernel, ": ", a.name, " ",
+                          a.t.shape.str(), " holds ", a.t.numel(), " elements, the sizes need ",
+                          a.need);
+    if (!first) first = &a;
+    TESSERA_REQUIRE_LOCAL(a.t.space == first->t.space, "kernels::", kernel, ": ", a.name, " is in ",
+                          space_name(a.t.space), " memory but ", first->name, " is in ",
+                          space_name(first->t.space), " memory (copy between spaces explicitly)");
+  }
+  return backend_of(first ? first->t.space : Space::host, kernel);
+}
+
+template <class Fn>
+Fn entry(const Backend& b, Fn fn, const char* kernel) {
+  TESSERA_REQUIRE_LOCAL(fn != nullptr, "kernels::", kernel, " is not implemented by the ", b.name,
+                        " backend");
+  return fn;
+}
+
+#define TESSERA_KERNEL(b, name) entry(b, b.name, #name)
+
+float* f(const Tensor& t) {
+  return static_cast<float*>(t.data);
+}
+double* d(const Tensor& t) {
+  return static_cast<double*>(t.data);
+}
+int32_t* i(const Tensor& t) {
+  return static_cast<int32_t*>(t.data);
+}
+uint16_t* h(const Tensor& t) {
+  return static_cast<uint16_t*>(t.data);
+}
+
+}  // namespace
+
+bool cuda_backend_built() {
+#ifdef TESSERA_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+int cuda_device_count() {
+#ifdef TESSERA_CUDA
+  return cuda::device_count();
+#else
+  return 0;
+#endif
+}
+
+void matmul(const Tensor& A, const Tensor& B, const Tensor& C, int64_t M, int64_t N, int64_t K,
+            bool trans_a, bool trans_b, float alpha, float beta) {
+  // An empty C reads nothing; K = 0 scales C without reading A or B.
+  const int64_t na = N > 0 ? M * K : 0, nb = M > 0 ? K * N : 0;
+  if (A.dtype == DType::bf16) {
+    const DType c = C.dtype == DType::bf16 ? DType::bf16 : DType::f32;
+    const Backend& b = check(
+        "matmul", {{"A", A, na, DType::bf16}, {"B", B, nb, DType::bf16}, {"C", C, M * N, c}});
+    return TESSERA_KERNEL(b, matmul_bf16)(h(A), h(B), C.data, c, M, N, K, trans_a, trans_b, alpha,
+                                          beta);
+  }
+  const Backend& b = check("matmul", {{"A", A, na}, {"B", B, nb}, {"C", C, M * N}});
+  TESSERA_KERNEL(b, matmul)(f(A), f(B), f(C), M, N, K, trans_a, trans_b, alpha, beta);
+}
+
+void fill(const Tensor& x, float value, int64_t n) {
+  const Backend& b = check("fill", {{"x", x, n}});
+  TESSERA_KERNEL(b, fill)(f(x), value, n);
+}
+
+void copy(const Tensor& x, const Tensor& y, int64_t n) {
+  const Backend& b = check("copy", {{"x", x, n}, {"y", y, n}});
+  TESSERA_KERNEL(b, copy)(f(x), f(y), n);
+}
+
+void add_inplace(const Tensor& y, const Tensor& x, int64_t n) {
+  const Backend& b = check("add_inplace", {{"y", y, n}, {"x", x, n}});
+  TESSERA_KERNEL(b, add_inplace)(f(y), f(x), n);
+}
+
+void scale_inplace(const Tensor& x, float alpha, int64_t n) {
+  const Backend& b = check("scale_inplace", {{"x", x, n}});
+  TESSERA_KERNEL(b, scale_inplace)(f(x), alpha, n);
+}
+
+double sum_squares(const Tensor& x, int64_t n) {
+  const Backend& b = check("sum_squares", {{"x", x, n}});
+  return TESSERA_KERNEL(b, sum_squares)(f(x), n);
+}
+
+void sum_squares_accumulate(const Tensor& x, int64_t n, const Tensor& total) {
+  const Backend& b =
+      check("sum_squares_accumulate", {{"x", x, n}, {"total", total, 1, DType::f64}});
+  TESSERA_KERNEL(b, sum_squares_accumulate)(f(x), n, d(total));
+}
+
+void bias_backward(const Tensor& dy, const Tensor& db, int64_t N, int64_t C) {
+  const Backend& b = check("bias_backward", {{"dy", dy, N * C}, {"db", db, C}});
+  TESSERA_KERNEL(b, bias_backward)(f(dy), f(db), N, C);
+}
+
+void bias_add(const Tensor& y, const Tensor& bias, int64_t N, int64_t C) {
+  const Backend& b = check("bias_add", {{"y", y, N * C}, {"b", bias, C}});
+  TESSERA_KERNEL(b, bias_add)(f(y), f(bias), N, C);
+}
+
+void cast(const Tensor& x, const Tensor& y, int64_t n) {
+  const DType from = x.dtype, to = y.dtype;
+  const bool half_to = to == DType::bf16 || to == DType::f16;
+  const bool half_from = from == DType::bf16 || from == DType::f16;
+  TESSERA_REQUIRE_LOCAL(
+      (from == DType::f32 && (half_to || to == DType::f32)) || (half_from && to == DType::f32),
+      "kernels::cast: no conversion from ", dtype_name(from), " to ", dtype_name(to),
+      " (f32 <-> bf16, f16)");
+  const Backend& b = check("cast", {{"x", x, n, from}, {"y", y, n, to}});
+  if (from == DType::f32 && to == DType::f32) return TESSERA_KERNEL(b, copy)(f(x), f(y), n);
+  if (to == DType::bf16) return TESSERA_KERNEL(b, f32_to_bf16)(f(x), h(y), n);
+  if (to == DType::f16) return TESSERA_KERNEL(b, f32_to_f16)(f(x), h(y), n);
+  if (from == DType::bf16) return TESSERA_KERNEL(b, bf16_to_f32)(h(x), f(y), n);
+  TESSERA_KERNEL(b, f16_to_f32)(h(x), f(y), n);
+}
+
+void rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd,
+                     int64_t N, int64_t C, float eps) {
+  const Backend& b =
+      check("rmsnorm_forward", {{"x", x, N * C}, {"w", w, C}, {"y", y, N * C}, {"rstd", rstd, N}});
+  TESSERA_KERNEL(b, rmsnorm_forward)(f(x), f(w), f(y), f(rstd), N, C, eps);
+}
+
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                      const Tensor& dx, const Tensor& dw, int64_t N, int64_t C) {
+  const Backend& b = check("rmsnorm_backward", {{"dy", dy, N * C},
+                                                {"x", x, N * C},
+                                                {"w", w, C},
+                                                {"rstd", rstd, N},
+                                                {"dx", dx, N * C},
+                                                {"dw", dw, C}});
+  TESSERA_KERNEL(b, rmsnorm_backward)(f(dy), f(x), f(w), f(rstd), f(dx), f(dw), N, C);
+}
+
+void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                       const Tensor& mean, const Tensor& rstd, int64_t N, int64_t C, float eps) {
+  const Backend& b = check("layernorm_forward", {{"x", x, N * C},
+                                                 {"w", w, C},
+                                                 {"b", bias, C},
+                                                 {"y", y, N * C},
+                                                 {"mean", mean, N},
+                                                 {"rstd", rstd, N}});
+  TESSERA_KERNEL(b, layernorm_forward)(f(x), f(w), f(bias), f(y), f(mean), f(rstd), N, C, eps);
+}
+
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dw, const Tensor& db,
+                        int64_t N, int64_t C) {
+  const Backend& b = check("layernorm_backward", {{"dy", dy, N * C},
+                                                  {"x", x, N * C},
+                                                  {"w", w, C},
+                                                  {"mean", mean, N},
+                                                  {"rstd", rstd, N},
+                                                  {"dx", dx, N * C},
+                                                  {"dw", dw, C},
+                                                  {"db", db, C}});
+  TESSERA_KERNEL(b, layernorm_backward)
+  (f(dy), f(x), f(w), f(mean), f(rstd), f(dx), f(dw), f(db), N, C);
+}
+
+void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out, int64_t n) {
+  const Backend& b = check("swiglu_forward", {{"gate", gate, n}, {"up", up, n}, {"out", out, n}});
+  TESSERA_KERNEL(b, swiglu_forward)(f(gate), f(up), f(out), n);
+}
+
+void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, const Tensor& dgate,
+                     const Tensor& dup, int64_t n) {
+  const Backend& b = check(
+      "swiglu_backward",
+      {{"dout", dout, n}, {"gate", gate, n}, {"up", up, n}, {"dgate", dgate, n}, {"dup", dup, n}});
+  TESSERA_KERNEL(b, swiglu_backward)(f(dout), f(gate), f(up), f(dgate), f(dup), n);
+}
+
+void gelu_forward(const Tensor& x, const Tensor& y, int64_t n) {
+  const Backend& b = check("gelu_forward", {{"x", x, n}, {"y", y, n}});
+  TESSERA_KERNEL(b, gelu_forward)(f(x), f(y), n);
+}
+
+void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx, int64_t n) {
+  const Backend& b = check("gelu_backward", {{"dy", dy, n}, {"x", x, n}, {"dx", dx, n}});
+  TESSERA_KERNEL(b, gelu_backward)(f(dy), f(x), f(dx), n);
+}
+
+void rope(const Tensor& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t pos0, float theta,
+          bool inverse) {
+  const Backend& b = check("rope", {{"x", x, B * T * H * D}});
+  TESSERA_KERNEL(b, rope)(f(x), B, T, H, D, pos0, theta, inverse);
+}
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const Tensor& lse, const AttnShape& s) {
+  const int64_t nq = s.B * s.T * s.Hq * s.D, nkv = s.B * s.T * s.Hkv * s.D;
+  const Backend& b = check("attention_forward", {{"q", q, nq},
+                                                 {"k", k, nkv},
+                                                 {"v", v, nkv},
+                                                 {"out", out, nq},
+                                                 {"lse", lse, s.B * s.Hq * s.T}});
+  TESSERA_KERNEL(b, attention_forward)(f(q), f(k), f(v), f(out), f(lse), s);
+}
+
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv, const AttnShape& s) {
+  const int64_t nq = s.B * s.T * s.Hq * s.D, nkv = s.B * s.T * s.Hkv * s.D;
+  const Backend& b = check("attention_backward", {{"dout", dout, nq},
+                                                  {"q", q, nq},
+                                                  {"k", k, nkv},
+                                                  {"v", v, nkv},
+                                                  {"out", out, nq},
+                                                  {"lse", lse, s.B * s.Hq * s.T},
+                                                  {"dq", dq, nq},
+                                                  {"dk", dk, nkv},
+                                                  {"dv", dv, nkv}});
+  TESSERA_KERNEL(b, attention_backward)
+  (f(dout), f(q), f(k), f(v), f(out), f(lse), f(dq), f(dk), f(dv), s);
+}
+
+// The table's rows are not checked against the ids (the kernels do not range-check them either);
+// at least one row is needed when there are tokens.
+void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, int64_t N,
+                       int64_t C) {
+  const Backend& b =
+      check("embedding_forward",
+            {{"ids", ids, N, DType::i32}, {"table", table, N > 0 ? C : 0}, {"out", out, N * C}});
+  TESSERA_KERNEL(b, embedding_forward)(i(ids), f(table), f(out), N, C);
+}
+
+void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t N,
+                        int64_t C) {
+  const Backend& b = check(
+      "embedding_backward",
+      {{"ids", ids, N, DType::i32}, {"dout", dout, N * C}, {"dtable", dtable, N > 0 ? C : 0}});
+  TESSERA_KERNEL(b, embedding_backward)(i(ids), f(dout), f(dtable), N, C);
+}
+
+void embedding_forward_range(const Tensor& ids, const Tensor& table, const Tensor& out, int64_t N,
+                             int64_t C, int64_t v0, int64_t rows) {
+  const Backend& b =
+      check("embedding_forward_range",
+            {{"ids", ids, N, DType::i32}, {"table", table, rows * C}, {"out", out, N * C}});
+  TESSERA_KERNEL(b, embedding_forward_range)(i(ids), f(table), f(out), N, C, v0, rows);
+}
+
+void embedding_backward_range(const Tensor& ids, const Tensor& dout, const Tensor& dtable,
+                              int64_t N, int64_t C, int64_t v0, int64_t rows) {
+  const Backend& b =
+      check("embedding_backward_range",
+            {{"ids", ids, N, DType::i32}, {"dout", dout, N * C}, {"dtable", dtable, rows * C}});
+  TESSERA_KERNEL(b, embedding_backward_range)(i(ids), f(dout), f(dtable), N, C, v0, rows);
+}
+
+void cross_entropy_fused(const Tensor& logits, const Tensor& targets, const Tensor& losses,
+                         int64_t N, int64_t V, int64_t V_valid, float grad_scale) {
+  const Backend& b = check(
+      "cross_entropy_fused",
+      {{"logits", logits, N * V}, {"targets", targets, N, DType::i32}, {"losses", losses, N}});
+  TESSERA_KERNEL(b, cross_entropy_fused)
+  (f(logits), i(targets), f(losses), N, V, V_valid, grad_scale);
+}
+
+void cross_entropy_local_max(const Tensor& logits, const Tensor& row_max, int64_t N, int64_t V,
+                             int64_t V_valid) {
+  const Backend& b =
+      check("cross_entropy_local_max", {{"logits", logits, N * V}, {"row_max", row_max, N}});
+  TESSERA_KERNEL(b, cross_entropy_local_max)(f(logits), f(row_max), N, V, V_valid);
+}
+
+void cross_entropy_local_exp(const Tensor& logits, const Tensor& targets, const Tensor& row_max,
+                             const Tensor& sum_exp, const Tensor& target_logit, int64_t N,
+                             int64_t V, int64_t V_valid, int64_t v0) {
+  const Backend& b = check("cross_entropy_local_exp", {{"logits", logits, N * V},
+                                                       {"targets", targets, N, DType::i32},
+                                                       {"row_max", row_max, N},
+                                                       {"sum_exp", sum_exp, N, DType::f64},
+                                                       {"target_logit", target_logit, N}});
+  TESSERA_KERNEL(b, cross_entropy_local_exp)
+  (f(logits), i(targets), f(row_max), d(sum_exp), f(target_logit), N, V, V_valid, v0);
+}
+
+void cross_entropy_local_finish(const Tensor& logits, const Tensor& targets, const Tensor& sum_exp,
+                                const Tensor& target_logit, const Tensor& losses, int64_t N,
+                                int64_t V, int64_t V_valid, int64_t v0, float grad_scale) {
+  const Backend& b = check("cross_entropy_local_finish", {{"logits", logits, N * V},
+                                                          {"targets", targets, N, DType::i32},
+                                                          {"sum_exp", sum_exp, N, DType::f64},
+                                                          {"target_logit", target_logit, N},
+                                                          {"losses", losses, N}});
+  TESSERA_KERNEL(b, cross_entropy_local_finish)
+  (f(logits), i(targets), d(sum_exp), f(target_logit), f(losses), N, V, V_valid, v0, grad_scale);
+}
+
+void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, int64_t n,
+           const AdamWArgs& a) {
+  const Backend& b = check("adamw", {{"p", p, n}, {"g", g, n}, {"m", m, n}, {"v", v, n}});
+  TESSERA_KERNEL(b, adamw)(f(p), f(g), f(m), f(v), n, a);
+}
+
+}  // namespace tessera::kernels

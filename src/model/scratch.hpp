@@ -1,0 +1,68 @@
+// Scratch memory for temporaries that do not outlive one layer call, shared by all layers. Every
+// use has a name in ScratchId; uses that share a name share a buffer, so they must never be live
+// at the same time (the tensor-parallel buffers are each used inside one layer call). Each buffer
+// grows to the largest request once and is then reused, so steady-state steps allocate nothing;
+// perf/activation_memory.cpp (tessera_workspace_bytes) counts these buffers and must follow any
+// change here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tensor/tensor.hpp"
+
+namespace tessera {
+
+enum class ScratchId : int {
+  // Attention backward: gradients of the attention output (before o), of q, k and v.
+  attn_d_out,
+  attn_dq,
+  attn_dk,
+  attn_dv,
+  // MLP backward: gradients of the activation output, of the gate and of up.
+  mlp_d_act,
+  mlp_d_gate,
+  mlp_d_up,
+  // Block backward: the gradient of a norm's output, and of the residual stream between the
+  // sublayers.
+  block_d_norm,
+  block_dh,
+  // Output head: the normed input, the logits (overwritten by their gradient), the per-token
+  // losses (logits() keeps the norm's statistics there instead).
+  head_normed,
+  head_logits,
+  head_losses,
+  // Output head with sequence parallelism: its all-gathered normed input.
+  head_gathered,
+  // Vocabulary-parallel cross-entropy: row maxima, sums of exponentials (f64), target logits.
+  ce_max,
+  ce_sum_exp,
+  ce_target,
+  // Transformer backward: the two gradient streams, swapped block by block.
+  grad_a,
+  grad_b,
+  // Tensor parallelism: a row-parallel output or column-parallel input gradient before the sum
+  // over ranks, and the reduce-scattered sum.
+  tp_partial,
+  tp_sum,
+  // Sequence parallelism: the all-gathered rows of a block's normed input, and of a gradient.
+  sp_gathered,
+  sp_gathered_grad,
+  // Pipeline evaluation: a chunk input received from the previous stage.
+  pipeline_input,
+  count
+};
+
+class Scratch {
+ public:
+  explicit Scratch(Allocator& alloc) : alloc_(alloc) {}
+  // A host tensor of `shape` and `dtype` in buffer `id`; its contents are whatever the previous
+  // user of the buffer left.
+  Tensor get(ScratchId id, Shape shape, DType dtype = DType::f32);
+
+ private:
+  Allocator& alloc_;
+  std::vector<Buffer> buffers_;
+};
+
+}  // namespace tessera
