@@ -9,8 +9,8 @@
 # installs with tools/install-deps when they are missing. It uses its own munge key and
 # socket and free TCP ports. slurm.conf and the logs are written under WORKDIR; the
 # sockets, pid files, spool and state go to a private directory made with
-# `mktemp -d /tmp/tsl.XXXXXX` (CLUSTER_RUN), because a Unix socket's path must stay under
-# 108 bytes whatever WORKDIR's length (munge's socket, and slurmd's per-step sockets in its
+# `mktemp -d /tmp/tsl.XXXXXX` (CLUSTER_RUN), because a Unix socket's path may have at most
+# 107 bytes whatever WORKDIR's length (munge's socket, and slurmd's per-step sockets in its
 # spool); cluster_stop removes it. Nothing else is written. The node
 # declares CPUS CPUs (default 4), more than a small test machine has, through
 # SlurmdParameters=config_overrides; tests oversubscribe on purpose. The node is named after
