@@ -1,6 +1,8 @@
 // tessera-plan: predicts memory, step time and MFU of parallel layouts of a training deck on
 // a described cluster, and searches for the fastest one that fits.
 //   tessera-plan DECK.in --cluster FILE --gpus N [options] [--section.key=value ...]
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -117,6 +119,10 @@ Args parse_args(const std::vector<std::string>& argv) {
         value = argv[++i];
       }
       TESSERA_REQUIRE(opt->value || eq == std::string::npos, "option ", name, " takes no value");
+      TESSERA_REQUIRE(!opt->value || !value.empty(), "option ", name, " needs a value (",
+                      opt->value, "), not an empty string");
+      TESSERA_REQUIRE(!a.options.count(name), "option ", name, " is given twice ('",
+                      a.options[name], "' and '", value, "'); give it once");
       a.options[name] = value;
       continue;
     }
@@ -126,12 +132,32 @@ Args parse_args(const std::vector<std::string>& argv) {
   return a;
 }
 
-int to_int(const std::string& name, const std::string& v) {
+// No count given on the command line (accelerators, degrees, sizes, experts, layouts to show)
+// may exceed this: larger values are typing errors, and would make the search run for hours.
+constexpr long long kMaxCount = 1000000;
+
+// Option `name`'s value v as a whole decimal integer in [lo, hi]; `why` says where the bounds
+// come from.
+int to_int(const std::string& name, const std::string& v, long long lo, long long hi,
+           const std::string& why = "") {
+  const std::string allowed =
+      cat("allowed: integer in [", lo, ", ", hi, "]", why.empty() ? "" : " (" + why + ")");
   char* end = nullptr;
-  const long x = std::strtol(v.c_str(), &end, 10);
-  TESSERA_REQUIRE(!v.empty() && *end == '\0' && x >= 0 && x < (1L << 30), "option ", name, " = '",
-                  v, "' is not a non-negative integer");
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  TESSERA_REQUIRE(!v.empty() && *end == '\0' && errno != ERANGE, "option ", name, " = '", v,
+                  "' is not an integer; ", allowed);
+  TESSERA_REQUIRE(x >= lo && x <= hi, "option ", name, " = ", x, " is out of range; ", allowed);
   return int(x);
+}
+
+// Option `name`'s value v as a whole finite number.
+double to_number(const std::string& name, const std::string& v, const std::string& allowed) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  TESSERA_REQUIRE(!v.empty() && *end == '\0' && std::isfinite(x), "option ", name, " = '", v,
+                  "' is not a finite number; allowed: ", allowed);
+  return x;
 }
 
 std::vector<std::string> split(const std::string& v) {
@@ -142,12 +168,35 @@ std::vector<std::string> split(const std::string& v) {
   return out;
 }
 
-std::vector<int> int_list(const Args& a, const std::string& name) {
+// A comma-separated list of integers in [lo, hi]; empty when the option is not given.
+std::vector<int> int_list(const Args& a, const std::string& name, long long lo, long long hi,
+                          const std::string& why = "") {
   std::vector<int> out;
   auto it = a.options.find(name);
   if (it == a.options.end()) return out;
-  for (const std::string& s : split(it->second)) out.push_back(to_int(name, s));
+  for (const std::string& s : split(it->second)) out.push_back(to_int(name, s, lo, hi, why));
+  TESSERA_REQUIRE(!out.empty(), "option ", name, " = '", it->second, "' lists no value");
   return out;
+}
+
+// A list of parallel degrees: each must divide the accelerators (dp x tp x pp x cp = the
+// accelerators, and ep divides dp).
+std::vector<int> degree_list(const Args& a, const std::string& name, int accelerators) {
+  std::vector<int> out = int_list(a, name, 1, accelerators, "at most the accelerators");
+  for (int d : out)
+    TESSERA_REQUIRE(accelerators % d == 0, "option ", name, " = ", d, " does not divide the ",
+                    accelerators, " accelerators; a parallel degree must divide them");
+  return out;
+}
+
+// Runs parse(text) and names the option when it throws.
+template <class Parse>
+auto parse_option(const std::string& name, const std::string& text, Parse&& parse) {
+  try {
+    return parse(text);
+  } catch (const Error& e) {
+    throw Error(cat("option ", name, " = '", text, "': ", e.what()), e.file(), e.line(), true);
+  }
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -185,47 +234,104 @@ void run(const std::vector<std::string>& argv) {
                   "' is not flash or materialized");
   w.flash_attention = attention == "flash";
   w.dropout = has("--dropout");
-  w.moe.experts = to_int("--experts", opt("--experts", "0"));
-  w.moe.top_k = to_int("--top-k", opt("--top-k", "1"));
-  w.moe.expert_ffn = to_int("--expert-ffn", opt("--expert-ffn", "0"));
-  TESSERA_REQUIRE(!w.moe.any() || (w.moe.top_k >= 1 && w.moe.top_k <= w.moe.experts),
-                  "--top-k = ", w.moe.top_k, " must be between 1 and --experts = ", w.moe.experts);
-  const Runtime rt = parse_runtime(opt("--runtime", "megatron"));
+  if (has("--experts")) {
+    w.moe.experts = to_int("--experts", opt("--experts", ""), 1, kMaxCount);
+    if (has("--top-k"))
+      w.moe.top_k = to_int("--top-k", opt("--top-k", ""), 1, w.moe.experts, "at most --experts");
+    if (has("--expert-ffn"))
+      w.moe.expert_ffn = to_int("--expert-ffn", opt("--expert-ffn", ""), 1, kMaxCount);
+  } else {
+    for (const char* moe_only : {"--top-k", "--expert-ffn"})
+      TESSERA_REQUIRE(!has(moe_only), "option ", moe_only,
+                      " describes a mixture-of-experts model; give --experts E too");
+  }
+  const Runtime rt = parse_option("--runtime", opt("--runtime", "megatron"), parse_runtime);
 
-  int accelerators = to_int("--gpus", opt("--gpus", "0"));
-  if (has("--nodes")) accelerators = to_int("--nodes", opt("--nodes", "0")) * cluster.per_node;
-  TESSERA_REQUIRE(accelerators > 0, "say how many accelerators to plan for: --gpus N or --nodes N");
+  // How many accelerators: --gpus N or --nodes N, at most what the cluster has.
+  TESSERA_REQUIRE(!(has("--gpus") && has("--nodes")), "options --gpus ", opt("--gpus", ""),
+                  " and --nodes ", opt("--nodes", ""), " are both given; give one of them");
+  TESSERA_REQUIRE(has("--gpus") || has("--nodes"),
+                  "say how many accelerators to plan for: --gpus N or --nodes N");
+  const long long cluster_size =
+      cluster.nodes > 0 ? std::min(kMaxCount, (long long)cluster.nodes * cluster.per_node)
+                        : kMaxCount;
+  const std::string size_why = cluster.nodes > 0
+                                   ? cat("cluster '", cluster.name, "' has ", cluster.nodes,
+                                         " node(s) of ", cluster.per_node, " accelerators")
+                                   : std::string("no larger count is plausible");
+  const int accelerators =
+      has("--gpus")
+          ? to_int("--gpus", opt("--gpus", ""), 1, cluster_size, size_why)
+          : to_int("--nodes", opt("--nodes", ""), 1, cluster_size / cluster.per_node, size_why) *
+                cluster.per_node;
+
+  // Options that shape the search have no effect on one explained layout.
+  if (has("--explain"))
+    for (const char* search_only :
+         {"--tp", "--pp", "--v", "--cp", "--ep", "--zero", "--mb", "--recompute", "--sp", "--top",
+          "--no-hsdp", "--memory-budget", "--max-bubble", "--allow-tp-across-nodes"})
+      TESSERA_REQUIRE(!has(search_only), "option ", search_only,
+                      " restricts the search and has no effect with --explain; put the "
+                      "layout's values in --explain (e.g. 'tp=8 pp=4 mb=1') or drop it");
 
   SearchSpace space;
-  space.tp = int_list(a, "--tp");
-  space.pp = int_list(a, "--pp");
-  space.vpp = int_list(a, "--v");
-  space.cp = int_list(a, "--cp");
-  space.ep = int_list(a, "--ep");
-  space.zero = int_list(a, "--zero");
-  space.micro_batch = int_list(a, "--mb");
-  if (has("--sp")) space.seq_parallel = int_list(a, "--sp");
+  space.tp = degree_list(a, "--tp", accelerators);
+  space.pp = degree_list(a, "--pp", accelerators);
+  space.cp = degree_list(a, "--cp", accelerators);
+  space.ep = degree_list(a, "--ep", accelerators);
+  space.vpp = int_list(a, "--v", 1, std::min<int64_t>(w.cfg.layers, kMaxCount),
+                       "at most the model's layers");
+  space.zero = int_list(a, "--zero", 0, 3, "ZeRO stages");
+  space.micro_batch = int_list(a, "--mb", 1, std::min<int64_t>(w.global_batch, kMaxCount),
+                               "at most train.global_batch");
+  if (has("--sp")) space.seq_parallel = int_list(a, "--sp", 0, 1, "off, on");
+  // The restricted degrees must leave some layout: tp x pp x cp dividing the accelerators.
+  bool some_product_divides = false;
+  for (int tp : space.tp.empty() ? std::vector<int>{1} : space.tp)
+    for (int pp : space.pp.empty() ? std::vector<int>{1} : space.pp)
+      for (int cp : space.cp.empty() ? std::vector<int>{1} : space.cp)
+        some_product_divides |= accelerators % (int64_t(tp) * pp * cp) == 0;
+  TESSERA_REQUIRE(some_product_divides, "options --tp ", opt("--tp", "(any)"), ", --pp ",
+                  opt("--pp", "(any)"), " and --cp ", opt("--cp", "(any)"),
+                  ": no tp x pp x cp of them divides the ", accelerators, " accelerators");
   if (has("--recompute")) {
     space.recompute.clear();
     for (const std::string& s : split(opt("--recompute", "")))
-      space.recompute.push_back(parse_layout("rc=" + s).recompute);
+      space.recompute.push_back(parse_option("--recompute", s, [](const std::string& v) {
+        return parse_layout("rc=" + v).recompute;
+      }));
   }
   space.precision = {rt == Runtime::tessera ? ComputeType::fp32 : ComputeType::bf16};
   if (has("--precision")) {
     space.precision.clear();
     for (const std::string& s : split(opt("--precision", "")))
-      space.precision.push_back(parse_compute_type(s));
+      space.precision.push_back(parse_option("--precision", s, parse_compute_type));
   }
+  TESSERA_REQUIRE(!space.recompute.empty() && !space.precision.empty(),
+                  "options --recompute and --precision need at least one value");
   if (rt == Runtime::tessera) {
     space.recompute = {Recompute::none};
     space.seq_parallel = {0};
   }
-  space.schedule = parse_layout("sched=" + opt("--schedule", "1f1b")).schedule;
+  space.schedule = parse_option("--schedule", opt("--schedule", "1f1b"), [](const std::string& v) {
+    return parse_layout("sched=" + v).schedule;
+  });
   space.hsdp = !has("--no-hsdp");
   space.tp_across_nodes = has("--allow-tp-across-nodes");
-  space.max_bubble = std::strtod(opt("--max-bubble", "0.5").c_str(), nullptr);
-  space.memory_budget = std::strtod(opt("--memory-budget", "0").c_str(), nullptr) * 1e9;
-  const int top = to_int("--top", opt("--top", "10"));
+  if (has("--max-bubble")) {
+    space.max_bubble = to_number("--max-bubble", opt("--max-bubble", ""), "a number >= 0");
+    TESSERA_REQUIRE(space.max_bubble >= 0, "option --max-bubble = ", space.max_bubble,
+                    " is out of range; allowed: a number >= 0 (a fraction of the step)");
+  }
+  if (has("--memory-budget")) {
+    const double capacity_gb = cluster.memory / 1e9;
+    const std::string allowed = cat("GB in (0, ", capacity_gb, "], the accelerator's memory");
+    const double gb = to_number("--memory-budget", opt("--memory-budget", ""), allowed);
+    TESSERA_REQUIRE(gb > 0 && gb <= capacity_gb, "option --memory-budget = ", gb,
+                    " is out of range; allowed: ", allowed);
+    space.memory_budget = gb * 1e9;
+  }
+  const int top = to_int("--top", opt("--top", "10"), 1, kMaxCount);
   const bool json_stdout = opt("--json", "") == "-";
 
   std::string json;
@@ -247,7 +353,7 @@ void run(const std::vector<std::string>& argv) {
     if (!json_stdout) std::fputs(format_explain(w, e, cluster).c_str(), stdout);
   } else {
     const SearchResult r = search(w, cluster, accelerators, rt, space);
-    json = search_json(w, cluster, accelerators, r, std::max(top, 1));
+    json = search_json(w, cluster, accelerators, r, top);
     if (!json_stdout) {
       std::printf(
           "tessera-plan: %s\n  %s\n  %d accelerators on %s; runtime %s; %d layouts "

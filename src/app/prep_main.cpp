@@ -15,8 +15,8 @@
 #include "core/error.hpp"
 #include "io/dataset_inputs.hpp"
 #include "io/dataset_writer.hpp"
-#include "report/prep_progress.hpp"
 #include "io/tokenizer.hpp"
+#include "report/prep_progress.hpp"
 
 namespace {
 
@@ -98,16 +98,18 @@ void prep(const Args& args) {
   TESSERA_REQUIRE(args.options.count("--tokenizer"),
                   "no tokenizer given; pass --tokenizer byte or --tokenizer gpt2");
   TESSERA_REQUIRE(args.options.count("--out"), "no output given; pass --out OUT.h5");
+  const std::string out = get("--out");
   TESSERA_REQUIRE(!args.inputs.empty(),
                   "no inputs given; pass text files, .jsonl files or directories");
   const bool split_lines = args.options.count("--split-lines") > 0;
   const std::vector<tessera::InputFile> files = tessera::expand_inputs(args.inputs);
+  tessera::require_output_apart(out, files);  // before anything is written
   const std::unique_ptr<tessera::Tokenizer> tokenizer =
       tessera::make_tokenizer(get("--tokenizer"), get("--vocab-dir"));
 
   uint64_t total = 0;
   for (const tessera::InputFile& f : files) total += f.bytes;
-  tessera::DatasetWriter writer(get("--out"), *tokenizer, split_lines);
+  tessera::DatasetWriter writer(out, *tokenizer, split_lines);
   tessera::PrepProgress progress(total);
   uint64_t before = 0;
   for (const tessera::InputFile& f : files) {
@@ -118,13 +120,17 @@ void prep(const Args& args) {
         [&](uint64_t done) { progress.update(before + done); });
     before += f.bytes;
   }
-  writer.finish();
   progress.finish();
+  // Nothing to train on: the writer's destructor removes its temporary file.
+  TESSERA_REQUIRE(writer.documents() > 0, "the inputs hold no documents (", files.size(), " file",
+                  files.size() == 1 ? "" : "s", ", ", total,
+                  " bytes, all empty or blank); nothing was written to '", out, "'");
+  writer.finish();
   const double secs = progress.seconds(), mb = 1e-6 * double(total);
   std::printf(
       "tessera-prep: wrote %s: %lld documents, %lld tokens (%s, %s) from %zu file%s, %.2f MB "
       "in %.2f s (%.1f MB/s)\n",
-      get("--out").c_str(), (long long)writer.documents(), (long long)writer.tokens(),
+      out.c_str(), (long long)writer.documents(), (long long)writer.tokens(),
       tokenizer->kind().c_str(), writer.wide() ? "uint32" : "uint16", files.size(),
       files.size() == 1 ? "" : "s", mb, secs, mb / std::max(secs, 1e-9));
 }

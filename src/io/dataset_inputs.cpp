@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/error.hpp"
+#include "io/dataset_writer.hpp"
 #include "io/json_reader.hpp"
 
 namespace fs = std::filesystem;
@@ -78,6 +79,30 @@ std::vector<InputFile> expand_inputs(const std::vector<std::string>& paths) {
     for (const fs::path& p : inside) files.push_back(input_file(p));
   }
   return files;
+}
+
+void require_output_apart(const std::string& out, const std::vector<InputFile>& files) {
+  TESSERA_REQUIRE(!out.empty(), "--out is empty; pass --out OUT.h5, the dataset file to write");
+  std::error_code ec;
+  const fs::file_status st = fs::status(out, ec);
+  TESSERA_REQUIRE(!fs::is_directory(st) && !fs::path(out).filename().empty(), "--out '", out,
+                  "' names a directory; pass the name of the dataset file to write, e.g. --out ",
+                  (fs::path(out) / "data.h5").string());
+  TESSERA_REQUIRE(!fs::exists(st) || fs::is_regular_file(st), "--out '", out,
+                  "' exists and is not a regular file; pass the name of a dataset file to write");
+  const std::string tmp = DatasetWriter::temporary_path(out);
+  for (const InputFile& f : files) {
+    const auto same = [&](const std::string& path) {
+      std::error_code ignored;
+      return fs::equivalent(path, f.path, ignored);  // false when path does not exist
+    };
+    TESSERA_REQUIRE(!same(out), "--out '", out, "' is the input '", f.path,
+                    "' (the same file); writing it would destroy the input; choose another "
+                    "output name");
+    TESSERA_REQUIRE(!same(tmp), "--out '", out, "' is written first as '", tmp,
+                    "', which is the input '", f.path,
+                    "' (the same file); choose another output name");
+  }
 }
 
 void for_each_document(const InputFile& file, bool split_lines,

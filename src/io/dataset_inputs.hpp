@@ -25,6 +25,12 @@ struct InputFile {
 // Throws a collective Error naming an input that does not exist or cannot be read.
 std::vector<InputFile> expand_inputs(const std::vector<std::string>& paths);
 
+// Throws a collective Error, before anything is written, when `out` cannot be the dataset
+// written from `files`: it is empty, names a directory or an existing file that is not a
+// regular file, or it or its temporary name (DatasetWriter::temporary_path) is one of the
+// inputs (the same file by device and inode: through a symbolic or hard link, `./`, ...).
+void require_output_apart(const std::string& out, const std::vector<InputFile>& files);
+
 // Calls document(text) for each document of the file in order, and progress(bytes read so
 // far) now and then and at the end. Throws a collective Error naming the file (and line)
 // on unreadable or malformed input.

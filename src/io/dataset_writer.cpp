@@ -49,7 +49,7 @@ std::string json_quote(std::string_view s) {
 
 DatasetWriter::DatasetWriter(const std::string& path, const Tokenizer& tokenizer, bool split_lines)
     : path_(path),
-      tmp_path_(path + ".tmp"),
+      tmp_path_(temporary_path(path)),
       kind_(tokenizer.kind()),
       vocab_hash_(tokenizer.vocab_hash()),
       vocab_size_(tokenizer.vocab_size()),

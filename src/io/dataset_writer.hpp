@@ -26,6 +26,8 @@ class Tokenizer;
 class DatasetWriter {
  public:
   DatasetWriter(const std::string& path, const Tokenizer& tokenizer, bool split_lines);
+  // The name the dataset is written under until finish() renames it to path.
+  static std::string temporary_path(const std::string& path) { return path + ".tmp"; }
   ~DatasetWriter();  // an unfinished file is removed
   DatasetWriter(const DatasetWriter&) = delete;
   DatasetWriter& operator=(const DatasetWriter&) = delete;

@@ -6,14 +6,19 @@
 #    stopped by its PID)
 #
 # Needs root (the daemons run as root, as does the job) and slurm-wlm and munge, which it
-# installs with tools/install-deps when they are missing. Nothing outside WORKDIR is
-# written: its own munge key and socket, free TCP ports, spool, state and logs. The node
+# installs with tools/install-deps when they are missing. It uses its own munge key and
+# socket and free TCP ports. slurm.conf and the logs are written under WORKDIR; the
+# sockets, pid files, spool and state go to a private directory made with
+# `mktemp -d /tmp/tsl.XXXXXX` (CLUSTER_RUN), because a Unix socket's path may have at most
+# 107 bytes whatever WORKDIR's length (munge's socket, and slurmd's per-step sockets in its
+# spool); cluster_stop removes it. Nothing else is written. The node
 # declares CPUS CPUs (default 4), more than a small test machine has, through
 # SlurmdParameters=config_overrides; tests oversubscribe on purpose. The node is named after
 # this host, so Open MPI's mpirun in a job sees it as the local node.
 
 CLUSTER_PIDS=()     # daemons started here, stopped in reverse order
 CLUSTER_DIR=""
+CLUSTER_RUN=""       # the private short directory: sockets, pid files, spool, state
 CLUSTER_WATCHDOG=""  # a subshell that stops the daemons should this shell die untrapped
 
 cluster_log() { echo "cluster: $*" >&2; }
@@ -75,18 +80,21 @@ cluster_start() {
       command -v "$tool" >/dev/null || { echo "cluster: SKIP: $tool not found (tools/install-deps)"; exit 77; }
     done
   fi
-  rm -rf "$dir/state" "$dir/spool" "$dir/munge" "$dir"/*.log "$dir/slurm.conf"
-  mkdir -p "$dir/state" "$dir/spool" "$dir/munge"
-  chmod 700 "$dir/munge"
+  rm -rf "$dir"/*.log "$dir"/*.out "$dir/slurm.conf"
+  local run
+  run=$(mktemp -d /tmp/tsl.XXXXXX)  # mode 700; removed by cluster_stop (or the watchdog)
+  CLUSTER_RUN=$run
+  mkdir -p "$run/state" "$run/spool" "$run/munge"
+  chmod 700 "$run/munge"
 
   # munge: a fresh key, our own socket
-  head -c 1024 /dev/urandom > "$dir/munge/munge.key"
-  chmod 400 "$dir/munge/munge.key"
-  munged -F --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.sock" \
-         --pid-file="$dir/munge/munged.pid" --log-file="$dir/munged.log" \
-         --seed-file="$dir/munge/munged.seed" >/dev/null 2>&1 &
+  head -c 1024 /dev/urandom > "$run/munge/munge.key"
+  chmod 400 "$run/munge/munge.key"
+  munged -F --force --key-file="$run/munge/munge.key" --socket="$run/munge/munge.sock" \
+         --pid-file="$run/munge/munged.pid" --log-file="$dir/munged.log" \
+         --seed-file="$run/munge/munged.seed" >/dev/null 2>&1 &
   CLUSTER_PIDS+=($!)
-  cluster_wait_for 20 test -S "$dir/munge/munge.sock" || { cluster_log "munged did not start"; cat "$dir/munged.log" >&2; return 1; }
+  cluster_wait_for 20 test -S "$run/munge/munge.sock" || { cluster_log "munged did not start"; cat "$dir/munged.log" >&2; return 1; }
 
   local ports host
   read -r -a ports < <(cluster_free_ports)
@@ -102,11 +110,11 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 # cred_expire: how long a requeued job waits before it may start again (default 120 s)
-AuthInfo=socket=$dir/munge/munge.sock,cred_expire=10
-StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
-SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+AuthInfo=socket=$run/munge/munge.sock,cred_expire=10
+StateSaveLocation=$run/state
+SlurmdSpoolDir=$run/spool
+SlurmctldPidFile=$run/slurmctld.pid
+SlurmdPidFile=$run/slurmd.pid
 SlurmctldLogFile=$dir/slurmctld.log
 SlurmdLogFile=$dir/slurmd.log
 SlurmctldDebug=info
@@ -143,7 +151,8 @@ EOF
     tail -20 "$dir/slurmd.log" "$dir/slurmd.out" "$dir/slurmctld.log" >&2
     return 1
   fi
-  # If this shell is killed outright (no EXIT trap), a watchdog stops the daemons by PID.
+  # If this shell is killed outright (no EXIT trap), a watchdog stops the daemons by PID and
+  # removes the private directory.
   local shell_pid=$$ daemons="${CLUSTER_PIDS[*]}"
   (
     trap '' INT TERM
@@ -153,13 +162,23 @@ EOF
     sleep 10
     # shellcheck disable=SC2086
     kill -KILL $daemons 2>/dev/null
+    sleep 1
+    rm -rf "$run"
   ) >/dev/null 2>&1 </dev/null &
   CLUSTER_WATCHDOG=$!
-  cluster_log "up in $dir (pids ${CLUSTER_PIDS[*]}, ports ${ports[*]})"
+  cluster_log "up in $dir, sockets in $run (pids ${CLUSTER_PIDS[*]}, ports ${ports[*]})"
+}
+
+# Removes the private directory of sockets, pid files, spool and state.
+cluster_remove_run() {
+  if [ -n "${CLUSTER_RUN:-}" ]; then
+    rm -rf "$CLUSTER_RUN"
+    CLUSTER_RUN=""
+  fi
 }
 
 # Cancels what is left of the jobs, then stops the daemons started above, newest first, by
-# PID: SIGTERM, then SIGKILL after 20 s.
+# PID: SIGTERM, then SIGKILL after 20 s; then removes the private directory.
 cluster_stop() {
   local rc=$? pid t
   trap - EXIT
@@ -169,7 +188,10 @@ cluster_stop() {
     wait "$CLUSTER_WATCHDOG" 2>/dev/null
     CLUSTER_WATCHDOG=""
   fi
-  if [ ${#CLUSTER_PIDS[@]} -eq 0 ]; then return $rc; fi
+  if [ ${#CLUSTER_PIDS[@]} -eq 0 ]; then
+    cluster_remove_run
+    return $rc
+  fi
   if [ -n "${SLURM_CONF:-}" ] && scontrol ping >/dev/null 2>&1; then
     scancel --full --signal=KILL --state=RUNNING,PENDING,SUSPENDED --partition=test >/dev/null 2>&1
     scancel --partition=test >/dev/null 2>&1
@@ -192,6 +214,7 @@ cluster_stop() {
   done
   cluster_log "stopped (pids ${CLUSTER_PIDS[*]})"
   CLUSTER_PIDS=()
+  cluster_remove_run
   return $rc
 }
 
