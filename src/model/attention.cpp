@@ -19,7 +19,7 @@ Attention::Attention(ParamStore& store, const std::string& name, const ModelConf
   o_ = Linear(store, name + ".o", qd, C, bias, resid_std, Split::row, t, r);
 }
 
-void Attention::forward(StepContext& ctx, const float* x, float* y) {
+void Attention::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
   const int64_t B = ctx.batch, T = cfg_.seq_len, N = B * T, D = cfg_.head_dim;
   const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local(), C = cfg_.d_model;
   Saved& s = slots_.at(ctx.slot);
@@ -30,24 +30,23 @@ void Attention::forward(StepContext& ctx, const float* x, float* y) {
     s.att = Buffer(ctx.alloc, Shape{N, Hq * D}, DType::f32, Charge::activations);
     s.lse = Buffer(ctx.alloc, Shape{B * Hq, T}, DType::f32, Charge::activations);
   }
-  q_.forward(x, s.q.f32(), N);
-  k_.forward(x, s.k.f32(), N);
-  v_.forward(x, s.v.f32(), N);
+  q_.forward(x, s.q.view());
+  k_.forward(x, s.k.view());
+  v_.forward(x, s.v.view());
   if (cfg_.arch == Arch::llama) {
     kernels::rope(s.q.view(), B, T, Hq, D, 0, cfg_.rope_theta, false);
     kernels::rope(s.k.view(), B, T, Hkv, D, 0, cfg_.rope_theta, false);
   }
   const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
   kernels::attention_forward(s.q.view(), s.k.view(), s.v.view(), s.att.view(), s.lse.view(), shape);
-  if (tp::size(ctx) == 1) return o_.forward(s.att.f32(), y, N, /*accumulate=*/true);
-  float* partial = ctx.scratch.get(ScratchId::tp_partial, {N, C}).f32();
-  o_.forward(s.att.f32(), partial, N);
-  tp::reduce_into(ctx, partial, y, ctx.scratch.get(ScratchId::tp_sum, {tp::rows(ctx, N), C}).f32(),
-                  N, C, true);
-  o_.add_bias(y, tp::rows(ctx, N));
+  if (tp::size(ctx) == 1) return o_.forward(s.att.view(), y, /*accumulate=*/true);
+  const Tensor partial = ctx.scratch.get(ScratchId::tp_partial, {N, C});
+  o_.forward(s.att.view(), partial);
+  tp::reduce_into(ctx, partial, y, ctx.scratch.get(ScratchId::tp_sum, {tp::rows(ctx, N), C}), true);
+  o_.add_bias(y);
 }
 
-void Attention::backward(StepContext& ctx, const float* x, const float* dy, float* dx) {
+void Attention::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx) {
   const int64_t B = ctx.batch, T = cfg_.seq_len, N = B * T, D = cfg_.head_dim;
   const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local(), C = cfg_.d_model;
   Saved& s = slots_.at(ctx.slot);
@@ -56,7 +55,7 @@ void Attention::backward(StepContext& ctx, const float* x, const float* dy, floa
   const Tensor dk = ctx.scratch.get(ScratchId::attn_dk, {N, Hkv * D});
   const Tensor dv = ctx.scratch.get(ScratchId::attn_dv, {N, Hkv * D});
 
-  o_.backward(s.att.f32(), dy, d_att.f32(), N);
+  o_.backward(s.att.view(), dy, d_att);
   const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
   kernels::attention_backward(d_att, s.q.view(), s.k.view(), s.v.view(), s.att.view(), s.lse.view(),
                               dq, dk, dv, shape);
@@ -65,12 +64,12 @@ void Attention::backward(StepContext& ctx, const float* x, const float* dy, floa
     kernels::rope(dk, B, T, Hkv, D, 0, cfg_.rope_theta, true);
   }
   // The input gradient sums over the ranks' heads.
-  float* dxp =
-      tp::sequence_parallel(ctx) ? ctx.scratch.get(ScratchId::tp_partial, {N, C}).f32() : dx;
-  q_.backward(x, dq.f32(), dxp, N);
-  k_.backward(x, dk.f32(), dxp, N, /*accumulate_dx=*/true);
-  v_.backward(x, dv.f32(), dxp, N, /*accumulate_dx=*/true);
-  tp::reduce_grad(ctx, dxp, dx, N, C);
+  const Tensor dxp =
+      tp::sequence_parallel(ctx) ? ctx.scratch.get(ScratchId::tp_partial, {N, C}) : dx;
+  q_.backward(x, dq, dxp);
+  k_.backward(x, dk, dxp, /*accumulate_dx=*/true);
+  v_.backward(x, dv, dxp, /*accumulate_dx=*/true);
+  tp::reduce_grad(ctx, dxp, dx);
 }
 
 }  // namespace tessera

@@ -16,10 +16,10 @@ class Attention {
 
   // y[rows,C] += o(attn(x)) for x[N,C] (all tokens; kept by the caller until backward) and
   // the rows of the residual stream this rank holds (tp::rows).
-  void forward(StepContext& ctx, const float* x, float* y);
+  void forward(StepContext& ctx, const Tensor& x, const Tensor& y);
   // dx[rows,C] = d(attn(x))/dx . dy (overwritten) for dy[N,C]; parameter gradients
   // accumulated.
-  void backward(StepContext& ctx, const float* x, const float* dy, float* dx);
+  void backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx);
 
  private:
   struct Saved {

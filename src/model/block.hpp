@@ -13,15 +13,15 @@ class Block {
  public:
   Block(ParamStore& store, const std::string& name, const ModelConfig& cfg);
 
-  // x must stay valid until backward of the same slot (it is the previous block's output).
-  // Returns this block's output, owned by the block's slot.
-  const float* forward(StepContext& ctx, const float* x);
-  // dx[N,C] overwritten with the gradient of the block's input.
-  void backward(StepContext& ctx, const float* dy, float* dx);
+  // x[rows,C] (tp::rows) must stay valid until backward of the same slot (it is the
+  // previous block's output). Returns this block's output [rows,C], owned by the block's slot.
+  Tensor forward(StepContext& ctx, const Tensor& x);
+  // dx[rows,C] overwritten with the gradient of the block's input, for dy[rows,C].
+  void backward(StepContext& ctx, const Tensor& dy, const Tensor& dx);
 
  private:
   struct Saved {
-    const float* x = nullptr;
+    Tensor x;  // the input, owned by the caller
     Buffer n1, mean1, rstd1, h, n2, mean2, rstd2, out;
   };
   const ModelConfig& cfg_;

@@ -18,51 +18,46 @@ Embedding::Embedding(ParamStore& store, const ModelConfig& cfg) : cfg_(cfg) {
                       {ParamInit::normal, cfg.init_std}, false);
 }
 
-const float* Embedding::forward(StepContext& ctx, const int32_t* ids) {
+Tensor Embedding::forward(StepContext& ctx, const Tensor& ids) {
   const int64_t T = cfg_.seq_len, N = ctx.batch * T, C = cfg_.d_model, R = tp::rows(ctx, N);
   Saved& s = slots_.at(ctx.slot);
   if (s.x.numel() != R * C) s.x = Buffer(ctx.alloc, Shape{R, C}, DType::f32, Charge::activations);
   s.ids = ids;
-  const Tensor tids = view_of(ids, {N});
   if (tp::size(ctx) > 1) {
     // Each rank looks up the ids in its rows; the sum over ranks is the whole lookup.
     const int64_t rows = cfg_.vocab_local();
     const Tensor partial = ctx.scratch.get(ScratchId::tp_partial, {N, C});
-    kernels::embedding_forward_range(tids, tok_->value, partial, N, C, cfg_.tp.rank * rows, rows);
-    tp::reduce_into(ctx, partial.f32(), s.x.f32(), ctx.scratch.get(ScratchId::tp_sum, {R, C}).f32(),
-                    N, C, false);
+    kernels::embedding_forward_range(ids, tok_->value, partial, N, C, cfg_.tp.rank * rows, rows);
+    tp::reduce_into(ctx, partial, s.x.view(), ctx.scratch.get(ScratchId::tp_sum, {R, C}), false);
     if (pos_) {
       const int64_t first = tp::first_row(ctx, N);
       for (int64_t i = 0; i < R; ++i)
         kernels::add_inplace(s.x.view().rows(i, 1), pos_->value.rows((first + i) % T, 1), C);
     }
-    return s.x.f32();
+    return s.x.view();
   }
-  kernels::embedding_forward(tids, tok_->value, s.x.view(), N, C);
+  kernels::embedding_forward(ids, tok_->value, s.x.view(), N, C);
   if (pos_)
     for (int64_t b = 0; b < ctx.batch; ++b)
       kernels::add_inplace(s.x.view().rows(b * T, T), pos_->value, T * C);
-  return s.x.f32();
+  return s.x.view();
 }
 
-void Embedding::backward(StepContext& ctx, const float* dx) {
+void Embedding::backward(StepContext& ctx, const Tensor& dx) {
   const int64_t T = cfg_.seq_len, N = ctx.batch * T, C = cfg_.d_model;
   Saved& s = slots_.at(ctx.slot);
-  const Tensor tids = view_of(s.ids, {N});
+  Tensor d = dx;  // [N, C]: every token's gradient
   if (tp::size(ctx) > 1) {
-    dx = tp::gather(
-        ctx, dx,
-        ctx.scratch.get(ScratchId::sp_gathered, {tp::sequence_parallel(ctx) ? N * C : 1}).f32(), N,
-        C);
+    d = tp::gather(
+        ctx, dx, ctx.scratch.get(ScratchId::sp_gathered, {tp::sequence_parallel(ctx) ? N * C : 1}));
     const int64_t rows = cfg_.vocab_local();
-    kernels::embedding_backward_range(tids, view_of(dx, {N, C}), tok_->grad, N, C,
-                                      cfg_.tp.rank * rows, rows);
+    kernels::embedding_backward_range(s.ids, d, tok_->grad, N, C, cfg_.tp.rank * rows, rows);
   } else {
-    kernels::embedding_backward(tids, view_of(dx, {N, C}), tok_->grad, N, C);
+    kernels::embedding_backward(s.ids, d, tok_->grad, N, C);
   }
   if (pos_)
     for (int64_t b = 0; b < ctx.batch; ++b)
-      kernels::add_inplace(pos_->grad, view_of(dx, {N, C}).rows(b * T, T), T * C);
+      kernels::add_inplace(pos_->grad, d.rows(b * T, T), T * C);
 }
 
 }  // namespace tessera

@@ -11,10 +11,11 @@ class Embedding {
  public:
   Embedding(ParamStore& store, const ModelConfig& cfg);
 
-  // ids[B*T] -> x[rows, C] (slot-owned; the rows of the residual stream this rank holds,
-  // tp::rows). ids must stay valid until backward.
-  const float* forward(StepContext& ctx, const int32_t* ids);
-  void backward(StepContext& ctx, const float* dx);
+  // ids (i32, B*T of them) -> x[rows, C] (slot-owned; the rows of the residual stream this
+  // rank holds, tp::rows). ids must stay valid until backward.
+  Tensor forward(StepContext& ctx, const Tensor& ids);
+  // Parameter gradients accumulated from dx[rows, C].
+  void backward(StepContext& ctx, const Tensor& dx);
   Param& token_table() { return *tok_; }
   // Registers embed.tok.weight as the embedding does (a pipeline's last stage keeps its own
   // copy of the table for a tied head).
@@ -22,7 +23,7 @@ class Embedding {
 
  private:
   struct Saved {
-    const int32_t* ids = nullptr;
+    Tensor ids;  // owned by the caller
     Buffer x;
   };
   const ModelConfig& cfg_;

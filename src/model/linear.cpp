@@ -1,6 +1,7 @@
 #include "model/linear.hpp"
 
 #include "kernels/kernels.hpp"
+#include "model/step_context.hpp"
 
 namespace tessera {
 
@@ -18,24 +19,23 @@ Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t o
                     split == Split::column ? TpSplit{0, tp_size, tp_rank} : none);
 }
 
-void Linear::forward(const float* x, float* y, int64_t N, bool accumulate) const {
-  const Tensor ty = view_of(y, {N, out_});
-  kernels::matmul(view_of(x, {N, in_}), w_->value, ty, N, out_, in_, false, true, 1.0f,
-                  accumulate ? 1.0f : 0.0f);
-  if (b_ && !partial_) kernels::bias_add(ty, b_->value, N, out_);
+void Linear::forward(const Tensor& x, const Tensor& y, bool accumulate) const {
+  const int64_t N = rows_of(x, in_, "Linear::forward x");
+  kernels::matmul(x, w_->value, y, N, out_, in_, false, true, 1.0f, accumulate ? 1.0f : 0.0f);
+  if (b_ && !partial_) kernels::bias_add(y, b_->value, N, out_);
 }
 
-void Linear::add_bias(float* y, int64_t N) const {
-  if (b_) kernels::bias_add(view_of(y, {N, out_}), b_->value, N, out_);
+void Linear::add_bias(const Tensor& y) const {
+  if (b_) kernels::bias_add(y, b_->value, rows_of(y, out_, "Linear::add_bias y"), out_);
 }
 
-void Linear::backward(const float* x, const float* dy, float* dx, int64_t N,
+void Linear::backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
                       bool accumulate_dx) const {
-  const Tensor tdy = view_of(dy, {N, out_});
-  kernels::matmul(tdy, view_of(x, {N, in_}), w_->grad, out_, in_, N, true, false, 1.0f, 1.0f);
-  if (b_) kernels::bias_backward(tdy, b_->grad, N, out_);
-  if (dx)
-    kernels::matmul(tdy, w_->value, view_of(dx, {N, in_}), N, in_, out_, false, false, 1.0f,
+  const int64_t N = rows_of(dy, out_, "Linear::backward dy");
+  kernels::matmul(dy, x, w_->grad, out_, in_, N, true, false, 1.0f, 1.0f);
+  if (b_) kernels::bias_backward(dy, b_->grad, N, out_);
+  if (dx.data)
+    kernels::matmul(dy, w_->value, dx, N, in_, out_, false, false, 1.0f,
                     accumulate_dx ? 1.0f : 0.0f);
 }
 

@@ -22,13 +22,14 @@ class Linear {
   Linear(ParamStore& store, const std::string& name, int64_t in, int64_t out, bool bias,
          float init_std, Split split = Split::none, int64_t tp_size = 1, int64_t tp_rank = 0);
 
-  // y[N,out] = x W^T + b, or y += that when accumulate is set (sizes local; a row-parallel
-  // map split over several ranks leaves the bias out).
-  void forward(const float* x, float* y, int64_t N, bool accumulate = false) const;
+  // y[N,out] = x[N,in] W^T + b, or y += that when accumulate is set (sizes local; a
+  // row-parallel map split over several ranks leaves the bias out). N is x's rows.
+  void forward(const Tensor& x, const Tensor& y, bool accumulate = false) const;
   // y[N,out] += b (row-parallel maps, after the sum over ranks).
-  void add_bias(float* y, int64_t N) const;
-  // dW += dy^T x, db += colsum(dy); dx[N,in] = dy W (or += when accumulate_dx); dx may be null.
-  void backward(const float* x, const float* dy, float* dx, int64_t N,
+  void add_bias(const Tensor& y) const;
+  // dW += dy^T x, db += colsum(dy); dx[N,in] = dy W (or += when accumulate_dx); dx may be
+  // empty (no input gradient). N is dy's rows.
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
                 bool accumulate_dx = false) const;
 
   int64_t in() const { return in_; }    // this rank's

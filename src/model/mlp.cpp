@@ -19,7 +19,7 @@ Mlp::Mlp(ParamStore& store, const std::string& name, const ModelConfig& cfg)
   down_ = Linear(store, name + ".down", F, C, bias, resid_std, Split::row, t, r);
 }
 
-void Mlp::forward(StepContext& ctx, const float* x, float* y) {
+void Mlp::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
   const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_local(), C = cfg_.d_model;
   Saved& s = slots_.at(ctx.slot);
   if (s.up.numel() != N * F) {
@@ -27,39 +27,38 @@ void Mlp::forward(StepContext& ctx, const float* x, float* y) {
     s.up = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
     s.act = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
   }
-  up_.forward(x, s.up.f32(), N);
+  up_.forward(x, s.up.view());
   if (swiglu_) {
-    gate_.forward(x, s.gate.f32(), N);
+    gate_.forward(x, s.gate.view());
     kernels::swiglu_forward(s.gate.view(), s.up.view(), s.act.view(), N * F);
   } else {
     kernels::gelu_forward(s.up.view(), s.act.view(), N * F);
   }
-  if (tp::size(ctx) == 1) return down_.forward(s.act.f32(), y, N, /*accumulate=*/true);
-  float* partial = ctx.scratch.get(ScratchId::tp_partial, {N, C}).f32();
-  down_.forward(s.act.f32(), partial, N);
-  tp::reduce_into(ctx, partial, y, ctx.scratch.get(ScratchId::tp_sum, {tp::rows(ctx, N), C}).f32(),
-                  N, C, true);
-  down_.add_bias(y, tp::rows(ctx, N));
+  if (tp::size(ctx) == 1) return down_.forward(s.act.view(), y, /*accumulate=*/true);
+  const Tensor partial = ctx.scratch.get(ScratchId::tp_partial, {N, C});
+  down_.forward(s.act.view(), partial);
+  tp::reduce_into(ctx, partial, y, ctx.scratch.get(ScratchId::tp_sum, {tp::rows(ctx, N), C}), true);
+  down_.add_bias(y);
 }
 
-void Mlp::backward(StepContext& ctx, const float* x, const float* dy, float* dx) {
+void Mlp::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx) {
   const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_local(), C = cfg_.d_model;
-  float* dxp =
-      tp::sequence_parallel(ctx) ? ctx.scratch.get(ScratchId::tp_partial, {N, C}).f32() : dx;
+  const Tensor dxp =
+      tp::sequence_parallel(ctx) ? ctx.scratch.get(ScratchId::tp_partial, {N, C}) : dx;
   Saved& s = slots_.at(ctx.slot);
   const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {N, F});
   const Tensor d_up = ctx.scratch.get(ScratchId::mlp_d_up, {N, F});
-  down_.backward(s.act.f32(), dy, d_act.f32(), N);
+  down_.backward(s.act.view(), dy, d_act);
   if (swiglu_) {
     const Tensor d_gate = ctx.scratch.get(ScratchId::mlp_d_gate, {N, F});
     kernels::swiglu_backward(d_act, s.gate.view(), s.up.view(), d_gate, d_up, N * F);
-    gate_.backward(x, d_gate.f32(), dxp, N);
-    up_.backward(x, d_up.f32(), dxp, N, /*accumulate_dx=*/true);
+    gate_.backward(x, d_gate, dxp);
+    up_.backward(x, d_up, dxp, /*accumulate_dx=*/true);
   } else {
     kernels::gelu_backward(d_act, s.up.view(), d_up, N * F);
-    up_.backward(x, d_up.f32(), dxp, N);
+    up_.backward(x, d_up, dxp);
   }
-  tp::reduce_grad(ctx, dxp, dx, N, C);  // the input gradient sums over the ranks' slices
+  tp::reduce_grad(ctx, dxp, dx);  // the input gradient sums over the ranks' slices
 }
 
 }  // namespace tessera

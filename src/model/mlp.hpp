@@ -15,9 +15,9 @@ class Mlp {
 
   // y[rows,C] += down(act(x)) for x[N,C] (kept by the caller until backward); rows as in
   // Attention::forward.
-  void forward(StepContext& ctx, const float* x, float* y);
+  void forward(StepContext& ctx, const Tensor& x, const Tensor& y);
   // dx[rows,C] overwritten for dy[N,C]; parameter gradients accumulated.
-  void backward(StepContext& ctx, const float* x, const float* dy, float* dx);
+  void backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx);
 
  private:
   struct Saved {

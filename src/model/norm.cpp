@@ -1,6 +1,7 @@
 #include "model/norm.hpp"
 
 #include "kernels/kernels.hpp"
+#include "model/step_context.hpp"
 
 namespace tessera {
 
@@ -15,24 +16,21 @@ Norm::Norm(ParamStore& store, const std::string& name, int64_t C, bool layernorm
   }
 }
 
-// The row statistics are [N] views; mean is absent (empty) for RMSNorm.
-void Norm::forward(const float* x, float* y, float* mean, float* rstd, int64_t N) const {
-  const Tensor tx = view_of(x, {N, C_}), ty = view_of(y, {N, C_}), tr = view_of(rstd, {N});
+void Norm::forward(const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& rstd) const {
+  const int64_t N = rows_of(x, C_, "Norm::forward x");
   if (b_)
-    kernels::layernorm_forward(tx, w_->value, b_->value, ty, view_of(mean, {N}), tr, N, C_, eps_);
+    kernels::layernorm_forward(x, w_->value, b_->value, y, mean, rstd, N, C_, eps_);
   else
-    kernels::rmsnorm_forward(tx, w_->value, ty, tr, N, C_, eps_);
+    kernels::rmsnorm_forward(x, w_->value, y, rstd, N, C_, eps_);
 }
 
-void Norm::backward(const float* x, const float* dy, const float* mean, const float* rstd,
-                    float* dx, int64_t N) const {
-  const Tensor tx = view_of(x, {N, C_}), tdy = view_of(dy, {N, C_}), tdx = view_of(dx, {N, C_});
-  const Tensor tr = view_of(rstd, {N});
+void Norm::backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& rstd,
+                    const Tensor& dx) const {
+  const int64_t N = rows_of(x, C_, "Norm::backward x");
   if (b_)
-    kernels::layernorm_backward(tdy, tx, w_->value, view_of(mean, {N}), tr, tdx, w_->grad, b_->grad,
-                                N, C_);
+    kernels::layernorm_backward(dy, x, w_->value, mean, rstd, dx, w_->grad, b_->grad, N, C_);
   else
-    kernels::rmsnorm_backward(tdy, tx, w_->value, tr, tdx, w_->grad, N, C_);
+    kernels::rmsnorm_backward(dy, x, w_->value, rstd, dx, w_->grad, N, C_);
 }
 
 }  // namespace tessera

@@ -16,11 +16,12 @@ class Norm {
   Norm(ParamStore& store, const std::string& name, int64_t C, bool layernorm, float eps,
        bool token_sharded = false);
 
-  // mean is unused (may be null) for RMSNorm.
-  void forward(const float* x, float* y, float* mean, float* rstd, int64_t N) const;
-  // dx overwritten; parameter gradients accumulated.
-  void backward(const float* x, const float* dy, const float* mean, const float* rstd, float* dx,
-                int64_t N) const;
+  // y[N,C] = norm(x[N,C]); the row statistics mean[N] and rstd[N] are saved for backward
+  // (mean is unused, and may be empty, for RMSNorm).
+  void forward(const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& rstd) const;
+  // dx[N,C] overwritten; parameter gradients accumulated.
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& rstd,
+                const Tensor& dx) const;
   bool layernorm() const { return b_ != nullptr; }
 
  private:

@@ -15,20 +15,22 @@ class OutputHead {
   // tied: the output weight is the token embedding table.
   OutputHead(ParamStore& store, const ModelConfig& cfg, Param* tied);
 
-  // x[rows, C] (tp::rows), targets[N]. Returns the sum over all N tokens of
+  // x[rows, C] (tp::rows), targets (i32, N of them). Returns the sum over all N tokens of
   // -log p(target). In training also accumulates the output weight's gradient (scaled by
   // ctx.loss_scale) and saves what backward needs.
-  double forward(StepContext& ctx, const float* x, const int32_t* targets);
+  double forward(StepContext& ctx, const Tensor& x, const Tensor& targets);
   // dx[rows,C] overwritten: the gradient reaching the last block's output.
-  void backward(StepContext& ctx, float* dx);
-  // logits[N, V] of the unpadded vocabulary (forward only, nothing saved).
-  void logits(StepContext& ctx, const float* x, float* out);
+  void backward(StepContext& ctx, const Tensor& dx);
+  // out[N, V] = the logits of the unpadded vocabulary for x[N, C] (forward only, nothing
+  // saved).
+  void logits(StepContext& ctx, const Tensor& x, const Tensor& out);
 
  private:
-  void parallel_cross_entropy(StepContext& ctx, float* logits, const int32_t* targets,
-                              float* losses, int64_t N);
+  // logits[N, Vl] (this rank's columns), targets and losses[N].
+  void parallel_cross_entropy(StepContext& ctx, const Tensor& logits, const Tensor& targets,
+                              const Tensor& losses);
   struct Saved {
-    const float* x = nullptr;
+    Tensor x;  // the input, owned by the caller
     Buffer mean, rstd, dxn;
   };
   const ModelConfig& cfg_;

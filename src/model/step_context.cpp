@@ -1,5 +1,8 @@
 #include "model/step_context.hpp"
 
+#include <stdexcept>
+#include <string>
+
 namespace tessera {
 
 Tensor Scratch::get(ScratchId id, Shape shape, DType dtype) {
@@ -9,6 +12,13 @@ Tensor Scratch::get(ScratchId id, Shape shape, DType dtype) {
   const int64_t words = (shape.numel() * int64_t(dtype_size(dtype)) + 3) / 4;
   if (b.numel() < words) b = Buffer(alloc_, Shape{words}, DType::f32, Charge::workspace);
   return view_of(b.view().data, dtype, shape);
+}
+
+int64_t rows_of(const Tensor& t, int64_t cols, const char* what) {
+  if (t.shape.ndim != 2 || t.shape[1] != cols)
+    throw std::logic_error(std::string(what) + ": expected [rows, " + std::to_string(cols) +
+                           "], got " + t.shape.str());
+  return t.shape[0];
 }
 
 }  // namespace tessera

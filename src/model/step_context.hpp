@@ -38,6 +38,11 @@ struct StepContext {
   bool reduce_partial_grads = true;
 };
 
+// The rows of t, an activation or gradient that must be [rows, cols]: layers take their sizes
+// from their inputs' shapes, so a tensor of another shape raises std::logic_error naming
+// `what` instead of being read with the wrong sizes.
+int64_t rows_of(const Tensor& t, int64_t cols, const char* what);
+
 // Per-slot saved state of one layer: slot i is created on first use and then reused, so the
 // number of slots follows the schedule (1 for the serial path, up to the pipeline depth).
 template <class Saved>

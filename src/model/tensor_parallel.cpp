@@ -12,32 +12,35 @@ int64_t first_row(const StepContext& ctx, int64_t N) {
   return sequence_parallel(ctx) ? ctx.par.tp.rank() * (N / size(ctx)) : 0;
 }
 
-const float* gather(StepContext& ctx, const float* x, float* full, int64_t N, int64_t C) {
+Tensor gather(StepContext& ctx, const Tensor& x, const Tensor& full) {
   if (!sequence_parallel(ctx)) return x;
-  ctx.par.tp.all_gather(x, full, rows(ctx, N) * C);
-  return full;
+  const int64_t R = x.shape[0], C = x.shape[1];
+  ctx.par.tp.all_gather(x.f32(), full.f32(), R * C);
+  return view_of(full.data, x.dtype, Shape{R * size(ctx), C}, x.space);
 }
 
-void reduce_into(StepContext& ctx, float* partial, float* y, float* scratch, int64_t N,
-                 int64_t C, bool accumulate) {
-  const int64_t n = rows(ctx, N) * C;
-  float* sum = partial;
+void reduce_into(StepContext& ctx, const Tensor& partial, const Tensor& y, const Tensor& scratch,
+                 bool accumulate) {
+  const int64_t n = y.numel();
+  Tensor sum = partial;
   if (sequence_parallel(ctx)) {
-    ctx.par.tp.reduce_scatter(partial, scratch, n);
+    ctx.par.tp.reduce_scatter(partial.f32(), scratch.f32(), n);
     sum = scratch;
   } else if (size(ctx) > 1) {
-    ctx.par.tp.all_reduce(partial, n);
+    ctx.par.tp.all_reduce(partial.f32(), n);
   }
   if (accumulate)
-    kernels::add_inplace(view_of(y, {n}), view_of(sum, {n}), n);
+    kernels::add_inplace(y, sum, n);
   else
-    kernels::copy(view_of(sum, {n}), view_of(y, {n}), n);
+    kernels::copy(sum, y, n);
 }
 
-void reduce_grad(StepContext& ctx, float* partial, float* out, int64_t N, int64_t C) {
-  if (sequence_parallel(ctx)) return ctx.par.tp.reduce_scatter(partial, out, rows(ctx, N) * C);
-  if (size(ctx) > 1) ctx.par.tp.all_reduce(partial, N * C);
-  if (partial != out) kernels::copy(view_of(partial, {N, C}), view_of(out, {N, C}), N * C);
+void reduce_grad(StepContext& ctx, const Tensor& partial, const Tensor& out) {
+  if (sequence_parallel(ctx))
+    return ctx.par.tp.reduce_scatter(partial.f32(), out.f32(), out.numel());
+  const int64_t n = partial.numel();
+  if (size(ctx) > 1) ctx.par.tp.all_reduce(partial.f32(), n);
+  if (partial.data != out.data) kernels::copy(partial, out, n);
 }
 
 }  // namespace tessera::tp

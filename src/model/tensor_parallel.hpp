@@ -23,14 +23,15 @@ int64_t rows(const StepContext& ctx, int64_t N);
 // Index of this rank's first row among the N.
 int64_t first_row(const StepContext& ctx, int64_t N);
 
-// x[rows, C] -> the whole [N, C]: x itself, or all-gathered into `full` (sequence parallel).
-const float* gather(StepContext& ctx, const float* x, float* full, int64_t N, int64_t C);
+// x[rows, C] -> the whole [N, C]: x itself, or all-gathered into `full` (sequence parallel;
+// it must hold N * C elements, its shape is not used).
+Tensor gather(StepContext& ctx, const Tensor& x, const Tensor& full);
 // y[rows, C] (+)= the sum over ranks of partial[N, C] (overwritten): all-reduce, or
 // reduce-scatter with sequence parallelism; scratch[rows, C] is used then.
-void reduce_into(StepContext& ctx, float* partial, float* y, float* scratch, int64_t N,
-                 int64_t C, bool accumulate);
+void reduce_into(StepContext& ctx, const Tensor& partial, const Tensor& y, const Tensor& scratch,
+                 bool accumulate);
 // The gradient of a column-parallel block's input: out[rows, C] = the sum over ranks of
-// partial[N, C]; partial may equal out without sequence parallelism (all-reduce in place).
-void reduce_grad(StepContext& ctx, float* partial, float* out, int64_t N, int64_t C);
+// partial[N, C]; partial may be out without sequence parallelism (all-reduce in place).
+void reduce_grad(StepContext& ctx, const Tensor& partial, const Tensor& out);
 
 }  // namespace tessera::tp

@@ -53,15 +53,15 @@ auto Transformer::around(StepContext& ctx, int part, Pass pass, Fn&& fn) {
   return result;
 }
 
-const float* Transformer::trunk(StepContext& ctx, const int32_t* ids) {
-  const float* x = around(ctx, 0, Pass::forward, [&] { return embed_->forward(ctx, ids); });
+Tensor Transformer::trunk(StepContext& ctx, const Tensor& ids) {
+  Tensor x = around(ctx, 0, Pass::forward, [&] { return embed_->forward(ctx, ids); });
   for (size_t l = 0; l < blocks_.size(); ++l)
     x = around(ctx, int(l) + 1, Pass::forward, [&] { return blocks_[l]->forward(ctx, x); });
   return x;
 }
 
-const float* Transformer::forward_chunk(StepContext& ctx, int k, const int32_t* ids,
-                                        const float* x, const int32_t* targets, double* loss) {
+Tensor Transformer::forward_chunk(StepContext& ctx, int k, const Tensor& ids, Tensor x,
+                                  const Tensor& targets, double* loss) {
   const ChunkLayers& c = chunks_[size_t(k)];
   if (c.embedding) x = around(ctx, 0, Pass::forward, [&] { return embed_->forward(ctx, ids); });
   for (int64_t l = c.first; l < c.last; ++l)
@@ -69,17 +69,17 @@ const float* Transformer::forward_chunk(StepContext& ctx, int k, const int32_t* 
                [&] { return blocks_[size_t(l)]->forward(ctx, x); });
   if (!c.head) return x;
   *loss += around(ctx, head_part(), Pass::forward, [&] { return head_->forward(ctx, x, targets); });
-  return nullptr;
+  return Tensor{};
 }
 
-const float* Transformer::backward_chunk(StepContext& ctx, int k, const float* dy) {
+Tensor Transformer::backward_chunk(StepContext& ctx, int k, const Tensor& dy) {
   const ChunkLayers& c = chunks_[size_t(k)];
-  const int64_t n = tp::rows(ctx, ctx.batch * cfg_.seq_len) * cfg_.d_model;
-  float* grad = ctx.scratch.get(ScratchId::grad_a, {n}).f32();
-  float* next = ctx.scratch.get(ScratchId::grad_b, {n}).f32();
+  const int64_t R = tp::rows(ctx, ctx.batch * cfg_.seq_len), C = cfg_.d_model;
+  Tensor grad = ctx.scratch.get(ScratchId::grad_a, {R, C});
+  Tensor next = ctx.scratch.get(ScratchId::grad_b, {R, C});
   if (c.head) around(ctx, head_part(), Pass::backward, [&] { return (head_->backward(ctx, grad), 0); });
   else
-    kernels::copy(view_of(dy, {n}), view_of(grad, {n}), n);
+    kernels::copy(dy, grad, R * C);
   for (int64_t l = c.last - 1; l >= c.first; --l) {
     around(ctx, int(l) + 1, Pass::backward,
            [&] { return (blocks_[size_t(l)]->backward(ctx, grad, next), 0); });
@@ -87,19 +87,21 @@ const float* Transformer::backward_chunk(StepContext& ctx, int k, const float* d
   }
   if (!c.embedding) return grad;
   around(ctx, 0, Pass::backward, [&] { return (embed_->backward(ctx, grad), 0); });
-  return nullptr;
+  return Tensor{};
 }
 
-double Transformer::forward(StepContext& ctx, const int32_t* ids, const int32_t* targets) {
+double Transformer::forward(StepContext& ctx, const Tensor& ids, const Tensor& targets) {
   double loss = 0;
-  forward_chunk(ctx, 0, ids, nullptr, targets, &loss);
+  forward_chunk(ctx, 0, ids, Tensor{}, targets, &loss);
   return loss;
 }
 
-void Transformer::backward(StepContext& ctx) { backward_chunk(ctx, 0, nullptr); }
+void Transformer::backward(StepContext& ctx) {
+  backward_chunk(ctx, 0, Tensor{});
+}
 
-void Transformer::logits(StepContext& ctx, const int32_t* ids, float* out) {
-  const float* x = trunk(ctx, ids);
+void Transformer::logits(StepContext& ctx, const Tensor& ids, const Tensor& out) {
+  const Tensor x = trunk(ctx, ids);
   around(ctx, head_part(), Pass::forward, [&] { return (head_->logits(ctx, x, out), 0); });
 }
 

@@ -23,22 +23,23 @@ class Transformer {
   // the trainer keeps the two copies' gradients summed).
   Transformer(const ModelConfig& cfg, ParamStore& store, std::vector<ChunkLayers> chunks);
 
-  // ids, targets: [batch, T]; both must stay valid until backward of the same slot.
+  // ids, targets: i32 [batch, T]; both must stay valid until backward of the same slot.
   // Returns the summed token loss of the micro-batch.
-  double forward(StepContext& ctx, const int32_t* ids, const int32_t* targets);
+  double forward(StepContext& ctx, const Tensor& ids, const Tensor& targets);
   void backward(StepContext& ctx);
-  // logits[batch, T, V] for ids (forward only).
-  void logits(StepContext& ctx, const int32_t* ids, float* out);
+  // out[batch * T, V] = the logits for ids (forward only).
+  void logits(StepContext& ctx, const Tensor& ids, const Tensor& out);
 
   // Forward of local chunk k: from ids when the chunk has the embedding, else from x
-  // ([rows, C], valid until backward of the same slot). Returns the chunk's output (owned by
-  // the slot), or null for a chunk with the head, which adds the summed token loss to *loss.
-  const float* forward_chunk(StepContext& ctx, int k, const int32_t* ids, const float* x,
-                             const int32_t* targets, double* loss);
-  // Backward of local chunk k from dy (the gradient of its output; ignored for the head
-  // chunk). Returns the gradient of its input (scratch, valid until the next call), or null
-  // for the chunk with the embedding.
-  const float* backward_chunk(StepContext& ctx, int k, const float* dy);
+  // ([rows, C], valid until backward of the same slot). Returns the chunk's output [rows, C]
+  // (owned by the slot), or an empty Tensor for a chunk with the head, which adds the summed
+  // token loss to *loss.
+  Tensor forward_chunk(StepContext& ctx, int k, const Tensor& ids, Tensor x, const Tensor& targets,
+                       double* loss);
+  // Backward of local chunk k from dy ([rows, C], the gradient of its output; ignored for the
+  // head chunk). Returns the gradient of its input [rows, C] (scratch, valid until the next
+  // call), or an empty Tensor for the chunk with the embedding.
+  Tensor backward_chunk(StepContext& ctx, int k, const Tensor& dy);
   const std::vector<ChunkLayers>& chunks() const { return chunks_; }
   // This stage's own copy of the tied token table (null unless it has one).
   Param* tied_copy() const { return tied_copy_; }
@@ -51,7 +52,7 @@ class Transformer {
   PartAccess access() const { return {head_part(), cfg_.tie_embeddings}; }
 
  private:
-  const float* trunk(StepContext& ctx, const int32_t* ids);
+  Tensor trunk(StepContext& ctx, const Tensor& ids);
 
   // Registration-index ranges [first, last) of the parameters of the embedding, each block
   // and the head: backward reports each range final as soon as its backward is done.

@@ -24,7 +24,7 @@ std::vector<int32_t> generate(Transformer& model, StepContext ctx, std::vector<i
     // window is the last T tokens, left-aligned, padded with zeros.
     const int64_t len = std::min<int64_t>(T, int64_t(prompt.size()));
     std::copy(prompt.end() - len, prompt.end(), window.begin());
-    model.logits(ctx, window.data(), logits.data());
+    model.logits(ctx, view_of(window.data(), {1, T}), view_of(logits.data(), {T, V}));
     const float* row = logits.data() + (len - 1) * V;
     int32_t next;
     if (opt.temperature <= 0) {

@@ -77,7 +77,7 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid)
   }
   StepContext ctx = context(true);
   pipeline_ = std::make_unique<pp::Executor>(grid.group(Group::pp), shape,
-                                             tp::rows(ctx, B * T) * cfg_.d_model, alloc_);
+                                             Shape{tp::rows(ctx, B * T), cfg_.d_model}, alloc_);
 }
 
 std::vector<ChunkLayers> Trainer::pipeline_stage() {
@@ -197,16 +197,20 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx) {
     double loss = 0;
     Work(Trainer& tr, StepContext& c, bool one, std::function<void(int64_t)> l)
         : t(tr), ctx(c), serial(one), load(std::move(l)) {}
-    const float* forward(int micro, int chunk, int slot, const float* x) override {
-      const int64_t off = serial ? 0 : int64_t(micro) * ctx.batch * t.cfg_.seq_len;
+    // Micro-batch `micro` of a step's [micro-batches, B, T] tokens, as [B, T].
+    Tensor micro_batch(const Buffer& all, int micro) const {
+      const Tensor v = all.view();
+      return v.rows(micro, 1).reshaped({v.shape[1], v.shape[2]});
+    }
+    Tensor forward(int micro, int chunk, int slot, const Tensor& x) override {
       if (serial) load(micro);
       t.timer_.enter(Phase::forward);
       ctx.slot = slot;
-      const int32_t* ids = (serial ? t.inputs_ : t.pp_inputs_).i32() + off;
-      const int32_t* targets = (serial ? t.targets_ : t.pp_targets_).i32() + off;
+      const Tensor ids = serial ? t.inputs_.view() : micro_batch(t.pp_inputs_, micro);
+      const Tensor targets = serial ? t.targets_.view() : micro_batch(t.pp_targets_, micro);
       return t.model_->forward_chunk(ctx, chunk, ids, x, targets, &loss);
     }
-    const float* backward(int micro, int chunk, int slot, const float* dy) override {
+    Tensor backward(int micro, int chunk, int slot, const Tensor& dy) override {
       t.timer_.enter(Phase::backward);
       ctx.slot = slot;
       // The strategy also says when partial (sequence-parallel) gradients are summed over
@@ -228,18 +232,18 @@ double Trainer::pipeline_evaluate() {
   const pp::ScheduleShape& shape = pipeline_->shape();
   const int stage = pp.rank(), C = shape.model_chunks();
   StepContext ctx = context(false);
-  const int64_t n = tp::rows(ctx, B * T) * cfg_.d_model;
-  float* x = C > 1 ? ctx.scratch.get(ScratchId::pipeline_input, {n}).f32() : nullptr;
+  const int64_t R = tp::rows(ctx, B * T), n = R * cfg_.d_model;
+  const Tensor x = C > 1 ? ctx.scratch.get(ScratchId::pipeline_input, {R, cfg_.d_model}) : Tensor{};
   double loss_sum = 0;
   for (int64_t first = grid_.dp().rank() * B; first < eval_samples_; first += B * geo_.dp) {
     if (stage == 0 || stage == pp.size() - 1)
       load_micro_batch([&](int64_t b, int32_t* row) { data_.validation_sample(first + b, row); });
     for (int c = 0; c < C; ++c) {
       if (shape.stage_of(c) != stage) continue;
-      if (c > 0) pp.irecv(x, n, shape.stage_of(c - 1), 0).wait();
-      const float* out = model_->forward_chunk(ctx, shape.local_chunk_of(c), inputs_.i32(),
-                                               c > 0 ? x : nullptr, targets_.i32(), &loss_sum);
-      if (c < C - 1) pp.isend(out, n, shape.stage_of(c + 1), 0).wait();
+      if (c > 0) pp.irecv(x.f32(), n, shape.stage_of(c - 1), 0).wait();
+      const Tensor out = model_->forward_chunk(ctx, shape.local_chunk_of(c), inputs_.view(),
+                                               c > 0 ? x : Tensor{}, targets_.view(), &loss_sum);
+      if (c < C - 1) pp.isend(out.f32(), n, shape.stage_of(c + 1), 0).wait();
     }
   }
   grid_.dp().all_reduce(&loss_sum, 1);

@@ -29,23 +29,30 @@ struct Probe : pp::StageWork {
   int bad = 0;
   Probe(const pp::ScheduleShape& s, int st)
       : shape(s), stage(st), forwards(size_t(s.micro_batches * s.chunks)), backwards(forwards) {}
-  const float* forward(int micro, int chunk, int, const float* x) override {
+  // Counts a received message without the message's shape, or an input where none is due.
+  bool wrong_input(const Tensor& x, bool expected) const {
+    if (!expected) return x.data != nullptr;
+    return x.dtype != DType::f32 || !(x.shape == Shape{kMessage});
+  }
+  Tensor forward(int micro, int chunk, int, const Tensor& x) override {
     const int c = shape.model_chunk(stage, chunk);
     ++forwards[size_t(micro * shape.chunks + chunk)];
+    bad += wrong_input(x, c > 0);
     if (c > 0)
-      for (int64_t j = 0; j < kMessage; ++j) bad += x[j] != value(micro, c, j);
+      for (int64_t j = 0; j < kMessage; ++j) bad += x.f32()[j] != value(micro, c, j);
     for (int64_t j = 0; j < kMessage; ++j) out[size_t(j)] = value(micro, c + 1, j);
-    return c == shape.model_chunks() - 1 ? nullptr : out.data();
+    return c == shape.model_chunks() - 1 ? Tensor{} : view_of(out.data(), {kMessage});
   }
-  const float* backward(int micro, int chunk, int, const float* dy) override {
+  Tensor backward(int micro, int chunk, int, const Tensor& dy) override {
     const int c = shape.model_chunk(stage, chunk);
     const size_t i = size_t(micro * shape.chunks + chunk);
     bad += forwards[i] != backwards[i] + 1;  // its forward ran before, once
     ++backwards[i];
+    bad += wrong_input(dy, c < shape.model_chunks() - 1);
     if (c < shape.model_chunks() - 1)
-      for (int64_t j = 0; j < kMessage; ++j) bad += dy[j] != -value(micro, c + 1, j);
+      for (int64_t j = 0; j < kMessage; ++j) bad += dy.f32()[j] != -value(micro, c + 1, j);
     for (int64_t j = 0; j < kMessage; ++j) out[size_t(j)] = -value(micro, c, j);
-    return c == 0 ? nullptr : out.data();
+    return c == 0 ? Tensor{} : view_of(out.data(), {kMessage});
   }
 };
 
@@ -75,7 +82,7 @@ TEST(PipelineExecutor, EveryScheduleRunsAndMovesTheRightMessages) {
   const int p = pp.size();
   const std::vector<pp::ScheduleShape> shapes = valid_shapes(p, 3);
   for (const pp::ScheduleShape& shape : shapes) {
-    pp::Executor exec(pp, shape, kMessage, alloc);
+    pp::Executor exec(pp, shape, Shape{kMessage}, alloc);
     Probe probe(shape, pp.rank());
     for (int step = 0; step < 2; ++step) exec.run(probe);  // buffers reused
     SCOPED_TRACE(std::string(to_string(shape.kind)) + " m=" +
@@ -103,11 +110,11 @@ struct TpProbe : Probe {
     tp.all_reduce(x, 2);
     tp_bad += x[0] != double(tp.size() * (micro * 100 + chunk)) || x[1] != double(tp.size());
   }
-  const float* forward(int micro, int chunk, int slot, const float* x) override {
+  Tensor forward(int micro, int chunk, int slot, const Tensor& x) override {
     check_tp(micro, chunk);
     return Probe::forward(micro, chunk, slot, x);
   }
-  const float* backward(int micro, int chunk, int slot, const float* dy) override {
+  Tensor backward(int micro, int chunk, int slot, const Tensor& dy) override {
     check_tp(micro, chunk);
     return Probe::backward(micro, chunk, slot, dy);
   }
@@ -123,7 +130,7 @@ TEST(PipelineExecutor, EveryScheduleRunsBesideTensorParallelCollectives) {
   Allocator alloc;
   const std::vector<pp::ScheduleShape> shapes = valid_shapes(pp.size(), 2);
   for (const pp::ScheduleShape& shape : shapes) {
-    pp::Executor exec(pp, shape, kMessage, alloc);
+    pp::Executor exec(pp, shape, Shape{kMessage}, alloc);
     TpProbe probe(shape, pp.rank(), tp);
     exec.run(probe);
     SCOPED_TRACE(std::string(to_string(shape.kind)) + " m=" +

@@ -73,6 +73,17 @@ FVec rows_of(const FVec& a, int64_t C, int64_t first, int64_t R) {
   return FVec(a.begin() + first * C, a.begin() + (first + R) * C);
 }
 
+// a as a [rows, cols] tensor (the layers' activations and gradients).
+Tensor mat(const FVec& a, int64_t rows, int64_t cols) {
+  return view_of(a.data(), {rows, cols});
+}
+
+// The values of a layer's [rows, C] output, which must have that shape.
+FVec values(const Tensor& t, int64_t rows, int64_t C) {
+  EXPECT_EQ(t.shape.str(), Shape({rows, C}).str());
+  return FVec(t.f32(), t.f32() + t.numel());
+}
+
 // Columns [c0, c0 + w) of a row-major [N, W] array.
 FVec cols_of(const FVec& a, int64_t N, int64_t W, int64_t c0, int64_t w) {
   FVec out(static_cast<size_t>(N * w));
@@ -414,8 +425,8 @@ TEST_P(TensorParallelLinear, MatchesSerial) {
 
   const FVec x = randn(N * in, 1), dy = randn(N * out, 2);
   FVec y(N * out), dx(N * in, 123.0f);
-  serial.forward(x.data(), y.data(), N);
-  serial.backward(x.data(), dy.data(), dx.data(), N);
+  serial.forward(mat(x, N, in), mat(y, N, out));
+  serial.backward(mat(x, N, in), mat(dy, N, out), mat(dx, N, in));
 
   const TrafficStats before = env.traffic();
   if (c.split == Split::column) {
@@ -423,9 +434,9 @@ TEST_P(TensorParallelLinear, MatchesSerial) {
     EXPECT_EQ(tpl.out(), w);
     EXPECT_EQ(tpl.in(), in);
     FVec yp(N * w), dxp(N * in, 123.0f);
-    tpl.forward(x.data(), yp.data(), N);
+    tpl.forward(mat(x, N, in), mat(yp, N, w));
     const FVec dyp = cols_of(dy, N, out, r * w, w);
-    tpl.backward(x.data(), dyp.data(), dxp.data(), N);
+    tpl.backward(mat(x, N, in), mat(dyp, N, w), mat(dxp, N, in));
     env.tp.all_reduce(dxp.data(), N * in);  // the input gradient is a partial sum
     const FVec y_block = cols_of(y, N, out, r * w, w);
     expect_rows("y", yp, y_block, w, 0);
@@ -436,10 +447,10 @@ TEST_P(TensorParallelLinear, MatchesSerial) {
     EXPECT_EQ(tpl.out(), out);
     const FVec xp = cols_of(x, N, in, r * w, w);
     FVec yp(N * out), dxp(N * w, 123.0f);
-    tpl.forward(xp.data(), yp.data(), N);
+    tpl.forward(mat(xp, N, w), mat(yp, N, out));
     env.tp.all_reduce(yp.data(), N * out);  // the output is a partial sum
-    if (t > 1) tpl.add_bias(yp.data(), N);  // once, after the sum
-    tpl.backward(xp.data(), dy.data(), dxp.data(), N);
+    if (t > 1) tpl.add_bias(mat(yp, N, out));  // once, after the sum
+    tpl.backward(mat(xp, N, w), mat(dy, N, out), mat(dxp, N, w));
     expect_rows("y", yp, y, out, 0);
     expect_rows("dx", dxp, cols_of(dx, N, in, r * w, w), w, 0);
   }
@@ -485,15 +496,15 @@ void check_sublayer(const Case& c, const char* name, uint32_t seed) {
   const FVec x = randn(N * C, seed + 1), y0 = randn(N * C, seed + 2), dy = randn(N * C, seed + 3);
 
   FVec y = y0, dx(N * C, 123.0f);
-  serial.forward(sctx, x.data(), y.data());
-  serial.backward(sctx, x.data(), dy.data(), dx.data());
+  serial.forward(sctx, mat(x, N, C), mat(y, N, C));
+  serial.backward(sctx, mat(x, N, C), mat(dy, N, C), mat(dx, N, C));
 
   const FVec y0p = rows_of(y0, C, first, R);
   FVec yp = y0p, dxp(R * C, 123.0f);
   const TrafficStats t0 = env.traffic();
-  tpl.forward(pctx, x.data(), yp.data());
+  tpl.forward(pctx, mat(x, N, C), mat(yp, R, C));
   const TrafficStats t1 = env.traffic();
-  tpl.backward(pctx, x.data(), dy.data(), dxp.data());
+  tpl.backward(pctx, mat(x, N, C), mat(dy, N, C), mat(dxp, R, C));
   const TrafficStats t2 = env.traffic();
 
   // The sublayer's own contribution, y - y0, so the residual does not hide it.
@@ -551,18 +562,17 @@ TEST_P(TensorParallelBlock, MatchesSerialAndCountsCollectives) {
   for (float& v : x) v += 0.5f;  // a non-zero row mean for LayerNorm
   const FVec dy = randn(N * C, 43);
 
-  const float* o = serial.forward(sctx, x.data());
-  const FVec y(o, o + N * C);
+  const FVec y = values(serial.forward(sctx, mat(x, N, C)), N, C);
   FVec dx(N * C, 123.0f);
-  serial.backward(sctx, dy.data(), dx.data());
+  serial.backward(sctx, mat(dy, N, C), mat(dx, N, C));
 
   const FVec xp = rows_of(x, C, first, R), dyp = rows_of(dy, C, first, R);
   FVec dxp(R * C, 123.0f);
   const TrafficStats t0 = env.traffic();
-  const float* op = tpl.forward(pctx, xp.data());
+  const Tensor op = tpl.forward(pctx, mat(xp, R, C));
   const TrafficStats t1 = env.traffic();
-  const FVec yp(op, op + R * C);
-  tpl.backward(pctx, dyp.data(), dxp.data());
+  const FVec yp = values(op, R, C);
+  tpl.backward(pctx, mat(dyp, R, C), mat(dxp, R, C));
   const TrafficStats t2 = env.traffic();
   env.reduce_partial_grads(ps);
 
@@ -636,16 +646,16 @@ TEST_P(TensorParallelEmbedding, VocabParallelMatchesSerial) {
   const std::vector<int32_t> ids = token_ids(N, vocab, 52);
   const FVec dx = randn(N * C, 53);
 
-  const float* o = serial.forward(sctx, ids.data());
-  const FVec x(o, o + N * C);
-  serial.backward(sctx, dx.data());
+  const Tensor tids = view_of(ids.data(), {kB, scfg.seq_len});
+  const FVec x = values(serial.forward(sctx, tids), N, C);
+  serial.backward(sctx, mat(dx, N, C));
 
   const TrafficStats t0 = env.traffic();
-  const float* op = tpl.forward(pctx, ids.data());
+  const Tensor op = tpl.forward(pctx, tids);
   const TrafficStats t1 = env.traffic();
-  const FVec xp(op, op + R * C);
+  const FVec xp = values(op, R, C);
   const FVec dxp = rows_of(dx, C, first, R);
-  tpl.backward(pctx, dxp.data());
+  tpl.backward(pctx, mat(dxp, R, C));
   const TrafficStats t2 = env.traffic();
 
   expect_rows("x", xp, x, C, first);
@@ -700,21 +710,22 @@ TEST_P(TensorParallelOutputHead, VocabParallelCrossEntropyMatchesSerial) {
   const int64_t R = tp::rows(pctx, N), first = tp::first_row(pctx, N);
   const FVec x = randn(N * C, 62);
   const std::vector<int32_t> targets = token_ids(N, vocab, 63);
+  const Tensor tt = view_of(targets.data(), {kB, scfg.seq_len});
 
-  const double L = serial.head->forward(sctx, x.data(), targets.data());
+  const double L = serial.head->forward(sctx, mat(x, N, C), tt);
   FVec dx(N * C, 123.0f);
-  serial.head->backward(sctx, dx.data());
+  serial.head->backward(sctx, mat(dx, N, C));
   // The unpadded serial head (its own scratch: it must not share buffers with the padded one).
   Scratch uscratch(env.alloc);
   StepContext uctx{env.alloc, env.serial_par, uscratch, 0, kB, true, 1.0f / float(N)};
-  const double Lu = unpadded.head->forward(uctx, x.data(), targets.data());
+  const double Lu = unpadded.head->forward(uctx, mat(x, N, C), tt);
 
   const FVec xp = rows_of(x, C, first, R);
   FVec dxp(R * C, 123.0f);
   const TrafficStats t0 = env.traffic();
-  const double Lp = tpl.head->forward(pctx, xp.data(), targets.data());
+  const double Lp = tpl.head->forward(pctx, mat(xp, R, C), tt);
   const TrafficStats t1 = env.traffic();
-  tpl.head->backward(pctx, dxp.data());
+  tpl.head->backward(pctx, mat(dxp, R, C));
   const TrafficStats t2 = env.traffic();
   env.reduce_partial_grads(ps);
 
@@ -740,7 +751,7 @@ TEST_P(TensorParallelOutputHead, VocabParallelCrossEntropyMatchesSerial) {
   StepContext ectx = env.tp_ctx(false);
   ectx.loss_scale = 1.0f / float(N);
   const TrafficStats t3 = env.traffic();
-  const double Le = tpl.head->forward(ectx, xp.data(), targets.data());
+  const double Le = tpl.head->forward(ectx, mat(xp, R, C), tt);
   EXPECT_EQ(delta(t3, env.traffic()), e.head_forward(false)) << "evaluation forward";
   EXPECT_NEAR(Le, Lp, 1e-12 * std::abs(Lp));
 }
@@ -795,10 +806,12 @@ TEST_P(TensorParallelTransformer, MatchesSerial) {
   TrafficRecorder rec(env.tp);
   pctx.hooks = &rec;
 
-  const double L = serial.forward(sctx, ids.data(), targets.data());
+  const Tensor tids = view_of(ids.data(), {kB, scfg.seq_len});
+  const Tensor tt = view_of(targets.data(), {kB, scfg.seq_len});
+  const double L = serial.forward(sctx, tids, tt);
   serial.backward(sctx);
   const TrafficStats t0 = env.traffic();
-  const double Lp = tpm.forward(pctx, ids.data(), targets.data());
+  const double Lp = tpm.forward(pctx, tids, tt);
   tpm.backward(pctx);
   const TrafficStats t1 = env.traffic();
 
@@ -854,11 +867,11 @@ TEST(TensorParallelSelfTest, WrongBlockIsCaught) {
 
   const FVec x = randn(N * in, 82), dy = randn(N * out, 83);
   FVec y(N * out), dx(N * in), yp(N * w), dxp(N * in);
-  serial.forward(x.data(), y.data(), N);
-  serial.backward(x.data(), dy.data(), dx.data(), N);
-  tpl.forward(x.data(), yp.data(), N);
+  serial.forward(mat(x, N, in), mat(y, N, out));
+  serial.backward(mat(x, N, in), mat(dy, N, out), mat(dx, N, in));
+  tpl.forward(mat(x, N, in), mat(yp, N, w));
   const FVec dyp = cols_of(dy, N, out, r * w, w);
-  tpl.backward(x.data(), dyp.data(), dxp.data(), N);
+  tpl.backward(mat(x, N, in), mat(dyp, N, w), mat(dxp, N, in));
   auto out_mismatches = [&](int64_t block) {
     const FVec want = cols_of(y, N, out, block * w, w);
     return mismatches(

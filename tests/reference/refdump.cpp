@@ -74,9 +74,10 @@ void dump(const std::string& out, const std::vector<std::string>& deck_args) {
   StepContext ctx = trainer.context(true);
   ctx.loss_scale = float(1.0 / double(B * T));
   std::vector<float> logits(size_t(B * T * c.vocab));
-  trainer.model().logits(ctx, ids.data(), logits.data());
+  const Tensor tids = view_of(ids.data(), {B, T}), ttargets = view_of(targets.data(), {B, T});
+  trainer.model().logits(ctx, tids, view_of(logits.data(), {B * T, c.vocab}));
   trainer.params().zero_grads();
-  const double loss = trainer.model().forward(ctx, ids.data(), targets.data()) / double(B * T);
+  const double loss = trainer.model().forward(ctx, tids, ttargets) / double(B * T);
   trainer.model().backward(ctx);
   f.write("/check/tokens", {B, T + 1}, tokens.data());
   f.write("/check/logits", {B, T, c.vocab}, logits.data());

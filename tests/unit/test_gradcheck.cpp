@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -48,11 +49,19 @@ constexpr double kStep = 1e-2;  // finite-difference step (values are of order 1
 constexpr double kRtol = 2e-2;  // |fd - an| <= kRtol * max(|fd|, |an|) + kAtol
 constexpr double kAtol = 1e-3;
 
+// v as a [rows, cols] tensor (the layers' activations and gradients).
+Tensor mat(const FVec& v, int64_t rows, int64_t cols) {
+  return view_of(v.data(), {rows, cols});
+}
 
 double dot(const float* a, const FVec& r) {
   double s = 0;
   for (size_t i = 0; i < r.size(); ++i) s += double(a[i]) * r[i];
   return s;
+}
+double dot(const Tensor& a, const FVec& r) {
+  EXPECT_EQ(a.numel(), int64_t(r.size()));
+  return dot(a.f32(), r);
 }
 
 // The loss evaluations of the finite differences run on one thread: thousands of tiny
@@ -218,11 +227,11 @@ TEST_F(GradCheck, Linear) {
     finish_store(store);
     FVec x = randn(N * in, 1), R = randn(N * out, 2), y(N * out);
     auto loss = [&] {
-      lin.forward(x.data(), y.data(), N);
+      lin.forward(mat(x, N, in), mat(y, N, out));
       return dot(y.data(), R);
     };
     FVec dx(N * in, 123.0f);  // overwritten
-    lin.backward(x.data(), R.data(), dx.data(), N);
+    lin.backward(mat(x, N, in), mat(R, N, out), mat(dx, N, in));
     const FVec grads = copy_grads(store);
     GradChecker chk(loss, 3);
     chk.check("x", x.data(), N * in, dx.data(), -1);
@@ -239,19 +248,39 @@ TEST_F(GradCheck, LinearAccumulateFlags) {
   const FVec x = randn(N * in, 4), dy = randn(N * out, 5);
   FVec y(N * out), y_acc = randn(N * out, 6);
   const FVec y0 = y_acc;
-  lin.forward(x.data(), y.data(), N);
-  lin.forward(x.data(), y_acc.data(), N, /*accumulate=*/true);
+  lin.forward(mat(x, N, in), mat(y, N, out));
+  lin.forward(mat(x, N, in), mat(y_acc, N, out), /*accumulate=*/true);
   for (int64_t i = 0; i < N * out; ++i) EXPECT_NEAR(y_acc[i], y0[i] + y[i], 1e-6) << i;
 
   FVec dx(N * in), dx_acc = randn(N * in, 7);
   const FVec dx0 = dx_acc;
-  lin.backward(x.data(), dy.data(), dx.data(), N);
+  lin.backward(mat(x, N, in), mat(dy, N, out), mat(dx, N, in));
   const FVec g1 = copy_grads(store);
-  lin.backward(x.data(), dy.data(), dx_acc.data(), N, /*accumulate_dx=*/true);
+  lin.backward(mat(x, N, in), mat(dy, N, out), mat(dx_acc, N, in), /*accumulate_dx=*/true);
   for (int64_t i = 0; i < N * in; ++i) EXPECT_NEAR(dx_acc[i], dx0[i] + dx[i], 1e-6) << i;
-  // Parameter gradients accumulate over calls; dx may be null.
-  lin.backward(x.data(), dy.data(), nullptr, N);
+  // Parameter gradients accumulate over calls; dx may be empty.
+  lin.backward(mat(x, N, in), mat(dy, N, out), Tensor{});
   for (int64_t i = 0; i < store.numel(); ++i) EXPECT_NEAR(store.grads()[i], 3 * g1[i], 1e-5);
+}
+
+// Sizes come from the activations' shapes, so an activation of the wrong shape is an error
+// rather than a read with the wrong sizes.
+TEST_F(GradCheck, LayersRejectActivationsOfTheWrongShape) {
+  const int64_t N = 3, in = 4, out = 2;
+  ParamStore store;
+  Linear lin(store, "lin", in, out, true, 0.3f);
+  Norm norm(store, "norm", in, /*layernorm=*/true, 1e-5f);
+  finish_store(store);
+  const FVec x = randn(N * in, 8);
+  FVec y(N * out), n(N * in), stats(2 * N);
+  EXPECT_THROW(lin.forward(view_of(x.data(), {N * in}), mat(y, N, out)), std::logic_error);
+  EXPECT_THROW(lin.forward(mat(x, N * 2, in / 2), mat(y, N, out)), std::logic_error);
+  EXPECT_THROW(lin.backward(mat(x, N, in), mat(y, N * 2, out / 2), Tensor{}), std::logic_error);
+  const Tensor mean = view_of(stats.data(), {N}), rstd = view_of(stats.data() + N, {N});
+  EXPECT_THROW(norm.forward(mat(x, N * 2, in / 2), mat(n, N * 2, in / 2), mean, rstd),
+               std::logic_error);
+  EXPECT_NO_THROW(norm.forward(mat(x, N, in), mat(n, N, in), mean, rstd));
+  EXPECT_NO_THROW(lin.forward(mat(n, N, in), mat(y, N, out)));
 }
 
 // ---- Norm --------------------------------------------------------------------------------
@@ -266,12 +295,14 @@ TEST_F(GradCheck, Norm) {
     FVec x = randn(N * C, 11), R = randn(N * C, 12), y(N * C), mean(N), rstd(N);
     for (int64_t i = 0; i < N * C; ++i) x[i] += 0.5f;  // a non-zero mean for LayerNorm
     auto loss = [&] {
-      norm.forward(x.data(), y.data(), mean.data(), rstd.data(), N);
+      norm.forward(mat(x, N, C), mat(y, N, C), view_of(mean.data(), {N}),
+                   view_of(rstd.data(), {N}));
       return dot(y.data(), R);
     };
     loss();
     FVec dx(N * C, 123.0f);
-    norm.backward(x.data(), R.data(), mean.data(), rstd.data(), dx.data(), N);
+    norm.backward(mat(x, N, C), mat(R, N, C), view_of(mean.data(), {N}), view_of(rstd.data(), {N}),
+                  mat(dx, N, C));
     const FVec grads = copy_grads(store);
     GradChecker chk(loss, 13);
     chk.check("x", x.data(), N * C, dx.data(), -1);
@@ -291,14 +322,14 @@ void check_residual_sublayer(Layer& layer, ParamStore& store, StepContext& ctx,
   auto loss = [&] {
     std::fill(y.begin(), y.end(), 0.0f);
     ctx.training = false;
-    layer.forward(ctx, x.data(), y.data());
+    layer.forward(ctx, mat(x, N, C), mat(y, N, C));
     return dot(y.data(), R);
   };
   ctx.training = true;
   std::fill(y.begin(), y.end(), 0.0f);
-  layer.forward(ctx, x.data(), y.data());
+  layer.forward(ctx, mat(x, N, C), mat(y, N, C));
   FVec dx(N * C, 123.0f);
-  layer.backward(ctx, x.data(), R.data(), dx.data());
+  layer.backward(ctx, mat(x, N, C), mat(R, N, C), mat(dx, N, C));
   const FVec grads = copy_grads(store);
   GradChecker chk(loss, seed + 2);
   chk.check("x", x.data(), N * C, dx.data(), -1);
@@ -360,12 +391,12 @@ TEST_F(GradCheck, BlockLlama) {
   FVec x = randn(N * C, 31), R = randn(N * C, 32);
   auto loss = [&] {
     ctx.training = false;
-    return dot(block.forward(ctx, x.data()), R);
+    return dot(block.forward(ctx, mat(x, N, C)), R);
   };
   ctx.training = true;
-  block.forward(ctx, x.data());
+  block.forward(ctx, mat(x, N, C));
   FVec dx(N * C, 123.0f);
-  block.backward(ctx, R.data(), dx.data());
+  block.backward(ctx, mat(R, N, C), mat(dx, N, C));
   const FVec grads = copy_grads(store);
   GradChecker chk(loss, 33);
   chk.check("x", x.data(), N * C, dx.data(), -1);
@@ -383,12 +414,12 @@ TEST_F(GradCheck, BlockGpt2) {
   FVec x = randn(N * C, 34), R = randn(N * C, 35);
   auto loss = [&] {
     ctx.training = false;
-    return dot(block.forward(ctx, x.data()), R);
+    return dot(block.forward(ctx, mat(x, N, C)), R);
   };
   ctx.training = true;
-  block.forward(ctx, x.data());
+  block.forward(ctx, mat(x, N, C));
   FVec dx(N * C, 123.0f);
-  block.backward(ctx, R.data(), dx.data());
+  block.backward(ctx, mat(R, N, C), mat(dx, N, C));
   const FVec grads = copy_grads(store);
   GradChecker chk(loss, 36);
   chk.check("x", x.data(), N * C, dx.data(), -1);
@@ -418,9 +449,9 @@ TEST_F(GradCheck, Embedding) {
     std::vector<int32_t> ids = token_ids(N, cfg.vocab, 41);
     ids[3] = ids[0] = ids[7];  // repeated ids accumulate
     const FVec R = randn(N * C, 42);
-    auto loss = [&] { return dot(embed.forward(ctx, ids.data()), R); };
+    auto loss = [&] { return dot(embed.forward(ctx, view_of(ids.data(), {kB, cfg.seq_len})), R); };
     loss();
-    embed.backward(ctx, R.data());
+    embed.backward(ctx, mat(R, N, C));
     const FVec grads = copy_grads(store);
     GradChecker chk(loss, 43);
     chk.check_params(store, grads, -1);  // every element, padding rows included
@@ -454,15 +485,16 @@ TEST_F(GradCheck, OutputHead) {
     const int64_t N = kB * cfg.seq_len, C = cfg.d_model;
     FVec x = randn(N * C, 51);
     const std::vector<int32_t> targets = token_ids(N, cfg.vocab, 52);
+    const Tensor tt = view_of(targets.data(), {kB, cfg.seq_len});
     auto loss = [&] {
       ctx.training = false;
-      return head.forward(ctx, x.data(), targets.data());
+      return head.forward(ctx, mat(x, N, C), tt);
     };
     ctx.training = true;
-    const double L = head.forward(ctx, x.data(), targets.data());
+    const double L = head.forward(ctx, mat(x, N, C), tt);
     EXPECT_NEAR(L, loss(), 1e-9 * std::abs(L));  // training and eval forward agree
     FVec dx(N * C, 123.0f);
-    head.backward(ctx, dx.data());
+    head.backward(ctx, mat(dx, N, C));
     const FVec grads = copy_grads(store);
     GradChecker chk(loss, 53);
     chk.check("x", x.data(), N * C, dx.data(), -1);
@@ -488,13 +520,15 @@ class GradCheckModel : public GradCheck {
     const int64_t N = kB * cfg.seq_len;
     const std::vector<int32_t> ids = token_ids(N, cfg.vocab, seed + 1);
     const std::vector<int32_t> targets = token_ids(N, cfg.vocab, seed + 2);
+    const Tensor ti = view_of(ids.data(), {kB, cfg.seq_len});
+    const Tensor tt = view_of(targets.data(), {kB, cfg.seq_len});
     auto loss = [&] {
       ctx.training = false;
-      return model.forward(ctx, ids.data(), targets.data());
+      return model.forward(ctx, ti, tt);
     };
     ctx.training = true;
     ctx.loss_scale = 1.0f;
-    const double L = model.forward(ctx, ids.data(), targets.data());
+    const double L = model.forward(ctx, ti, tt);
     ASSERT_TRUE(std::isfinite(L));
     model.backward(ctx);
     const FVec grads = copy_grads(store);
@@ -537,14 +571,15 @@ TEST_F(GradCheck, CheckerRejectsWrongGradients) {
   FVec x = randn(N * C, 71), R = randn(N * C, 72), n1(N * C), y(N * C), mean(N), rstd(N);
   // L = sum(lin(norm(x)) * R)
   auto loss = [&] {
-    norm.forward(x.data(), n1.data(), mean.data(), rstd.data(), N);
-    lin.forward(n1.data(), y.data(), N);
+    norm.forward(mat(x, N, C), mat(n1, N, C), view_of(mean.data(), {N}), view_of(rstd.data(), {N}));
+    lin.forward(mat(n1, N, C), mat(y, N, C));
     return dot(y.data(), R);
   };
   loss();
   FVec dn(N * C), dx(N * C);
-  lin.backward(n1.data(), R.data(), dn.data(), N);
-  norm.backward(x.data(), dn.data(), mean.data(), rstd.data(), dx.data(), N);
+  lin.backward(mat(n1, N, C), mat(R, N, C), mat(dn, N, C));
+  norm.backward(mat(x, N, C), mat(dn, N, C), view_of(mean.data(), {N}), view_of(rstd.data(), {N}),
+                mat(dx, N, C));
   const FVec grads = copy_grads(store);
   const Param& W = *store.find("lin.weight");
   const float* g_w = grads.data() + W.offset;

@@ -8,8 +8,7 @@
 
 namespace tessera::pp {
 
-Executor::Executor(Communicator& pp, const ScheduleShape& shape, int64_t message,
-                   Allocator& alloc)
+Executor::Executor(Communicator& pp, const ScheduleShape& shape, Shape message, Allocator& alloc)
     : pp_(pp), shape_(shape), stage_(pp.rank()), message_(message), alloc_(alloc) {
   TESSERA_REQUIRE(pp.size() == shape.stages, "pipeline executor: the pipeline group has ",
                   pp.size(), " ranks but the schedule ", shape.stages, " stages");
@@ -21,7 +20,7 @@ Executor::Executor(Communicator& pp, const ScheduleShape& shape, int64_t message
 
 Buffer& Executor::buffer(std::vector<Buffer>& pool, int micro, int chunk) {
   Buffer& b = pool[size_t(micro) * size_t(shape_.chunks) + size_t(chunk)];
-  if (b.numel() != message_) b = Buffer(alloc_, Shape{message_}, DType::f32, Charge::comm);
+  if (b.numel() != message_.numel()) b = Buffer(alloc_, message_, DType::f32, Charge::comm);
   return b;
 }
 
@@ -37,12 +36,12 @@ void Executor::run(StageWork& work) {
     const int tag = message_tag(shape_, message_of(shape_, stage_, op));
     const bool act = op.kind == Op::recv_act;
     Buffer& b = buffer(act ? recv_act_ : recv_grad_, op.micro, op.chunk);
-    (act ? recv_act : recv_grad)[index(op)] = pp_.irecv(b.f32(), message_, op.peer, tag);
+    (act ? recv_act : recv_grad)[index(op)] = pp_.irecv(b.f32(), b.numel(), op.peer, tag);
   }
   std::vector<int> slot_of(n, -1);
   std::vector<char> slot_busy;
-  const float* out = nullptr;  // output of the last compute, for the send after it
-  const int64_t bytes = message_ * int64_t(sizeof(float));
+  Tensor out;  // output of the last compute, for the send after it
+  const int64_t bytes = message_.numel() * int64_t(sizeof(float));
   last_wait_ = 0, last_compute_ = 0;
   for (const Op& op : ops_) {
     const size_t i = index(op);
@@ -69,8 +68,9 @@ void Executor::run(StageWork& work) {
         TraceSpan span(trace_, TraceKind::compute, "forward");
         span.micro(op.micro, op.chunk);
         const auto t0 = std::chrono::steady_clock::now();
-        out = work.forward(op.micro, op.chunk, slot,
-                           model_chunk == 0 ? nullptr : buffer(recv_act_, op.micro, op.chunk).f32());
+        out = work.forward(
+            op.micro, op.chunk, slot,
+            model_chunk == 0 ? Tensor{} : buffer(recv_act_, op.micro, op.chunk).view());
         last_compute_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         break;
       }
@@ -81,9 +81,9 @@ void Executor::run(StageWork& work) {
         TraceSpan span(trace_, TraceKind::compute, "backward");
         span.micro(op.micro, op.chunk);
         const auto t0 = std::chrono::steady_clock::now();
-        out = work.backward(op.micro, op.chunk, slot,
-                            model_chunk == C - 1 ? nullptr
-                                                 : buffer(recv_grad_, op.micro, op.chunk).f32());
+        out = work.backward(
+            op.micro, op.chunk, slot,
+            model_chunk == C - 1 ? Tensor{} : buffer(recv_grad_, op.micro, op.chunk).view());
         last_compute_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         slot_busy[size_t(slot)] = 0;
         slot_of[i] = -1;
@@ -91,16 +91,20 @@ void Executor::run(StageWork& work) {
       }
       case Op::send_act:
       case Op::send_grad: {
-        TESSERA_REQUIRE_LOCAL(out != nullptr, "pipeline executor: nothing to send at ",
+        TESSERA_REQUIRE_LOCAL(out.data != nullptr, "pipeline executor: nothing to send at ",
                               to_string(op.kind), " of micro-batch ", op.micro);
+        TESSERA_REQUIRE_LOCAL(out.dtype == DType::f32 && out.numel() == message_.numel(),
+                              "pipeline executor: the output of micro-batch ", op.micro, " is ",
+                              dtype_name(out.dtype), " ", out.shape.str(), ", the message f32 ",
+                              message_.str());
         TraceSpan span(trace_, TraceKind::p2p, "send");
         span.micro(op.micro, op.chunk)
             .message(op.kind == Op::send_act ? "activation" : "gradient", op.peer, bytes);
         Buffer& b = buffer(op.kind == Op::send_act ? send_act_ : send_grad_, op.micro, op.chunk);
-        std::memcpy(b.f32(), out, size_t(message_) * sizeof(float));
-        sends.push_back(pp_.isend(b.f32(), message_, op.peer,
+        std::memcpy(b.f32(), out.data, size_t(b.numel()) * sizeof(float));
+        sends.push_back(pp_.isend(b.f32(), b.numel(), op.peer,
                                   message_tag(shape_, message_of(shape_, stage_, op))));
-        out = nullptr;
+        out = Tensor{};
         break;
       }
     }

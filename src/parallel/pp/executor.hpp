@@ -27,21 +27,22 @@ namespace tessera::pp {
 class StageWork {
  public:
   virtual ~StageWork() = default;
-  // Forward of (micro, local chunk) in activation slot `slot`; x is the received input
-  // (null for model chunk 0, which reads the data). Returns the chunk's output, valid until
-  // the next call (null for the last model chunk, which ends in the loss).
-  virtual const float* forward(int micro, int chunk, int slot, const float* x) = 0;
-  // Backward of the same; dy is the received output gradient (null for the last model
-  // chunk). Returns the gradient of the chunk's input, valid until the next call (null for
+  // Forward of (micro, local chunk) in activation slot `slot`; x is the received input, of
+  // the message's shape (empty for model chunk 0, which reads the data). Returns the chunk's
+  // output, valid until the next call (empty for the last model chunk, which ends in the loss).
+  virtual Tensor forward(int micro, int chunk, int slot, const Tensor& x) = 0;
+  // Backward of the same; dy is the received output gradient (empty for the last model
+  // chunk). Returns the gradient of the chunk's input, valid until the next call (empty for
   // model chunk 0).
-  virtual const float* backward(int micro, int chunk, int slot, const float* dy) = 0;
+  virtual Tensor backward(int micro, int chunk, int slot, const Tensor& dy) = 0;
 };
 
 class Executor {
  public:
-  // message: floats in one activation (= one gradient) message, the same on every stage.
-  // The step's message tags must fit the pipeline communicator's MPI_TAG_UB (require_tags).
-  Executor(Communicator& pp, const ScheduleShape& shape, int64_t message, Allocator& alloc);
+  // message: the shape of one activation (= one gradient) message, f32, the same on every
+  // stage. The step's message tags must fit the pipeline communicator's MPI_TAG_UB
+  // (require_tags).
+  Executor(Communicator& pp, const ScheduleShape& shape, Shape message, Allocator& alloc);
 
   void run(StageWork& work);
   void set_trace(Trace* trace) { trace_ = trace; }
@@ -62,7 +63,7 @@ class Executor {
   ScheduleShape shape_;
   int stage_;
   std::vector<Op> ops_;
-  int64_t message_;
+  Shape message_;
   Allocator& alloc_;
   // Per (micro, local chunk): received activations / gradients and outgoing copies.
   std::vector<Buffer> recv_act_, recv_grad_, send_act_, send_grad_;
