@@ -81,10 +81,15 @@ class Replicated : public DataParallel {
   bool last_ = false;
 };
 
+// Ranks sharing one copy of the model state: parallel.shard_group, 0 meaning all of dp.
+int64_t shard_ranks_of(const ParallelSection& o, int64_t dp) {
+  return o.shard_group == 0 ? dp : o.shard_group;
+}
+
 }  // namespace
 
 StoreLayout DataParallel::store_layout(const ParallelSection& o, const Transformer& model, int64_t dp) {
-  const int64_t k = o.shard_group == 0 ? dp : o.shard_group;
+  const int64_t k = shard_ranks_of(o, dp);
   TESSERA_REQUIRE(dp % k == 0, "parallel.shard_group = ", k,
                   " does not divide the data-parallel degree ", dp);
   TESSERA_REQUIRE(k == dp || o.zero >= 1, "parallel.shard_group = ", k,
@@ -96,9 +101,8 @@ std::unique_ptr<DataParallel> make_data_parallel(const ParallelSection& o, Param
                                                  const Transformer& model, Communicator& dp,
                                                  Communicator& holders, Allocator& alloc) {
   if (o.zero == 0) return std::make_unique<Replicated>(o, store, model, dp, holders);
-  const int64_t k = o.shard_group == 0 ? dp.size() : o.shard_group;
-  return std::make_unique<Zero>(o.zero, store, model, dp, holders, k, o.overlap, o.zero_inflight,
-                                alloc);
+  return std::make_unique<Zero>(o.zero, store, model, dp, holders, shard_ranks_of(o, dp.size()),
+                                o.overlap, o.zero_inflight, alloc);
 }
 
 }  // namespace tessera
