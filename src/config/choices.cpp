@@ -66,6 +66,22 @@ const char* to_string(DeviceKind d) {
   return d == DeviceKind::cuda ? "cuda" : "cpu";
 }
 
+const char* to_string(TrainPrecision p) {
+  switch (p) {
+    case TrainPrecision::fp32:
+      return "fp32";
+    case TrainPrecision::bf16:
+      return "bf16";
+    case TrainPrecision::fp16:
+      return "fp16";
+  }
+  return "?";
+}
+
+const char* to_string(ReduceDtype d) {
+  return d == ReduceDtype::bf16 ? "bf16" : "fp32";
+}
+
 Arch parse_arch(std::string_view name) {
   return parse_choice("model.arch", name, {Arch::llama, Arch::gpt2});
 }
@@ -92,6 +108,14 @@ DpProgress dp_progress_from(const std::string& name) {
 
 DeviceKind parse_device_kind(std::string_view name) {
   return parse_choice("hardware.device", name, {DeviceKind::cpu, DeviceKind::cuda});
+}
+
+TrainPrecision parse_precision(std::string_view name) {
+  return parse_choice("train.precision", name, {TrainPrecision::fp32, TrainPrecision::bf16, TrainPrecision::fp16});
+}
+
+ReduceDtype parse_reduce_dtype(std::string_view name) {
+  return parse_choice("parallel.grad_reduce_dtype", name, {ReduceDtype::fp32, ReduceDtype::bf16});
 }
 
 }  // namespace tessera

@@ -21,6 +21,11 @@ enum class PipeSchedule { gpipe, one_f_one_b, interleaved };
 enum class DpProgress { poll, none };
 // hardware.device
 enum class DeviceKind { cpu, cuda };
+// Compute precision of training (train.precision): GEMM operands and the compute copy of the
+// parameters; master weights, optimizer, norms and the loss stay fp32.
+enum class TrainPrecision { fp32, bf16, fp16 };
+// The dtype gradients travel in when data-parallel ranks reduce them.
+enum class ReduceDtype { fp32, bf16 };
 
 // The deck's spelling of each value.
 const char* to_string(Arch a);
@@ -29,6 +34,8 @@ const char* to_string(TokenizerKind t);
 const char* to_string(PipeSchedule s);  // "gpipe", "1f1b", "interleaved"
 const char* to_string(DpProgress p);
 const char* to_string(DeviceKind d);
+const char* to_string(TrainPrecision p);  // "fp32", "bf16", "fp16"
+const char* to_string(ReduceDtype d);
 
 // Parsers of the deck's spelling. The deck has already checked its choice keys against the
 // schema, so an unknown name here comes from code or a test: a collective tessera::Error
@@ -39,5 +46,7 @@ TokenizerKind parse_tokenizer_kind(std::string_view name);
 PipeSchedule parse_pipe_schedule(std::string_view name);
 DpProgress dp_progress_from(const std::string& name);
 DeviceKind parse_device_kind(std::string_view name);
+TrainPrecision parse_precision(std::string_view name);
+ReduceDtype parse_reduce_dtype(std::string_view name);
 
 }  // namespace tessera

@@ -70,6 +70,10 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   t.eval_samples = r.integer("train.eval_samples");
   t.exit_after = r.integer("train.exit_after");
   t.seed = r.integer("train.seed");
+  t.precision = parse_precision(r.str("train.precision"));
+  t.loss_scale = r.real("train.loss_scale");
+  t.loss_scale_window = r.integer("train.loss_scale_window");
+  t.loss_scale_min = r.real("train.loss_scale_min");
 
   OptimSection& o = c.optim;
   o.lr = r.real("optim.lr");

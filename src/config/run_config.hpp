@@ -38,6 +38,11 @@ struct TrainSection {
   int64_t eval_every = 0, eval_samples = 0;
   int64_t exit_after = 0;  // 0: run to steps
   int64_t seed = 0;
+  TrainPrecision precision = TrainPrecision::fp32;
+  // fp16 dynamic loss scaling: the first scale, steps without overflow before it doubles, and
+  // the floor below which the run stops.
+  double loss_scale = 65536, loss_scale_min = 1;
+  int64_t loss_scale_window = 1000;
 };
 
 struct OptimSection {

@@ -81,6 +81,17 @@ std::vector<KeySpec> build_schema() {
               "resumed later; 0: run to train.steps."),
       integer("train", "seed", "1234", 0, kMaxInt,
               "Seed of weight initialisation and data order."),
+      choice("train", "precision", "fp32", {"fp32", "bf16", "fp16"},
+             "Compute precision: GEMMs take operands in this dtype with fp32 accumulation, from a "
+             "compute copy of the parameters refreshed once per step; master weights, Adam "
+             "moments, norms, softmax, cross-entropy and the loss stay fp32 (doc/precision.md). "
+             "fp16 adds dynamic loss scaling."),
+      real("train", "loss_scale", "65536", 1, 16777216,
+           "fp16: the first loss scale (a power of two keeps scaling exact)."),
+      integer("train", "loss_scale_window", "1000", 1, kMaxInt,
+              "fp16: steps without overflow after which the loss scale doubles."),
+      real("train", "loss_scale_min", "1", 1e-30, 16777216,
+           "fp16: the floor of the loss scale; an overflow at the floor stops the run."),
       // [optim]
       real("optim", "lr", "3e-4", 0, 10, "Peak learning rate."),
       real("optim", "min_lr", "3e-5", 0, 10, "Learning rate at the end of the cosine decay."),

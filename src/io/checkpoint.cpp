@@ -237,6 +237,8 @@ void Checkpointer::save(const CheckpointMeta& meta, const std::vector<Checkpoint
     write_attr(file.id, "seed", H5T_NATIVE_INT64, meta.seed);
     write_string_attr(file.id, "deck", meta.deck_json);
     write_string_attr(file.id, "layout", meta.layout_json);
+    write_attr(file.id, "loss_scale", H5T_NATIVE_DOUBLE, meta.loss_scale);
+    write_attr(file.id, "loss_scale_good", H5T_NATIVE_INT64, meta.loss_scale_good);
 
     H5Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
     H5Pset_create_intermediate_group(lcpl.id, 1);
@@ -317,6 +319,10 @@ CheckpointMeta Checkpointer::load(const std::string& path,
     meta.seed = read_int_attr(file.id, "seed", where);
     meta.deck_json = read_string_attr(file.id, "deck", where);
     meta.layout_json = read_string_attr(file.id, "layout", where);
+    if (H5Aexists(file.id, "loss_scale") > 0) {
+      meta.loss_scale = read_double_attr(file.id, "loss_scale", where);
+      meta.loss_scale_good = read_int_attr(file.id, "loss_scale_good", where);
+    }
 
     for (const CheckpointTensor& ct : tensors) {
       TESSERA_REQUIRE_LOCAL(H5Lexists(file.id, ct.path.c_str(), H5P_DEFAULT) > 0, "checkpoint '",

@@ -44,6 +44,10 @@ struct CheckpointMeta {
   int64_t samples = 0;  // global samples consumed (the data position)
   int64_t seed = 0;     // seed of initialisation and data order (the RNG state: counter-based)
   std::string deck_json, layout_json;
+  // fp16 dynamic loss scaling: the scale and the steps since it last changed (0 and 0 for
+  // other precisions; a checkpoint without them reads as those).
+  double loss_scale = 0;
+  int64_t loss_scale_good = 0;
 };
 
 class Checkpointer {

@@ -25,6 +25,10 @@ uint64_t read_uint_attr(hid_t obj, const std::string& name, const std::string& w
   return read_scalar<uint64_t>(obj, name, H5T_NATIVE_UINT64, where);
 }
 
+double read_double_attr(hid_t obj, const std::string& name, const std::string& where) {
+  return read_scalar<double>(obj, name, H5T_NATIVE_DOUBLE, where);
+}
+
 std::string read_string_attr(hid_t obj, const std::string& name, const std::string& where) {
   TESSERA_REQUIRE_LOCAL(H5Aexists(obj, name.c_str()) > 0, where, " has no attribute '", name, "'");
   H5Handle a(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);

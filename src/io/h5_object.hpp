@@ -28,5 +28,6 @@ struct H5Handle {
 std::string read_string_attr(hid_t obj, const std::string& name, const std::string& where);
 int64_t read_int_attr(hid_t obj, const std::string& name, const std::string& where);
 uint64_t read_uint_attr(hid_t obj, const std::string& name, const std::string& where);
+double read_double_attr(hid_t obj, const std::string& name, const std::string& where);
 
 }  // namespace tessera

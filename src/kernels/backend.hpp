@@ -9,7 +9,7 @@
 // kernels.cpp.
 //
 // Adding a dtype to a kernel: the DType (tensor/tensor.hpp, with its size and name), an entry
-// here for the kernel in that dtype (as matmul_bf16 beside matmul), and the branch in the
+// here for the kernel in that dtype (as matmul_half beside matmul), and the branch in the
 // kernel's public function that checks the new dtype and calls that entry. A backend that does
 // not fill the entry reports the kernel as not implemented there.
 #pragma once
@@ -26,9 +26,10 @@ struct Backend {
   // GEMM (sizes and layout as kernels::matmul).
   void (*matmul)(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
                  bool trans_a, bool trans_b, float alpha, float beta) = nullptr;
-  // bf16 A and B (bit patterns), fp32 accumulation, C f32 or bf16 as c_dtype says. Optional.
-  void (*matmul_bf16)(const uint16_t* A, const uint16_t* B, void* C, DType c_dtype, int64_t M,
-                      int64_t N, int64_t K, bool trans_a, bool trans_b, float alpha,
+  // 16-bit A and B (bf16 or f16 as ab says; bit patterns), fp32 accumulation, C f32 or of
+  // A's dtype as c_dtype says (a backend may take only f32). Optional.
+  void (*matmul_half)(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType c_dtype,
+                      int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, float alpha,
                       float beta) = nullptr;
 
   // elementwise / reductions

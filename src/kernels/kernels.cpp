@@ -108,12 +108,12 @@ void matmul(const Tensor& A, const Tensor& B, const Tensor& C, int64_t M, int64_
             bool trans_a, bool trans_b, float alpha, float beta) {
   // An empty C reads nothing; K = 0 scales C without reading A or B.
   const int64_t na = N > 0 ? M * K : 0, nb = M > 0 ? K * N : 0;
-  if (A.dtype == DType::bf16) {
-    const DType c = C.dtype == DType::bf16 ? DType::bf16 : DType::f32;
-    const Backend& b = check(
-        "matmul", {{"A", A, na, DType::bf16}, {"B", B, nb, DType::bf16}, {"C", C, M * N, c}});
-    return TESSERA_KERNEL(b, matmul_bf16)(h(A), h(B), C.data, c, M, N, K, trans_a, trans_b, alpha,
-                                          beta);
+  if (A.dtype == DType::bf16 || A.dtype == DType::f16) {
+    const DType ab = A.dtype, c = C.dtype == ab ? ab : DType::f32;
+    const Backend& b =
+        check("matmul", {{"A", A, na, ab}, {"B", B, nb, ab}, {"C", C, M * N, c}});
+    return TESSERA_KERNEL(b, matmul_half)(ab, h(A), h(B), C.data, c, M, N, K, trans_a, trans_b,
+                                          alpha, beta);
   }
   const Backend& b = check("matmul", {{"A", A, na}, {"B", B, nb}, {"C", C, M * N}});
   TESSERA_KERNEL(b, matmul)(f(A), f(B), f(C), M, N, K, trans_a, trans_b, alpha, beta);

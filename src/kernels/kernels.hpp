@@ -27,8 +27,8 @@ int cuda_device_count();
 // ---- GEMM ---------------------------------------------------------------------------
 // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major.
 // trans_a: A is stored as [K,M]; trans_b: B is stored as [N,K].
-// A and B f32 with C f32; or A and B bf16 with C f32 or bf16 (fp32 accumulation) on a backend
-// with a bf16 GEMM (cuda; the cpu backend raises an error).
+// A and B f32 with C f32; or A and B both bf16 or both f16 (fp32 accumulation) with C f32 or of
+// their dtype (the cpu backend: bf16 through oneDNN, f16 widened to f32, C f32 for f16).
 void matmul(const Tensor& A, const Tensor& B, const Tensor& C, int64_t M, int64_t N, int64_t K,
             bool trans_a, bool trans_b, float alpha = 1.0f, float beta = 0.0f);
 

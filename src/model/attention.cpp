@@ -30,18 +30,19 @@ void Attention::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
     s.att = Buffer(ctx.alloc, Shape{N, Hq * D}, DType::f32, Charge::activations);
     s.lse = Buffer(ctx.alloc, Shape{B * Hq, T}, DType::f32, Charge::activations);
   }
-  q_.forward(x, s.q.view());
-  k_.forward(x, s.k.view());
-  v_.forward(x, s.v.view());
+  const Tensor xc = q_.operand(ctx, x);  // cast once for the three maps
+  q_.forward(ctx, xc, s.q.view());
+  k_.forward(ctx, xc, s.k.view());
+  v_.forward(ctx, xc, s.v.view());
   if (cfg_.arch == Arch::llama) {
     kernels::rope(s.q.view(), B, T, Hq, D, 0, cfg_.rope_theta, false);
     kernels::rope(s.k.view(), B, T, Hkv, D, 0, cfg_.rope_theta, false);
   }
   const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
   kernels::attention_forward(s.q.view(), s.k.view(), s.v.view(), s.att.view(), s.lse.view(), shape);
-  if (tp::size(ctx) == 1) return o_.forward(s.att.view(), y, /*accumulate=*/true);
+  if (tp::size(ctx) == 1) return o_.forward(ctx, s.att.view(), y, /*accumulate=*/true);
   const Tensor partial = ctx.scratch.get(ScratchId::tp_partial, {N, C});
-  o_.forward(s.att.view(), partial);
+  o_.forward(ctx, s.att.view(), partial);
   tp::reduce_into(ctx, partial, y, ctx.scratch.get(ScratchId::tp_sum, {tp::rows(ctx, N), C}), true);
   o_.add_bias(y);
 }
@@ -55,7 +56,7 @@ void Attention::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, co
   const Tensor dk = ctx.scratch.get(ScratchId::attn_dk, {N, Hkv * D});
   const Tensor dv = ctx.scratch.get(ScratchId::attn_dv, {N, Hkv * D});
 
-  o_.backward(s.att.view(), dy, d_att);
+  o_.backward(ctx, s.att.view(), dy, d_att);
   const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
   kernels::attention_backward(d_att, s.q.view(), s.k.view(), s.v.view(), s.att.view(), s.lse.view(),
                               dq, dk, dv, shape);
@@ -66,9 +67,10 @@ void Attention::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, co
   // The input gradient sums over the ranks' heads.
   const Tensor dxp =
       tp::sequence_parallel(ctx) ? ctx.scratch.get(ScratchId::tp_partial, {N, C}) : dx;
-  q_.backward(x, dq, dxp);
-  k_.backward(x, dk, dxp, /*accumulate_dx=*/true);
-  v_.backward(x, dv, dxp, /*accumulate_dx=*/true);
+  const Tensor xc = q_.operand(ctx, x);
+  q_.backward(ctx, xc, dq, dxp);
+  k_.backward(ctx, xc, dk, dxp, /*accumulate_dx=*/true);
+  v_.backward(ctx, xc, dv, dxp, /*accumulate_dx=*/true);
   tp::reduce_grad(ctx, dxp, dx);
 }
 

@@ -19,9 +19,21 @@ Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t o
                     split == Split::column ? TpSplit{0, tp_size, tp_rank} : none);
 }
 
-void Linear::forward(const Tensor& x, const Tensor& y, bool accumulate) const {
+Tensor gemm_operand(StepContext& ctx, const Tensor& x, DType t, ScratchId id) {
+  if (x.dtype == t) return x;
+  const Tensor out = ctx.scratch.get(id, x.shape, t);
+  kernels::cast(x, out, x.numel());
+  return out;
+}
+
+Tensor Linear::operand(StepContext& ctx, const Tensor& x, ScratchId id) const {
+  return gemm_operand(ctx, x, w_->compute.dtype, id);
+}
+
+void Linear::forward(StepContext& ctx, const Tensor& x, const Tensor& y, bool accumulate) const {
   const int64_t N = rows_of(x, in_, "Linear::forward x");
-  kernels::matmul(x, w_->value, y, N, out_, in_, false, true, 1.0f, accumulate ? 1.0f : 0.0f);
+  kernels::matmul(operand(ctx, x), w_->compute, y, N, out_, in_, false, true, 1.0f,
+                  accumulate ? 1.0f : 0.0f);
   if (b_ && !partial_) kernels::bias_add(y, b_->value, N, out_);
 }
 
@@ -29,13 +41,14 @@ void Linear::add_bias(const Tensor& y) const {
   if (b_) kernels::bias_add(y, b_->value, rows_of(y, out_, "Linear::add_bias y"), out_);
 }
 
-void Linear::backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
+void Linear::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx,
                       bool accumulate_dx) const {
   const int64_t N = rows_of(dy, out_, "Linear::backward dy");
-  kernels::matmul(dy, x, w_->grad, out_, in_, N, true, false, 1.0f, 1.0f);
+  const Tensor dyc = operand(ctx, dy, ScratchId::gemm_dy);
+  kernels::matmul(dyc, operand(ctx, x), w_->grad, out_, in_, N, true, false, 1.0f, 1.0f);
   if (b_) kernels::bias_backward(dy, b_->grad, N, out_);
   if (dx.data)
-    kernels::matmul(dy, w_->value, dx, N, in_, out_, false, false, 1.0f,
+    kernels::matmul(dyc, w_->compute, dx, N, in_, out_, false, false, 1.0f,
                     accumulate_dx ? 1.0f : 0.0f);
 }
 

@@ -5,15 +5,25 @@
 // of W and of b and produces that slice of y; a row-parallel map holds columns
 // [r*in/t, (r+1)*in/t) of W, reads that slice of x and produces a partial y that the ranks
 // sum; its bias is whole and is added once, after the sum (add_bias).
+//
+// Precision: the map computes in the dtype of its weight's compute copy (Param::compute): f32,
+// or bf16 / f16 under train.precision, where x and dy are cast to that dtype and the GEMMs
+// accumulate in fp32 into fp32 y, dx and dW (doc/precision.md). A caller that feeds one input to
+// several maps casts it once with operand() and passes the result.
 #pragma once
 
 #include <string>
 
 #include "model/param.hpp"
+#include "model/step_context.hpp"
 
 namespace tessera {
 
 enum class Split { none, column, row };
+
+// x as a GEMM operand in dtype t: x itself when it has that dtype, else x cast to it in scratch
+// buffer `id` (valid until the next use of that buffer).
+Tensor gemm_operand(StepContext& ctx, const Tensor& x, DType t, ScratchId id);
 
 class Linear {
  public:
@@ -24,13 +34,16 @@ class Linear {
 
   // y[N,out] = x[N,in] W^T + b, or y += that when accumulate is set (sizes local; a
   // row-parallel map split over several ranks leaves the bias out). N is x's rows.
-  void forward(const Tensor& x, const Tensor& y, bool accumulate = false) const;
+  void forward(StepContext& ctx, const Tensor& x, const Tensor& y, bool accumulate = false) const;
   // y[N,out] += b (row-parallel maps, after the sum over ranks).
   void add_bias(const Tensor& y) const;
   // dW += dy^T x, db += colsum(dy); dx[N,in] = dy W (or += when accumulate_dx); dx may be
   // empty (no input gradient). N is dy's rows.
-  void backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
+  void backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx,
                 bool accumulate_dx = false) const;
+  // x as a GEMM operand of this map: x itself when it has the compute dtype, else x cast to it
+  // in scratch buffer `id` (valid until the next use of that buffer).
+  Tensor operand(StepContext& ctx, const Tensor& x, ScratchId id = ScratchId::gemm_x) const;
 
   int64_t in() const { return in_; }    // this rank's
   int64_t out() const { return out_; }  // this rank's

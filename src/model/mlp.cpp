@@ -27,16 +27,17 @@ void Mlp::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
     s.up = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
     s.act = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
   }
-  up_.forward(x, s.up.view());
+  const Tensor xc = up_.operand(ctx, x);  // cast once for both maps
+  up_.forward(ctx, xc, s.up.view());
   if (swiglu_) {
-    gate_.forward(x, s.gate.view());
+    gate_.forward(ctx, xc, s.gate.view());
     kernels::swiglu_forward(s.gate.view(), s.up.view(), s.act.view(), N * F);
   } else {
     kernels::gelu_forward(s.up.view(), s.act.view(), N * F);
   }
-  if (tp::size(ctx) == 1) return down_.forward(s.act.view(), y, /*accumulate=*/true);
+  if (tp::size(ctx) == 1) return down_.forward(ctx, s.act.view(), y, /*accumulate=*/true);
   const Tensor partial = ctx.scratch.get(ScratchId::tp_partial, {N, C});
-  down_.forward(s.act.view(), partial);
+  down_.forward(ctx, s.act.view(), partial);
   tp::reduce_into(ctx, partial, y, ctx.scratch.get(ScratchId::tp_sum, {tp::rows(ctx, N), C}), true);
   down_.add_bias(y);
 }
@@ -48,15 +49,16 @@ void Mlp::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Te
   Saved& s = slots_.at(ctx.slot);
   const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {N, F});
   const Tensor d_up = ctx.scratch.get(ScratchId::mlp_d_up, {N, F});
-  down_.backward(s.act.view(), dy, d_act);
+  down_.backward(ctx, s.act.view(), dy, d_act);
+  const Tensor xc = up_.operand(ctx, x);
   if (swiglu_) {
     const Tensor d_gate = ctx.scratch.get(ScratchId::mlp_d_gate, {N, F});
     kernels::swiglu_backward(d_act, s.gate.view(), s.up.view(), d_gate, d_up, N * F);
-    gate_.backward(x, d_gate, dxp);
-    up_.backward(x, d_up, dxp, /*accumulate_dx=*/true);
+    gate_.backward(ctx, xc, d_gate, dxp);
+    up_.backward(ctx, xc, d_up, dxp, /*accumulate_dx=*/true);
   } else {
     kernels::gelu_backward(d_act, s.up.view(), d_up, N * F);
-    up_.backward(x, d_up, dxp);
+    up_.backward(ctx, xc, d_up, dxp);
   }
   tp::reduce_grad(ctx, dxp, dx);  // the input gradient sums over the ranks' slices
 }

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "kernels/kernels.hpp"
+#include "model/linear.hpp"
 #include "model/tensor_parallel.hpp"
 
 namespace tessera {
@@ -54,7 +55,11 @@ double OutputHead::forward(StepContext& ctx, const Tensor& x, const Tensor& targ
   norm_.forward(x, xn, s.mean.view(), s.rstd.view());
   const Tensor xf =
       tp::gather(ctx, xn, ctx.scratch.get(ScratchId::head_gathered, {R == N ? 1 : N * C}));
-  kernels::matmul(xf, w_->value, logits, N, Vl, C, false, true);
+  // The head's GEMMs run in the compute dtype like every Linear (doc/precision.md); the logits
+  // and the cross-entropy stay fp32.
+  const Tensor w = w_->compute;
+  const Tensor xc = gemm_operand(ctx, xf, w.dtype, ScratchId::gemm_x);
+  kernels::matmul(xc, w, logits, N, Vl, C, false, true);
   if (tp::size(ctx) == 1)
     kernels::cross_entropy_fused(logits, targets, losses, N, Vl, cfg_.vocab, ctx.loss_scale);
   else
@@ -65,11 +70,12 @@ double OutputHead::forward(StepContext& ctx, const Tensor& x, const Tensor& targ
   if (ctx.training) {
     // logits now hold dlogits: dW += dlogits^T xn, dxn = dlogits W (summed over the ranks'
     // vocabulary blocks).
-    kernels::matmul(logits, xf, w_->grad, Vl, C, N, true, false, 1.0f, 1.0f);
+    const Tensor dlogits = gemm_operand(ctx, logits, w.dtype, ScratchId::gemm_dy);
+    kernels::matmul(dlogits, xc, w_->grad, Vl, C, N, true, false, 1.0f, 1.0f);
     const Tensor dxn = R == N && !tp::sequence_parallel(ctx)
                            ? s.dxn.view()
                            : ctx.scratch.get(ScratchId::tp_partial, {N, C});
-    kernels::matmul(logits, w_->value, dxn, N, C, Vl, false, false);
+    kernels::matmul(dlogits, w, dxn, N, C, Vl, false, false);
     tp::reduce_grad(ctx, dxn, s.dxn.view());
   }
   return loss;
@@ -89,7 +95,9 @@ void OutputHead::logits(StepContext& ctx, const Tensor& x, const Tensor& out) {
   // rstd in the first N, mean in the second N.
   const Tensor stats = ctx.scratch.get(ScratchId::head_losses, {2 * N});
   norm_.forward(x, xn, stats.slice(N, N), stats.slice(0, N));
-  kernels::matmul(xn, w_->value, full, N, Vp, C, false, true);
+  const Tensor w = w_->compute;
+  kernels::matmul(gemm_operand(ctx, xn, w.dtype, ScratchId::gemm_x), w, full, N, Vp, C, false,
+                  true);
   rows_of(out, V, "OutputHead::logits out");  // out.rows(n, 1) is row n of [N, V]
   for (int64_t n = 0; n < N; ++n) kernels::copy(full.rows(n, 1), out.rows(n, 1), V);
 }

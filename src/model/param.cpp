@@ -32,8 +32,6 @@ void ParamStore::finalize(Allocator& alloc, const StoreLayout& layout, DType com
   if (!parts_.empty()) throw std::logic_error("ParamStore::finalize called twice");
   if (compute != DType::f32 && compute != DType::bf16 && compute != DType::f16)
     throw std::logic_error(std::string("ParamStore: no compute copy in ") + dtype_name(compute));
-  if (compute != DType::f32 && !layout.values)
-    throw std::logic_error("ParamStore: a compute copy needs the flat value buffer");
   compute_dtype_ = compute;
   std::vector<std::pair<int, int>> ranges = layout.parts;
   if (ranges.empty()) ranges.push_back({0, int(params_.size())});
@@ -53,20 +51,23 @@ void ParamStore::finalize(Allocator& alloc, const StoreLayout& layout, DType com
   }
   if (layout.values) values_ = Buffer(alloc, Shape{numel_}, DType::f32, Charge::params);
   if (layout.grads) grads_ = Buffer(alloc, Shape{numel_}, DType::f32, Charge::grads);
-  if (compute != DType::f32) compute_ = Buffer(alloc, Shape{numel_}, compute, Charge::params);
+  // Without the value buffer (ZeRO-3) the owner makes each part's compute copy when it gathers it.
+  if (compute != DType::f32 && layout.values)
+    compute_ = Buffer(alloc, Shape{numel_}, compute, Charge::params);
   for (Param& p : params_) {
     p.value = Tensor{layout.values ? values_.f32() + p.offset : nullptr, DType::f32, Space::host,
                      p.local};
     p.grad = Tensor{layout.grads ? grads_.f32() + p.offset : nullptr, DType::f32, Space::host,
                     p.local};
-    p.compute = compute == DType::f32
-                    ? p.value
+    p.compute = compute == DType::f32 ? p.value
+                : compute_.empty()
+                    ? Tensor{nullptr, compute, Space::host, p.local}
                     : compute_.view().slice(p.offset, p.local.numel()).reshaped(p.local);
   }
 }
 
 void ParamStore::refresh_compute() {
-  if (compute_dtype_ != DType::f32) kernels::cast(values_.view(), compute_.view(), numel_);
+  if (!compute_.empty()) kernels::cast(values_.view(), compute_.view(), numel_);
 }
 
 int64_t ParamStore::elements() const {

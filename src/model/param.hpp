@@ -38,9 +38,9 @@ struct Param {
   bool decay = false;
   int64_t offset = 0;  // into the store's flat buffers
   Tensor value, grad;  // shape local; value is the fp32 master copy
-  // The value in the store's compute dtype: value itself when that is f32, else a view of the
-  // compute copy (ParamStore::refresh_compute). Nothing reads it yet; an owner that points value
-  // elsewhere (ZeRO-3 gathering a part) leaves it behind.
+  // The value in the store's compute dtype, which the GEMMs read (Linear, the output head): value
+  // itself when that is f32, else a view of the compute copy (ParamStore::refresh_compute). An
+  // owner that points value elsewhere (ZeRO-3 gathering a part) points compute too.
   Tensor compute;
   // Start of this rank's block in the global tensor, per dimension.
   int64_t block_start(int d) const { return d == tp.dim ? tp.index * local[d] : 0; }
@@ -71,14 +71,16 @@ class ParamStore {
   // pointed elsewhere by their owner). Call once, after every layer has registered.
   // compute: the dtype the layers compute with. f32: Param::compute aliases the fp32 values
   // (no memory, nothing to refresh); bf16 or f16: a second flat buffer of that dtype, charged
-  // to Charge::params, filled from the values by refresh_compute() (needs layout.values).
+  // to Charge::params, filled from the values by refresh_compute() (without layout.values the
+  // compute views are null, pointed by their owner like the values).
   void finalize(Allocator& alloc, const StoreLayout& layout = {}, DType compute = DType::f32);
   // Initialises every value from (seed, name, global element index): a block of a split
   // parameter holds exactly the values of the same elements of the whole one.
   void initialize(uint64_t seed);
   static void initialize(Param& p, uint64_t seed);
   void zero_grads();
-  // compute copy = values, rounded to nearest even; nothing when the compute dtype is f32.
+  // compute copy = values, rounded to nearest even; nothing when the compute dtype is f32 or
+  // there is no flat value buffer.
   void refresh_compute();
   DType compute_dtype() const { return compute_dtype_; }
 

@@ -50,6 +50,10 @@ enum class ScratchId : int {
   sp_gathered_grad,
   // Pipeline evaluation: a chunk input received from the previous stage.
   pipeline_input,
+  // Mixed precision: a GEMM's input and output-gradient operands cast to the compute dtype
+  // (Linear::operand).
+  gemm_x,
+  gemm_dy,
   count
 };
 

@@ -25,6 +25,36 @@ BatchGeometry BatchGeometry::from(const TrainSection& train, int64_t dp) {
   return g;
 }
 
+namespace {
+
+DType dtype_of(TrainPrecision p) {
+  switch (p) {
+    case TrainPrecision::fp32:
+      return DType::f32;
+    case TrainPrecision::bf16:
+      return DType::bf16;
+    case TrainPrecision::fp16:
+      return DType::f16;
+  }
+  return DType::f32;
+}
+
+}  // namespace
+
+bool LossScaler::update(double scaled_norm) {
+  if (!dynamic) return true;
+  if (!std::isfinite(scaled_norm)) {
+    TESSERA_REQUIRE(scale / 2 >= floor, "fp16 gradients overflow at the loss scale floor ",
+                    "(train.loss_scale_min = ", floor, ") after ", skipped,
+                    " skipped steps: training is diverging, not underflowing; lower optim.lr, "
+                    "or train in bf16, whose range is that of fp32");
+    scale /= 2, good = 0, ++skipped;
+    return false;
+  }
+  if (++good == window) scale *= 2, good = 0;
+  return true;
+}
+
 Trainer::Trainer(const RunConfig& run, ProcessGrid& grid)
     : run_(run),
       cfg_(ModelConfig::from(run.model)),
@@ -49,7 +79,14 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid)
   if (stages > 1) model_ = std::make_unique<Transformer>(cfg_, store_, pipeline_stage());
   else model_ = std::make_unique<Transformer>(cfg_, store_);
   index_whole_model();
-  store_.finalize(alloc_, DataParallel::store_layout(run.parallel, *model_, geo_.dp));
+  store_.finalize(alloc_, DataParallel::store_layout(run.parallel, *model_, geo_.dp),
+                  dtype_of(run.train.precision));
+  if (run.train.precision == TrainPrecision::fp16) {
+    scaler_.dynamic = true;
+    scaler_.scale = run.train.loss_scale;
+    scaler_.floor = run.train.loss_scale_min;
+    scaler_.window = run.train.loss_scale_window;
+  }
   AdamWConfig oc;
   oc.beta1 = float(run.optim.beta1);
   oc.beta2 = float(run.optim.beta2);
@@ -60,6 +97,7 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid)
                            alloc_);
   if (tied_over_pipeline()) dp_->defer(0);  // summed over the embedding group first
   dp_->initialize(seed_);
+  store_.refresh_compute();
   optim_ = std::make_unique<AdamW>(store_, alloc_, oc, dp_->segments());
   schedule_ = {run.optim.lr, run.optim.min_lr, run.optim.warmup, steps_};
   grad_clip_ = run.optim.grad_clip;
@@ -130,7 +168,7 @@ StepContext Trainer::context(bool training) {
   ctx.hooks = dp_.get();
   ctx.batch = geo_.micro_batch;
   ctx.training = training;
-  ctx.loss_scale = float(1.0 / double(geo_.global_batch * cfg_.seq_len));
+  ctx.loss_scale = float(scaler_.scale / double(geo_.global_batch * cfg_.seq_len));
   return ctx;
 }
 
@@ -294,13 +332,19 @@ StepResult Trainer::step(int64_t s) {
   StepResult r;
   r.step = s;
   r.loss = loss_sum / double(geo_.global_batch * T);
-  r.grad_norm = std::sqrt(squares);
+  r.loss_scale = scaler_.scale;
+  r.grad_norm = std::sqrt(squares) / scaler_.scale;
   r.lr = schedule_.at(s);
-  optim_->step(r.lr, s, dp_->optimizer_values(), dp_->optimizer_index(), grads,
-               clip_factor(r.grad_norm, grad_clip_));
-  if (dp_->gathers_after_optimizer()) {  // every rank needs the updated parameters
-    timer_.enter(Phase::grad_sync);
-    dp_->after_optimizer();
+  r.skipped = !scaler_.update(std::sqrt(squares));  // every rank decides alike: squares is global
+  if (!r.skipped) {
+    // The gradients carry the loss scale; the update takes them unscaled (fused with clipping).
+    optim_->step(r.lr, s, dp_->optimizer_values(), dp_->optimizer_index(), grads,
+                 float(clip_factor(r.grad_norm, grad_clip_) / r.loss_scale));
+    if (dp_->gathers_after_optimizer()) {  // every rank needs the updated parameters
+      timer_.enter(Phase::grad_sync);
+      dp_->after_optimizer();
+    }
+    store_.refresh_compute();
   }
   timer_.stop();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -374,6 +418,8 @@ void Trainer::save(Checkpointer& ckpt, int64_t step) {
   meta.seed = int64_t(seed_);
   meta.deck_json = run_.to_json();
   meta.layout_json = layout_json();
+  meta.loss_scale = scaler_.dynamic ? scaler_.scale : 0;
+  meta.loss_scale_good = scaler_.good;
   ckpt.save(meta, checkpoint_tensors());  // ZeRO: each rank writes its own pieces
   timer_.stop();
 }
@@ -383,6 +429,9 @@ int64_t Trainer::restore(Checkpointer& ckpt) {
   if (path.empty()) return 0;
   CheckpointMeta meta;
   meta = ckpt.load(path, checkpoint_tensors());
+  store_.refresh_compute();
+  if (scaler_.dynamic && meta.loss_scale > 0)  // resuming fp16 from fp16: the scaler goes on
+    scaler_.scale = meta.loss_scale, scaler_.good = meta.loss_scale_good;
   TESSERA_REQUIRE(meta.samples == meta.step * geo_.global_batch, "checkpoint '", path,
                   "' was written with ", meta.samples / std::max<int64_t>(1, meta.step),
                   " sequences per step but train.global_batch is ", geo_.global_batch,

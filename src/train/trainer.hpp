@@ -32,6 +32,23 @@ struct StepResult {
   int64_t step = 0;
   double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
   double val_loss = -1;  // negative: not evaluated this step
+  // fp16: the loss scale the step ran with, and whether its gradients overflowed (the update
+  // was skipped on every rank and the scale halved).
+  double loss_scale = 1;
+  bool skipped = false;
+};
+
+// fp16 dynamic loss scaling (train.precision = fp16): the summed token losses are multiplied by
+// the scale before backward, so small gradients survive fp16; a step whose gradients overflow
+// (a non-finite global norm, found by the reduction every rank already does for clipping) is
+// skipped on every rank and halves the scale; window steps without overflow double it. Other
+// precisions keep the scale at 1.
+struct LossScaler {
+  bool dynamic = false;
+  double scale = 1, floor = 1;
+  int64_t window = 1000, good = 0, skipped = 0;
+  // After a step's global gradient norm (scaled): whether to apply the update.
+  bool update(double scaled_norm);
 };
 
 class Trainer {
@@ -41,6 +58,9 @@ class Trainer {
   // Runs optimizer step number step (1-based).
   StepResult step(int64_t step);
   const TokenDataset& data() const { return data_; }
+  // The dtype of the GEMM operands and the parameters' compute copy (train.precision).
+  DType compute_dtype() const { return store_.compute_dtype(); }
+  const LossScaler& loss_scaler() const { return scaler_; }
   // Writes the state after `step` completed steps (collective).
   void save(Checkpointer& ckpt, int64_t step);
   // Restores the state checkpoint.resume names; returns the steps already completed (0 for a
@@ -119,6 +139,7 @@ class Trainer {
   std::unique_ptr<DataParallel> dp_;
   LrSchedule schedule_;
   double grad_clip_ = 0;
+  LossScaler scaler_;
   uint64_t seed_ = 0;
   int64_t steps_ = 0;
   TokenDataset data_;

@@ -421,12 +421,13 @@ TEST_P(TensorParallelLinear, MatchesSerial) {
   const Linear serial(ss, "lin", in, out, c.bias, 0.3f);
   const Linear tpl(ps, "lin", in, out, c.bias, 0.3f, c.split, t, r);
   init_pair(ss, ps, env.alloc, 5);
+  StepContext sctx = env.serial_ctx(), pctx = env.tp_ctx();
   if (c.bias) ASSERT_NE(ps.find("lin.bias"), nullptr);
 
   const FVec x = randn(N * in, 1), dy = randn(N * out, 2);
   FVec y(N * out), dx(N * in, 123.0f);
-  serial.forward(mat(x, N, in), mat(y, N, out));
-  serial.backward(mat(x, N, in), mat(dy, N, out), mat(dx, N, in));
+  serial.forward(sctx, mat(x, N, in), mat(y, N, out));
+  serial.backward(sctx, mat(x, N, in), mat(dy, N, out), mat(dx, N, in));
 
   const TrafficStats before = env.traffic();
   if (c.split == Split::column) {
@@ -434,9 +435,9 @@ TEST_P(TensorParallelLinear, MatchesSerial) {
     EXPECT_EQ(tpl.out(), w);
     EXPECT_EQ(tpl.in(), in);
     FVec yp(N * w), dxp(N * in, 123.0f);
-    tpl.forward(mat(x, N, in), mat(yp, N, w));
+    tpl.forward(pctx, mat(x, N, in), mat(yp, N, w));
     const FVec dyp = cols_of(dy, N, out, r * w, w);
-    tpl.backward(mat(x, N, in), mat(dyp, N, w), mat(dxp, N, in));
+    tpl.backward(pctx, mat(x, N, in), mat(dyp, N, w), mat(dxp, N, in));
     env.tp.all_reduce(dxp.data(), N * in);  // the input gradient is a partial sum
     const FVec y_block = cols_of(y, N, out, r * w, w);
     expect_rows("y", yp, y_block, w, 0);
@@ -447,10 +448,10 @@ TEST_P(TensorParallelLinear, MatchesSerial) {
     EXPECT_EQ(tpl.out(), out);
     const FVec xp = cols_of(x, N, in, r * w, w);
     FVec yp(N * out), dxp(N * w, 123.0f);
-    tpl.forward(mat(xp, N, w), mat(yp, N, out));
+    tpl.forward(pctx, mat(xp, N, w), mat(yp, N, out));
     env.tp.all_reduce(yp.data(), N * out);  // the output is a partial sum
     if (t > 1) tpl.add_bias(mat(yp, N, out));  // once, after the sum
-    tpl.backward(mat(xp, N, w), mat(dy, N, out), mat(dxp, N, w));
+    tpl.backward(pctx, mat(xp, N, w), mat(dy, N, out), mat(dxp, N, w));
     expect_rows("y", yp, y, out, 0);
     expect_rows("dx", dxp, cols_of(dx, N, in, r * w, w), w, 0);
   }
@@ -862,16 +863,17 @@ TEST(TensorParallelSelfTest, WrongBlockIsCaught) {
   const Linear serial(ss, "lin", in, out, true, 0.3f);
   const Linear tpl(ps, "lin", in, out, true, 0.3f, Split::column, 2, r);
   init_pair(ss, ps, env.alloc, 81);
+  StepContext sctx = env.serial_ctx(), pctx = env.tp_ctx();
   EXPECT_EQ(param_mismatches(ps, ss, Field::value, true), 0);
   EXPECT_GT(param_mismatches(ps, ss, Field::value, true, /*wrong_block=*/true), 0);
 
   const FVec x = randn(N * in, 82), dy = randn(N * out, 83);
   FVec y(N * out), dx(N * in), yp(N * w), dxp(N * in);
-  serial.forward(mat(x, N, in), mat(y, N, out));
-  serial.backward(mat(x, N, in), mat(dy, N, out), mat(dx, N, in));
-  tpl.forward(mat(x, N, in), mat(yp, N, w));
+  serial.forward(sctx, mat(x, N, in), mat(y, N, out));
+  serial.backward(sctx, mat(x, N, in), mat(dy, N, out), mat(dx, N, in));
+  tpl.forward(pctx, mat(x, N, in), mat(yp, N, w));
   const FVec dyp = cols_of(dy, N, out, r * w, w);
-  tpl.backward(mat(x, N, in), mat(dyp, N, w), mat(dxp, N, in));
+  tpl.backward(pctx, mat(x, N, in), mat(dyp, N, w), mat(dxp, N, in));
   auto out_mismatches = [&](int64_t block) {
     const FVec want = cols_of(y, N, out, block * w, w);
     return mismatches(

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../test_vectors.hpp"
@@ -76,13 +77,13 @@ TEST(KernelDispatch, UnsupportedDtypeNamesKernelAndDtype) {
   FVec table(12), out(12), fids(4);
   msg = error_of([&] { embedding_forward(host(fids), host(table), host(out), 4, 3); });
   expect_contains(msg, "kernels::embedding_forward: ids is f32, this kernel takes i32");
-  // No bf16 GEMM on the CPU: an error, not a conversion.
-  HVec a(4), b(4);
-  FVec c(4);
+  // A GEMM's operands share one dtype: an error, not a conversion.
+  HVec a(4);
+  FVec b(4), c(4);
   msg = error_of([&] {
-    matmul(half_view(a, DType::bf16), half_view(b, DType::bf16), host(c), 2, 2, 2, false, false);
+    matmul(half_view(a, DType::bf16), host(b), host(c), 2, 2, 2, false, false);
   });
-  expect_contains(msg, "kernels::matmul_bf16 is not implemented by the cpu backend");
+  expect_contains(msg, "kernels::matmul: B is f32, this kernel takes bf16");
   msg = error_of([&] { cast(host(y), host(ids), 4); });
   expect_contains(msg, "no conversion from f32 to i32");
 }
@@ -257,15 +258,75 @@ TEST(ParamCompute, Bf16CopyIsChargedAndRefreshed) {
   }
 }
 
-TEST(ParamCompute, RejectsACopyWithoutValuesOrOfAnIntegerType) {
+TEST(ParamCompute, WithoutValuesTheViewsAreNullAndAnIntegerTypeIsRejected) {
   Allocator alloc;
   ParamStore s1, s2;
   s1.add("w", Shape{4}, {}, true);
   s2.add("w", Shape{4}, {}, true);
   StoreLayout no_values;
   no_values.values = false;
-  EXPECT_THROW(s1.finalize(alloc, no_values, DType::bf16), std::logic_error);
+  s1.finalize(alloc, no_values, DType::bf16);  // ZeRO-3: the owner points the views
+  const Param& p = *s1.params()[0];
+  EXPECT_EQ(p.compute.data, nullptr);
+  EXPECT_EQ(p.compute.dtype, DType::bf16);
+  EXPECT_EQ(alloc.live(Charge::params), 0u);
   EXPECT_THROW(s2.finalize(alloc, {}, DType::i32), std::logic_error);
+}
+
+// ---- 16-bit GEMM -----------------------------------------------------------------------------
+
+// bf16 and f16 operands with fp32 accumulation: the result is the exact product of the rounded
+// operands up to fp32 summation error, for every transpose, alpha and beta, into f32 (and bf16).
+TEST(HalfMatmul, ExactProductsOfRoundedOperandsAccumulatedInFp32) {
+  uint32_t seed = 40;
+  for (DType t : {DType::bf16, DType::f16})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (auto [M, N, K, alpha, beta] : {std::tuple{7L, 5L, 9L, 1.0f, 0.0f},
+                                            std::tuple{33L, 17L, 70L, 0.5f, 1.0f},
+                                            std::tuple{4L, 64L, 128L, 1.0f, -0.5f}}) {
+          SCOPED_TRACE(std::string(dtype_name(t)) + (ta ? " At" : " A") + (tb ? " Bt" : " B") +
+                       " M" + std::to_string(M) + " K" + std::to_string(K));
+          const FVec A = randn(M * K, seed += 3), B = randn(K * N, seed += 3);
+          const FVec C0 = randn(M * N, seed += 3);
+          HVec a(A.size()), b(B.size());
+          cast(host(A), half_view(a, t), M * K);
+          cast(host(B), half_view(b, t), K * N);
+          FVec ar(A.size()), br(B.size()), C = C0;
+          cast(half_view(a, t), host(ar), M * K);  // the operands as the GEMM sees them
+          cast(half_view(b, t), host(br), K * N);
+          matmul(half_view(a, t), half_view(b, t), host(C), M, N, K, ta, tb, alpha, beta);
+          int bad = 0;
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) {
+              double acc = 0, mag = 0;
+              for (int64_t k = 0; k < K; ++k) {
+                const double p = double(ta ? ar[k * M + i] : ar[i * K + k]) *
+                                 double(tb ? br[j * K + k] : br[k * N + j]);
+                acc += p, mag += std::abs(p);
+              }
+              const double want = alpha * acc + beta * C0[i * N + j];
+              const double scale = std::abs(alpha) * mag + std::abs(beta * C0[i * N + j]);
+              if (!(std::abs(C[i * N + j] - want) <= 1e-5 * scale + 1e-30) && bad++ < 3)
+                ADD_FAILURE() << i << "," << j << ": " << C[i * N + j] << " vs " << want;
+            }
+        }
+}
+
+TEST(HalfMatmul, Bf16OutputIsTheRoundedFp32Result) {
+  const int64_t M = 9, N = 11, K = 40;
+  const FVec A = randn(M * K, 7), B = randn(K * N, 8);
+  HVec a(A.size()), b(B.size()), c(size_t(M * N));
+  cast(host(A), half_view(a, DType::bf16), M * K);
+  cast(host(B), half_view(b, DType::bf16), K * N);
+  FVec f(size_t(M * N));
+  matmul(half_view(a, DType::bf16), half_view(b, DType::bf16), host(f), M, N, K, false, true);
+  matmul(half_view(a, DType::bf16), half_view(b, DType::bf16), half_view(c, DType::bf16), M, N, K,
+         false, true);
+  FVec back(size_t(M * N));
+  cast(half_view(c, DType::bf16), host(back), M * N);
+  for (int64_t i = 0; i < M * N; ++i)  // within one bf16 ulp of the fp32 result
+    EXPECT_NEAR(back[size_t(i)], f[size_t(i)], std::abs(f[size_t(i)]) * 0x1p-7 + 1e-6) << i;
 }
 
 }  // namespace

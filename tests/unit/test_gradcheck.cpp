@@ -214,6 +214,7 @@ class GradCheck : public ::testing::Test {
   Communicator comm_{MPI_COMM_SELF, "self"};
   ParallelContext par_{comm_, comm_};
   Scratch scratch_{alloc_};
+  StepContext sc_{alloc_, par_, scratch_};  // for the layers that take one (Linear)
 };
 
 // ---- Linear ------------------------------------------------------------------------------
@@ -227,11 +228,11 @@ TEST_F(GradCheck, Linear) {
     finish_store(store);
     FVec x = randn(N * in, 1), R = randn(N * out, 2), y(N * out);
     auto loss = [&] {
-      lin.forward(mat(x, N, in), mat(y, N, out));
+      lin.forward(sc_, mat(x, N, in), mat(y, N, out));
       return dot(y.data(), R);
     };
     FVec dx(N * in, 123.0f);  // overwritten
-    lin.backward(mat(x, N, in), mat(R, N, out), mat(dx, N, in));
+    lin.backward(sc_, mat(x, N, in), mat(R, N, out), mat(dx, N, in));
     const FVec grads = copy_grads(store);
     GradChecker chk(loss, 3);
     chk.check("x", x.data(), N * in, dx.data(), -1);
@@ -248,18 +249,18 @@ TEST_F(GradCheck, LinearAccumulateFlags) {
   const FVec x = randn(N * in, 4), dy = randn(N * out, 5);
   FVec y(N * out), y_acc = randn(N * out, 6);
   const FVec y0 = y_acc;
-  lin.forward(mat(x, N, in), mat(y, N, out));
-  lin.forward(mat(x, N, in), mat(y_acc, N, out), /*accumulate=*/true);
+  lin.forward(sc_, mat(x, N, in), mat(y, N, out));
+  lin.forward(sc_, mat(x, N, in), mat(y_acc, N, out), /*accumulate=*/true);
   for (int64_t i = 0; i < N * out; ++i) EXPECT_NEAR(y_acc[i], y0[i] + y[i], 1e-6) << i;
 
   FVec dx(N * in), dx_acc = randn(N * in, 7);
   const FVec dx0 = dx_acc;
-  lin.backward(mat(x, N, in), mat(dy, N, out), mat(dx, N, in));
+  lin.backward(sc_, mat(x, N, in), mat(dy, N, out), mat(dx, N, in));
   const FVec g1 = copy_grads(store);
-  lin.backward(mat(x, N, in), mat(dy, N, out), mat(dx_acc, N, in), /*accumulate_dx=*/true);
+  lin.backward(sc_, mat(x, N, in), mat(dy, N, out), mat(dx_acc, N, in), /*accumulate_dx=*/true);
   for (int64_t i = 0; i < N * in; ++i) EXPECT_NEAR(dx_acc[i], dx0[i] + dx[i], 1e-6) << i;
   // Parameter gradients accumulate over calls; dx may be empty.
-  lin.backward(mat(x, N, in), mat(dy, N, out), Tensor{});
+  lin.backward(sc_, mat(x, N, in), mat(dy, N, out), Tensor{});
   for (int64_t i = 0; i < store.numel(); ++i) EXPECT_NEAR(store.grads()[i], 3 * g1[i], 1e-5);
 }
 
@@ -273,14 +274,14 @@ TEST_F(GradCheck, LayersRejectActivationsOfTheWrongShape) {
   finish_store(store);
   const FVec x = randn(N * in, 8);
   FVec y(N * out), n(N * in), stats(2 * N);
-  EXPECT_THROW(lin.forward(view_of(x.data(), {N * in}), mat(y, N, out)), std::logic_error);
-  EXPECT_THROW(lin.forward(mat(x, N * 2, in / 2), mat(y, N, out)), std::logic_error);
-  EXPECT_THROW(lin.backward(mat(x, N, in), mat(y, N * 2, out / 2), Tensor{}), std::logic_error);
+  EXPECT_THROW(lin.forward(sc_, view_of(x.data(), {N * in}), mat(y, N, out)), std::logic_error);
+  EXPECT_THROW(lin.forward(sc_, mat(x, N * 2, in / 2), mat(y, N, out)), std::logic_error);
+  EXPECT_THROW(lin.backward(sc_, mat(x, N, in), mat(y, N * 2, out / 2), Tensor{}), std::logic_error);
   const Tensor mean = view_of(stats.data(), {N}), rstd = view_of(stats.data() + N, {N});
   EXPECT_THROW(norm.forward(mat(x, N * 2, in / 2), mat(n, N * 2, in / 2), mean, rstd),
                std::logic_error);
   EXPECT_NO_THROW(norm.forward(mat(x, N, in), mat(n, N, in), mean, rstd));
-  EXPECT_NO_THROW(lin.forward(mat(n, N, in), mat(y, N, out)));
+  EXPECT_NO_THROW(lin.forward(sc_, mat(n, N, in), mat(y, N, out)));
 }
 
 // ---- Norm --------------------------------------------------------------------------------
@@ -572,12 +573,12 @@ TEST_F(GradCheck, CheckerRejectsWrongGradients) {
   // L = sum(lin(norm(x)) * R)
   auto loss = [&] {
     norm.forward(mat(x, N, C), mat(n1, N, C), view_of(mean.data(), {N}), view_of(rstd.data(), {N}));
-    lin.forward(mat(n1, N, C), mat(y, N, C));
+    lin.forward(sc_, mat(n1, N, C), mat(y, N, C));
     return dot(y.data(), R);
   };
   loss();
   FVec dn(N * C), dx(N * C);
-  lin.backward(mat(n1, N, C), mat(R, N, C), mat(dn, N, C));
+  lin.backward(sc_, mat(n1, N, C), mat(R, N, C), mat(dn, N, C));
   norm.backward(mat(x, N, C), mat(dn, N, C), view_of(mean.data(), {N}), view_of(rstd.data(), {N}),
                 mat(dx, N, C));
   const FVec grads = copy_grads(store);

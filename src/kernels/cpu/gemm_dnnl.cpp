@@ -1,11 +1,24 @@
 // GEMM on the CPU through oneDNN (the library PyTorch uses on CPU; its OpenMP runtime is the
 // same one tessera's loops use, so there is one threading model per process).
-#include <oneapi/dnnl/dnnl.h>
+//
+// fp32: dnnl_sgemm. bf16 operands: oneDNN's matmul primitive with fp32 accumulation (native on
+// AVX512-BF16 / AMX, emulated by oneDNN on other AVX-512 CPUs). A primitive is created once per
+// shape (sizes, transposes, output dtype, alpha, beta) and cached: a training step uses a few
+// dozen shapes, over and over. fp16 operands: oneDNN 2.x has no fp16 matmul on CPUs without
+// AVX512-FP16, so they are widened to fp32 (exactly) and multiplied by sgemm: the products of
+// two fp16 numbers are exact in fp32, so this is what an fp16 GEMM with fp32 accumulation
+// computes, up to the order of the sums.
+#include <oneapi/dnnl/dnnl.hpp>
 
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/cpu/half.hpp"
 
 namespace tessera::kernels::cpu {
 
@@ -20,8 +33,79 @@ void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int6
     throw std::runtime_error("dnnl_sgemm failed with status " + std::to_string(int(st)));
 }
 
+namespace {
+
+using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int, float, float>;
+
+struct Bf16Gemm {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::map<Key, dnnl::matmul> cache;
+  std::mutex mutex;
+
+  dnnl::matmul& primitive(const Key& key) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+    const auto [M, N, K, ta, tb, c_bf16, alpha, beta] = key;
+    using dt = dnnl::memory::data_type;
+    // Row-major A[M,K] (or stored [K,M]), B[K,N] (or stored [N,K]): transposes are strides.
+    const dnnl::memory::desc a({M, K}, dt::bf16, ta ? dnnl::memory::dims{1, M}
+                                                    : dnnl::memory::dims{K, 1});
+    const dnnl::memory::desc b({K, N}, dt::bf16, tb ? dnnl::memory::dims{1, K}
+                                                    : dnnl::memory::dims{N, 1});
+    const dnnl::memory::desc c({M, N}, c_bf16 ? dt::bf16 : dt::f32, dnnl::memory::dims{N, 1});
+    dnnl::primitive_attr attr;
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+      dnnl::post_ops ops;
+      ops.append_sum(beta);
+      attr.set_post_ops(ops);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine);
+    return cache.emplace(key, dnnl::matmul(pd)).first->second;
+  }
+};
+
+void matmul_half(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType c_dtype, int64_t M,
+                 int64_t N, int64_t K, bool trans_a, bool trans_b, float alpha, float beta) {
+  if (M == 0 || N == 0) return;
+  if (ab == DType::f16) {
+    if (c_dtype != DType::f32) throw std::runtime_error("matmul: f16 operands need an f32 C");
+    std::vector<float> a(size_t(M * K)), b(size_t(K * N));
+    f16_to_f32(A, a.data(), M * K);
+    f16_to_f32(B, b.data(), K * N);
+    return matmul(a.data(), b.data(), static_cast<float*>(C), M, N, K, trans_a, trans_b, alpha,
+                  beta);
+  }
+  if (K == 0) {  // oneDNN rejects empty reductions; C = beta C
+    if (c_dtype != DType::f32) throw std::runtime_error("matmul: K = 0 needs an f32 C");
+    float* c = static_cast<float*>(C);
+    for (int64_t i = 0; i < M * N; ++i) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
+    return;
+  }
+  static Bf16Gemm gemm;
+  dnnl::matmul& mm = gemm.primitive(
+      Key{M, N, K, trans_a, trans_b, c_dtype == DType::bf16 ? 1 : 0, alpha, beta});
+  using dt = dnnl::memory::data_type;
+  const dnnl::memory::desc a({M, K}, dt::bf16, trans_a ? dnnl::memory::dims{1, M}
+                                                       : dnnl::memory::dims{K, 1});
+  const dnnl::memory::desc b({K, N}, dt::bf16, trans_b ? dnnl::memory::dims{1, K}
+                                                       : dnnl::memory::dims{N, 1});
+  const dnnl::memory::desc c({M, N}, c_dtype == DType::bf16 ? dt::bf16 : dt::f32,
+                             dnnl::memory::dims{N, 1});
+  dnnl::memory ma(a, gemm.engine, const_cast<uint16_t*>(A));
+  dnnl::memory mb(b, gemm.engine, const_cast<uint16_t*>(B));
+  dnnl::memory mc(c, gemm.engine, C);
+  mm.execute(gemm.stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+  gemm.stream.wait();
+}
+
+}  // namespace
+
 void register_gemm(Backend& b) {
   b.matmul = matmul;
+  b.matmul_half = matmul_half;
 }
 
 }  // namespace tessera::kernels::cpu

@@ -2,8 +2,11 @@
 // missing (a TESSERA_KERNELS_ONLY build on a GPU machine, where the CPU backend is just the
 // reference the CUDA kernels are tested against); slow, never used for training.
 #include <cstdint>
+#include <stdexcept>
+#include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/cpu/half.hpp"
 
 namespace tessera::kernels::cpu {
 
@@ -23,8 +26,20 @@ void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int6
     }
 }
 
+// 16-bit operands widened to f32 (exact), then the loops above.
+void matmul_half(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType c_dtype, int64_t M,
+                 int64_t N, int64_t K, bool trans_a, bool trans_b, float alpha, float beta) {
+  if (c_dtype != DType::f32) throw std::runtime_error("matmul: 16-bit operands need an f32 C here");
+  std::vector<float> a(size_t(M * K)), b(size_t(K * N));
+  auto widen = ab == DType::bf16 ? bf16_to_f32 : f16_to_f32;
+  widen(A, a.data(), M * K);
+  widen(B, b.data(), K * N);
+  matmul(a.data(), b.data(), static_cast<float*>(C), M, N, K, trans_a, trans_b, alpha, beta);
+}
+
 void register_gemm(Backend& b) {
   b.matmul = matmul;
+  b.matmul_half = matmul_half;
 }
 
 }  // namespace tessera::kernels::cpu

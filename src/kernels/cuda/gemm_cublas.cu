@@ -35,17 +35,17 @@ void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int6
   gemm(A, B, C, CUDA_R_32F, CUDA_R_32F, M, N, K, trans_a, trans_b, alpha, beta);
 }
 
-void matmul_bf16(const uint16_t* A, const uint16_t* B, void* C, DType c_dtype, int64_t M, int64_t N,
-                 int64_t K, bool trans_a, bool trans_b, float alpha, float beta) {
-  TESSERA_REQUIRE_LOCAL(c_dtype == DType::f32 || c_dtype == DType::bf16,
-                        "matmul_bf16: C must be f32 or bf16");
-  gemm(A, B, C, CUDA_R_16BF, c_dtype == DType::f32 ? CUDA_R_32F : CUDA_R_16BF, M, N, K, trans_a,
-       trans_b, alpha, beta);
+void matmul_half(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType c_dtype, int64_t M,
+                 int64_t N, int64_t K, bool trans_a, bool trans_b, float alpha, float beta) {
+  TESSERA_REQUIRE_LOCAL(c_dtype == DType::f32 || c_dtype == ab,
+                        "matmul: C must be f32 or of the operands' dtype");
+  const cudaDataType t = ab == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  gemm(A, B, C, t, c_dtype == DType::f32 ? CUDA_R_32F : t, M, N, K, trans_a, trans_b, alpha, beta);
 }
 
 void register_gemm(Backend& b) {
   b.matmul = matmul;
-  b.matmul_bf16 = matmul_bf16;
+  b.matmul_half = matmul_half;
 }
 
 }  // namespace tessera::kernels::cuda

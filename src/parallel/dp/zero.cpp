@@ -6,16 +6,16 @@
 
 namespace tessera {
 
-Buffer BufferPool::take(int64_t n) {
-  // Only a buffer of exactly this size is reused: the sizes are the few part and piece sizes,
-  // so the pool holds, per size, the most buffers ever in use at once.
+Buffer BufferPool::take(int64_t n, DType dtype) {
+  // Only a buffer of exactly this size and dtype is reused: the sizes are the few part and
+  // piece sizes, so the pool holds, per size, the most buffers ever in use at once.
   for (auto it = free_.begin(); it != free_.end(); ++it)
-    if (it->numel() == n) {
+    if (it->numel() == n && it->view().dtype == dtype) {
       Buffer b = std::move(*it);
       free_.erase(it);
       return b;
     }
-  return Buffer(alloc_, Shape{n}, DType::f32, charge_);
+  return Buffer(alloc_, Shape{n}, dtype, charge_);
 }
 
 void BufferPool::give(Buffer&& b) {
@@ -69,9 +69,18 @@ Zero::Zero(int stage, ParamStore& store, const Transformer& model, Communicator&
 
 void Zero::point_values(int part, float* base) {
   const ParamPart& pp = store_.parts()[size_t(part)];
+  const PartState& s = parts_[size_t(part)];
+  const bool copy = store_.compute_dtype() != DType::f32;
   for (int i = pp.first; i < pp.last; ++i) {
     Param& p = store_.param(i);
     p.value.data = base ? base + (p.offset - pp.begin) : nullptr;
+    if (!copy) {
+      p.compute.data = p.value.data;
+    } else if (base && !s.compute.empty()) {
+      p.compute = s.compute.view().slice(p.offset - pp.begin, p.local.numel()).reshaped(p.local);
+    } else {
+      p.compute.data = nullptr;
+    }
   }
 }
 
@@ -151,12 +160,18 @@ void Zero::run(const std::vector<ZeroAction>& actions) {
       }
       case ZeroAction::wait:
         s.gather.wait();
+        if (store_.compute_dtype() != DType::f32) {  // the part's compute copy, made once per use
+          const int64_t size = store_.parts()[size_t(a.part)].size;
+          s.compute = pool_.take(size, store_.compute_dtype());
+          kernels::cast(s.values.view(), s.compute.view(), size);
+        }
         point_values(a.part, s.values.f32());
         break;
       case ZeroAction::release:
         s.gather.wait();  // a buffer MPI still writes into cannot be reused
         point_values(a.part, nullptr);
         pool_.give(std::move(s.values));
+        pool_.give(std::move(s.compute));
         break;
       case ZeroAction::stage: {
         const int64_t size = store_.parts()[size_t(a.part)].size;

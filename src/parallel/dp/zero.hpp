@@ -49,7 +49,7 @@ namespace tessera {
 class BufferPool {
  public:
   BufferPool(Allocator& alloc, Charge charge) : alloc_(alloc), charge_(charge) {}
-  Buffer take(int64_t n);  // n floats; contents undefined
+  Buffer take(int64_t n, DType dtype = DType::f32);  // n elements; contents undefined
   void give(Buffer&& b);
 
  private:
@@ -112,6 +112,7 @@ class Zero : public DataParallel {
  private:
   struct PartState {
     Buffer values;  // stage 3: the gathered part while in use
+    Buffer compute;  // and its compute copy (train.precision bf16 / fp16)
     Request gather;
     Buffer grads;   // stages 2-3: staged gradients while the part's backward writes them
   };
