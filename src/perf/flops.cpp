@@ -20,14 +20,21 @@ double model_flops_per_token(const ModelConfig& c) {
          12.0 * double(c.layers) * double(c.seq_len) * double(c.heads * c.head_dim);
 }
 
-double measure_gemm_flops() {
+double measure_gemm_flops(DType operands) {
   constexpr int64_t n = 1536;
   std::vector<float> a(size_t(n * n), 0.5f), b(size_t(n * n), 0.25f), c(size_t(n * n));
+  std::vector<uint16_t> ah(a.size()), bh(b.size());
+  Tensor A = view_of(a.data(), {n, n}), B = view_of(b.data(), {n, n});
+  if (operands != DType::f32) {  // the GEMM training runs: 16-bit operands, fp32 output
+    const Tensor a16 = view_of(ah.data(), operands, {n, n}), b16 = view_of(bh.data(), operands, {n, n});
+    kernels::cast(A, a16, n * n);
+    kernels::cast(B, b16, n * n);
+    A = a16, B = b16;
+  }
   double best = 1e30;
   for (int rep = 0; rep < 5; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
-    kernels::matmul(view_of(a.data(), {n, n}), view_of(b.data(), {n, n}), view_of(c.data(), {n, n}),
-                    n, n, n, false, false);
+    kernels::matmul(A, B, view_of(c.data(), {n, n}), n, n, n, false, false);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rep > 0) best = std::min(best, s);  // rep 0 warms up
   }

@@ -8,13 +8,15 @@
 #pragma once
 
 #include "model/config.hpp"
+#include "tensor/tensor.hpp"
 
 namespace tessera {
 
 double matmul_params(const ModelConfig& cfg);           // weights used in GEMMs per token
 double model_flops_per_token(const ModelConfig& cfg);  // training (forward + backward)
 
-// Best fp32 GEMM rate this rank reaches on a square problem (FLOP/s), a short calibration.
-double measure_gemm_flops();
+// The measured GEMM rate of this process (FLOP/s) with operands of the given dtype (fp32
+// accumulation), on square 1536-element matrices.
+double measure_gemm_flops(DType operands = DType::f32);
 
 }  // namespace tessera

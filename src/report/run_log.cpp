@@ -50,8 +50,10 @@ RunLog::RunLog(const RunConfig& run, ProcessGrid& grid, Trainer& trainer, int64_
   double peak = run.hardware.peak_flops;
   peak_source_ = "deck (hardware.peak_flops)";
   if (peak == 0) {
-    peak = measure_gemm_flops();  // all ranks at once: what each gets while all run
-    peak_source_ = "measured fp32 GEMM rate";
+    // All ranks at once: what each gets while all run. The GEMM of the precision in use.
+    const DType t = trainer.compute_dtype();
+    peak = measure_gemm_flops(t);
+    peak_source_ = std::string("measured ") + to_string(run.train.precision) + " GEMM rate";
   }
   peak_total_ = peak;
   grid_.world().all_reduce(&peak_total_, 1);
@@ -160,10 +162,14 @@ void RunLog::step(const StepResult& r) {
   if (r.step % log_every_ == 0 || r.step == trainer_.steps() || first || r.val_loss >= 0) {
     char val[32] = "";
     if (r.val_loss >= 0) std::snprintf(val, sizeof val, " | val %.4f", r.val_loss);
+    char scale[64] = "";
+    if (trainer_.loss_scaler().dynamic)
+      std::snprintf(scale, sizeof scale, " | scale %g%s", r.loss_scale,
+                    r.skipped ? " (overflow: skipped)" : "");
     std::printf("step %6lld/%lld | loss %.4f%s | lr %.3e | grad-norm %.3f | %9.0f tok/s | "
-                "MFU %5.1f%% | %6.0f ms | ETA %s\n",
+                "MFU %5.1f%% | %6.0f ms | ETA %s%s\n",
                 (long long)r.step, (long long)trainer_.steps(), r.loss, val, r.lr, r.grad_norm,
-                tokens / seconds, 100 * mfu, 1e3 * seconds, human_duration(eta).c_str());
+                tokens / seconds, 100 * mfu, 1e3 * seconds, human_duration(eta).c_str(), scale);
     std::fflush(stdout);
   }
   char val[48] = "";
@@ -182,12 +188,16 @@ void RunLog::step(const StepResult& r) {
     std::snprintf(one, sizeof one, "%s\"%s\": %.6g", p ? ", " : "", name.c_str(), m[7 + p]);
     phases += one;
   }
+  char scale[96] = "";
+  if (trainer_.loss_scaler().dynamic)
+    std::snprintf(scale, sizeof scale, ", \"loss_scale\": %.9g, \"skipped\": %s", r.loss_scale,
+                  r.skipped ? "true" : "false");
   std::fprintf(metrics_,
                "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
                "\"step_time\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g, "
-               "\"mem_peak_bytes\": %.0f%s%s, \"phase_max_s\": {%s}}\n",
+               "\"mem_peak_bytes\": %.0f%s%s%s, \"phase_max_s\": {%s}}\n",
                (long long)r.step, r.loss, r.lr, r.grad_norm, seconds, tokens / seconds, mfu,
-               mem_peak, val, dpt, phases.c_str());
+               mem_peak, val, dpt, scale, phases.c_str());
   std::fflush(metrics_);
 }
 
@@ -267,10 +277,22 @@ void RunLog::finish() {
       zero_model_state(stage, psi, double(trainer_.shard_ranks()), Precision::fp32);
   const double measured = live[int(Charge::params)] + live[int(Charge::grads)] +
                           live[int(Charge::optimizer)];
-  std::printf("model state  %14s   params + grads + optimizer; ZeRO-%d fp32 formula %s = %s "
+  // Mixed precision keeps the fp32 state and adds the 16-bit compute copy of the parameters:
+  // 2Psi held for the run below ZeRO-3; under ZeRO-3 each part's copy lives while the part is
+  // gathered and is charged to communication buffers with it (doc/precision.md).
+  const bool copy = trainer_.compute_dtype() != DType::f32 && stage < 3;
+  const double copy_bytes = copy ? 2 * psi : 0;
+  std::printf("model state  %14s   params + grads + optimizer; ZeRO-%d fp32 formula %s%s = %s "
               "(Psi = %.0f with padding, N = %lld)\n",
               human_bytes(measured).c_str(), stage, zero_formula(stage, Precision::fp32),
-              human_bytes(f.total()).c_str(), psi, (long long)trainer_.shard_ranks());
+              copy ? (std::string(" + ") + dtype_name(trainer_.compute_dtype()) +
+                      " compute copy 2Psi").c_str()
+                   : "",
+              human_bytes(f.total() + copy_bytes).c_str(), psi,
+              (long long)trainer_.shard_ranks());
+  if (const LossScaler& ls = trainer_.loss_scaler(); ls.dynamic)
+    std::printf("fp16 loss scaling: %lld steps skipped on overflow, scale now %g\n",
+                (long long)ls.skipped, ls.scale);
   std::printf("\n%s", grid_.traffic_table(trainer_.own_groups()).c_str());
   std::printf("%s", trainer_.data_parallel().summary().c_str());
   if (pipe) {
