@@ -1,8 +1,14 @@
 #!/usr/bin/python3
 """Check a tessera reference dump against the independent PyTorch model (float64).
 
-usage: /usr/bin/python3 check_reference.py DUMP.h5 [--tol 1e-5]
+usage: /usr/bin/python3 check_reference.py DUMP.h5 [--tol 1e-5] [--precision bf16]
 Exit status 0 only if every check passes.
+
+--precision bf16 checks a dump of a bf16 run (train.precision = bf16): there is no exact
+answer to compare with, so tessera must be as close to the float64 reference as PyTorch's own
+bf16 autocast of the same model is (relative L2 error at most LOWP_FACTOR times autocast's, or
+below LOWP_FLOOR, and never above LOWP_CAP), for the logits, the loss, every gradient, and the
+loss of every training step (doc/precision.md).
 """
 import argparse
 import os
@@ -136,10 +142,104 @@ def check_training(f, cfg, ck, tol):
         ck.tensor("final/" + name, got, p.detach().numpy(), 10 * tol)
 
 
+# bf16 tolerances: within twice PyTorch autocast's error against float64, or under about two bf16
+# units of roundoff (2^-8) when autocast happens to be more accurate than that, never above 5%.
+LOWP_FACTOR, LOWP_FLOOR, LOWP_CAP = 2.0, 2.0 ** -8, 5e-2
+TRAJECTORY_BAND = 2e-2
+
+
+def rel(a, b, scale=None):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return np.linalg.norm(a - b) / max(np.linalg.norm(b) if scale is None else scale, TINY)
+
+
+def lowp(ck, name, got, torch_bf16, exact, scale=None):
+    """tessera's error against float64 beside autocast's."""
+    if np.shape(got) != np.shape(exact):
+        return ck.result(False, f"{name:44s} shape {np.shape(got)} != reference {np.shape(exact)}")
+    et, ep = rel(got, exact, scale), rel(torch_bf16, exact, scale)
+    bound = min(max(LOWP_FACTOR * ep, LOWP_FLOOR), LOWP_CAP)
+    return ck.result(bool(et <= bound), f"{name:44s} {str(np.shape(got)):18s} tessera {et:.3e} "
+                     f"autocast {ep:.3e} vs float64 (bound {bound:.2e})")
+
+
+def bf16_model(cfg, weights):
+    model = Reference(cfg, torch.float32)
+    model.load(weights)
+    return model
+
+
+def autocast():
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+def check_batch_lowp(f, cfg, ck):
+    """(a) bf16: logits, loss and gradients at the /init weights."""
+    init = read_group(f["init"])
+    tokens = torch.as_tensor(f["check/tokens"][()].astype(np.int64))
+    exact, auto = Reference(cfg, torch.float64), bf16_model(cfg, init)
+    exact.load(init)
+    loss64 = exact.loss(tokens[:, :-1], tokens[:, 1:])
+    loss64.backward()
+    with autocast():
+        loss_a = auto.loss(tokens[:, :-1], tokens[:, 1:])
+    loss_a.backward()
+    with torch.no_grad():
+        logits64 = exact(tokens[:, :-1])
+        with autocast():
+            logits_a = auto(tokens[:, :-1]).float()
+    print(f"-- check batch (bf16): tokens {tuple(tokens.shape)}")
+    lowp(ck, "logits", f["check/logits"][()], logits_a.numpy(), logits64.numpy())
+    # An fp32 run would pass the bounds above too: the dump must show bf16 rounding.
+    err = rel(f["check/logits"][()], logits64.numpy())
+    ck.result(bool(err > 1e-4), f"{'logits computed in bf16':44s} error {err:.3e} > 1e-4")
+    lowp(ck, "loss", f["check/loss"][()], loss_a.item(), loss64.item())
+    norms, total = grad_norms(exact)
+    auto_grads = {n: p.grad for n, p in auto.named().items()}
+    for name, p in exact.named().items():
+        if name not in f["check/grad"]:
+            ck.result(False, f"grad/{name}: missing from dump")
+            continue
+        scale = total if norms[name] <= ZERO_GRAD * total else None
+        lowp(ck, "grad/" + name, f["check/grad"][name][()], auto_grads[name].numpy(),
+             p.grad.numpy(), scale)
+
+
+def check_training_lowp(f, cfg, ck):
+    """(b) bf16: the loss of every step against float64 training on the same batches."""
+    init = read_group(f["init"])
+    exact, auto = Reference(cfg, torch.float64), bf16_model(cfg, init)
+    exact.load(init)
+    args = (cfg["lr"], cfg["beta1"], cfg["beta2"], cfg["eps"], cfg["weight_decay"],
+            cfg["decay_embeddings"])
+    opt64, opt_a = exact.optimizer(*args), auto.optimizer(*args)
+    tokens = f["train/tokens"][()].astype(np.int64)
+    want = f["train/loss"][()]
+    steps = tokens.shape[0]
+    print(f"-- training (bf16): {steps} steps, tokens {tokens.shape[1:]}")
+    worst_t = worst_a = 0.0
+    for s in range(steps):
+        lr = lr_at(s + 1, cfg["lr"], cfg["min_lr"], cfg["warmup"], cfg["total_steps"])
+        l64, _ = exact.train_step(opt64, tokens[s], lr, cfg["grad_clip"])
+        with autocast():
+            la, _ = auto.train_step(opt_a, tokens[s], lr, cfg["grad_clip"])
+        worst_t = max(worst_t, abs(want[s] - l64) / l64)
+        worst_a = max(worst_a, abs(la - l64) / l64)
+        if s % 10 == 0 or s == steps - 1:
+            print(f"   step {s + 1:3d}: loss float64 {l64:.6f} tessera bf16 {want[s]:.6f} "
+                  f"autocast {la:.6f}")
+    # Training amplifies rounding differences (the trajectories of any two precisions drift
+    # apart), so the band is twice autocast's drift or 2%, whichever is larger.
+    bound = min(max(LOWP_FACTOR * worst_a, TRAJECTORY_BAND), LOWP_CAP)
+    ck.result(bool(worst_t <= bound), f"{'loss trajectory':44s} worst step: tessera {worst_t:.3e} "
+              f"autocast {worst_a:.3e} vs float64 (bound {bound:.2e})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dump")
     ap.add_argument("--tol", type=float, default=1e-5)
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     args = ap.parse_args()
     torch.set_num_threads(max(1, min(8, os.cpu_count() or 1)))
     ck = Checker()
@@ -147,8 +247,12 @@ def main():
         cfg = read_config(f)
         print("config: " + " ".join(f"{k}={cfg[k]}" for k in sorted(cfg)))
         try:
-            check_batch(f, cfg, ck, args.tol)
-            check_training(f, cfg, ck, args.tol)
+            if args.precision == "bf16":
+                check_batch_lowp(f, cfg, ck)
+                check_training_lowp(f, cfg, ck)
+            else:
+                check_batch(f, cfg, ck, args.tol)
+                check_training(f, cfg, ck, args.tol)
         except (KeyError, ValueError) as e:  # malformed dump: missing group, wrong shapes
             ck.result(False, f"dump unreadable: {type(e).__name__}: {e}")
     print(f"{ck.total - ck.failed} of {ck.total} checks passed")
