@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
       return;
     }
     tessera::require_device(run.hardware, grid.world());
+    tessera::warn_precision_cost(run, grid.world());
     if (d.cp > 1 || d.ep > 1) {
       if (rank == 0) std::printf("%s\n", grid.describe().c_str());
       std::fflush(stdout);

@@ -96,6 +96,15 @@ bool cuda_backend_built() {
 #endif
 }
 
+bool cpu_native_bf16() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
 int cuda_device_count() {
 #ifdef TESSERA_CUDA
   return cuda::device_count();

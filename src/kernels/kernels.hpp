@@ -23,6 +23,9 @@ namespace tessera::kernels {
 // devices this process sees (0 without the backend, a driver or a device).
 bool cuda_backend_built();
 int cuda_device_count();
+// Whether this CPU multiplies bf16 natively (AVX512-BF16): without it the cpu backend's bf16
+// GEMM is oneDNN's emulation (AVX-512) or reference code, slower than fp32.
+bool cpu_native_bf16();
 
 // ---- GEMM ---------------------------------------------------------------------------
 // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major.

@@ -1,5 +1,7 @@
 #include "train/device.hpp"
 
+#include <cstdio>
+
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "kernels/kernels.hpp"
@@ -21,6 +23,19 @@ void require_device(const HardwareSection& hardware, Communicator& world) {
   TESSERA_REQUIRE(false,
                   "hardware.device = cuda: the GPU training path is not built yet (the "
                   "CUDA kernels are, doc/cuda.md); set hardware.device = cpu");
+}
+
+void warn_precision_cost(const RunConfig& run, Communicator& world) {
+  if (run.hardware.device != DeviceKind::cpu || world.rank() != 0) return;
+  if (run.train.precision == TrainPrecision::bf16 && !kernels::cpu_native_bf16())
+    std::printf("warning: train.precision = bf16 on a CPU without AVX512-BF16: oneDNN emulates "
+                "the bf16 GEMMs (or runs reference code without AVX-512), typically slower than "
+                "fp32; the results are the same. The report's MFU is against the measured bf16 "
+                "GEMM rate, so compare tokens/s with an fp32 run to see the cost\n");
+  if (run.train.precision == TrainPrecision::fp16)
+    std::printf("warning: train.precision = fp16 on a CPU: the fp16 GEMM operands are widened "
+                "to fp32 (exact), so this runs at fp32 speed or below; fp16 is for GPUs, and "
+                "bf16 is the CPU's 16-bit format\n");
 }
 
 }  // namespace tessera
