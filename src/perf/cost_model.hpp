@@ -42,12 +42,25 @@
 #include "perf/cluster.hpp"
 #include "perf/comm_model.hpp"
 #include "perf/layout.hpp"
+#include "perf/overlap.hpp"
 
 namespace tessera {
 
 enum class Runtime { megatron, tessera };
+
+// No published dense training run on A100 or H100 reaches more than about 55-58% MFU
+// (Megatron-LM's largest runs, Llama 3 at 38-43%; doc/planning.md); a prediction above this
+// is flagged, and the calibration test keeps the search's first choices under it.
+inline constexpr double kMfuSanityBound = 0.60;
 const char* runtime_name(Runtime r);
 Runtime parse_runtime(const std::string& s);
+
+// Transformer layers on the first, the last and the fullest pipeline stage: L / p when
+// p x v divides L (the even cut), otherwise the cut tessera's runtime makes
+// (parallel.pp_layers, balanced by default: pp/stage_layers.hpp), in every runtime.
+struct StageLayers {
+  double first = 0, last = 0, most = 0;
+};
 
 struct MemoryBreakdown {
   double params = 0, grads = 0, optimizer = 0, activations = 0, comm = 0, workspace = 0;
@@ -62,6 +75,7 @@ struct TimeBreakdown {
   double tp_comm = 0, cp_comm = 0, ep_comm = 0;
   double pp_p2p = 0, pp_bubble = 0;
   double dp_comm = 0, dp_hidden = 0;  // DP/ZeRO traffic, and the part of it hidden by overlap
+                                      // (perf/overlap.hpp, layer by layer)
   double optimizer = 0;
   // Of compute: forward and backward (for comparison with a run's phase timers).
   double forward = 0, backward = 0;
@@ -85,6 +99,9 @@ struct Estimate {
   double bubble_fraction = 0;  // (p-1)/(v m)
   double params_per_rank = 0;  // Psi_r of the stage reported
   GroupLinks links;
+  DpOverlap dp_overlap;  // the DP/ZeRO traffic term by term, exposed and hidden
+  StageLayers stage_layers;
+  double mfu_causal = 0;  // MFU counting only the causal half of attention's T x T
   std::vector<std::string> warnings;
   bool fits() const { return memory.total() <= capacity; }
 };
@@ -93,8 +110,12 @@ struct Estimate {
 // batch, machine size, what the runtime implements); empty when it can.
 std::string layout_problem(const Workload& w, const Layout& l, const Cluster& c, Runtime rt,
                            int accelerators);
-// The estimate (call only for a layout without a problem).
-Estimate estimate(const Workload& w, const Layout& l, const Cluster& c, Runtime rt);
+// The estimate (call only for a layout without a problem). `links`: group_links(l, c) when
+// the caller has it already (the search shares it between layouts of one grid).
+Estimate estimate(const Workload& w, const Layout& l, const Cluster& c, Runtime rt,
+                  const GroupLinks* links = nullptr);
+
+StageLayers stage_layer_counts(const Workload& w, const Layout& l);
 
 // Parameters per TP rank of the first and the last pipeline stage.
 struct StageParams {

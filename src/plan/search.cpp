@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include "core/error.hpp"
 
@@ -120,51 +121,74 @@ SearchResult search(const Workload& w, const Cluster& c, int accelerators, Runti
               if (space.hsdp && zero > 0 && node_group > 1 && node_group < dp * cp &&
                   (dp * cp) % node_group == 0)
                 groups.push_back(node_group);
-              for (int group : groups)
-                for (int mb : mbs)
-                  for (Recompute rc : space.recompute)
-                    for (int spar : space.seq_parallel)
-                      for (ComputeType prec : space.precision) {
-                        if (spar && tp == 1) continue;
-                        Layout l = base;
-                        l.vpp = v, l.zero = zero, l.shard_group = group, l.micro_batch = mb;
-                        l.recompute = rc, l.seq_parallel = spar != 0, l.precision = prec;
-                        ++r.considered;
-                        ++fr.layouts;
-                        const std::string problem = layout_problem(w, l, c, rt, accelerators);
-                        if (!problem.empty()) {
-                          if (fr.illegal++ == 0) fr.illegal_reason = problem;
-                          continue;
+              // Rank orders: the default, and (when a pipeline and data parallelism share
+              // the machine) pipeline stages as neighbours with data parallelism across pods.
+              std::vector<std::string> orders = space.orders;
+              if (orders.empty()) {
+                orders = {Layout::kDefaultRankOrder};
+                if (pp > 1 && dp > 1 && accelerators > c.per_node)
+                  orders.push_back("tp-cp-pp-dp-ep");
+              }
+              // Full recompute of all of a stage's layers, or of N of them (rc=full:N).
+              std::vector<std::pair<Recompute, int>> rcs;
+              for (Recompute rc : space.recompute) {
+                rcs.push_back({rc, 0});
+                const int64_t stage = cfg.layers / pp;
+                if (rc == Recompute::full && space.partial_recompute && stage >= 4)
+                  for (int64_t n : {stage / 4, stage / 2, 3 * stage / 4})
+                    if (n > 0 && n < stage && (rcs.back().second != int(n)))
+                      rcs.push_back({rc, int(n)});
+              }
+              for (const std::string& order : orders)
+                for (int group : groups) {
+                  std::optional<GroupLinks> links;  // once per grid, when a layout is legal
+                  for (int mb : mbs)
+                    for (const auto& [rc, rc_layers] : rcs)
+                      for (int spar : space.seq_parallel)
+                        for (ComputeType prec : space.precision) {
+                          if (spar && tp == 1) continue;
+                          Layout l = base;
+                          l.vpp = v, l.zero = zero, l.shard_group = group, l.micro_batch = mb;
+                          l.recompute = rc, l.seq_parallel = spar != 0, l.precision = prec;
+                          l.recompute_layers = rc_layers, l.order = order;
+                          ++r.considered;
+                          ++fr.layouts;
+                          const std::string problem = layout_problem(w, l, c, rt, accelerators);
+                          if (!problem.empty()) {
+                            if (fr.illegal++ == 0) fr.illegal_reason = problem;
+                            continue;
+                          }
+                          ++r.legal;
+                          if (!links) links = group_links(l, c);
+                          Estimate e = estimate(w, l, c, rt, &*links);
+                          const bool across = tp > 1 && e.links.tp.crosses_nodes();
+                          if (across && !space.tp_across_nodes) {
+                            ++fr.tp_across_nodes;
+                            if (e.fits() && (fr.fastest_rejected.step_seconds == 0 ||
+                                             e.step_seconds < fr.fastest_rejected.step_seconds))
+                              fr.fastest_rejected = e;
+                            continue;
+                          }
+                          if (space.memory_budget > 0)
+                            e.capacity = std::min(e.capacity, space.memory_budget);
+                          if (!e.fits()) {
+                            const double excess = e.memory.total() - e.capacity;
+                            if (fr.out_of_memory++ == 0 || excess < fr.min_excess)
+                              fr.min_excess = excess, fr.closest = e;
+                            continue;
+                          }
+                          if (e.bubble_fraction > space.max_bubble) {
+                            if (fr.bubble++ == 0 || e.bubble_fraction < fr.min_bubble)
+                              fr.min_bubble = e.bubble_fraction;
+                            if (fr.fastest_rejected.step_seconds == 0 ||
+                                e.step_seconds < fr.fastest_rejected.step_seconds)
+                              fr.fastest_rejected = e;
+                            continue;
+                          }
+                          family_ok[fam] = true;
+                          r.accepted.push_back(std::move(e));
                         }
-                        ++r.legal;
-                        Estimate e = estimate(w, l, c, rt);
-                        const bool across = tp > 1 && e.links.tp.bw < c.intra.bw;
-                        if (across && !space.tp_across_nodes) {
-                          ++fr.tp_across_nodes;
-                          if (e.fits() && (fr.fastest_rejected.step_seconds == 0 ||
-                                           e.step_seconds < fr.fastest_rejected.step_seconds))
-                            fr.fastest_rejected = e;
-                          continue;
-                        }
-                        if (space.memory_budget > 0)
-                          e.capacity = std::min(e.capacity, space.memory_budget);
-                        if (!e.fits()) {
-                          const double excess = e.memory.total() - e.capacity;
-                          if (fr.out_of_memory++ == 0 || excess < fr.min_excess)
-                            fr.min_excess = excess, fr.closest = e;
-                          continue;
-                        }
-                        if (e.bubble_fraction > space.max_bubble) {
-                          if (fr.bubble++ == 0 || e.bubble_fraction < fr.min_bubble)
-                            fr.min_bubble = e.bubble_fraction;
-                          if (fr.fastest_rejected.step_seconds == 0 ||
-                              e.step_seconds < fr.fastest_rejected.step_seconds)
-                            fr.fastest_rejected = e;
-                          continue;
-                        }
-                        family_ok[fam] = true;
-                        r.accepted.push_back(std::move(e));
-                      }
+                }
             }
         }
       }

@@ -23,10 +23,14 @@ struct SearchSpace {
   std::vector<int> seq_parallel{0, 1};
   std::vector<ComputeType> precision{ComputeType::bf16};
   PipeSchedule schedule = PipeSchedule::one_f_one_b;
-  bool hsdp = true;              // also try ZeRO shard groups of one node
-  bool tp_across_nodes = false;  // accept TP groups that span nodes
-  double max_bubble = 0.5;       // reject bubble fractions (p-1)/(v m) above this
-  double memory_budget = 0;      // bytes per accelerator a layout may use; 0: the capacity
+  // Rank orders (parallel.order) to try; empty: tp-cp-ep-dp-pp, and tp-cp-pp-dp-ep for
+  // layouts with both a pipeline and data parallelism on more than one node.
+  std::vector<std::string> orders;
+  bool partial_recompute = true;  // with full recompute, also N = 1/4, 1/2, 3/4 of a stage
+  bool hsdp = true;               // also try ZeRO shard groups of one node
+  bool tp_across_nodes = false;   // accept TP groups that span nodes
+  double max_bubble = 0.5;        // reject bubble fractions (p-1)/(v m) above this
+  double memory_budget = 0;       // bytes per accelerator a layout may use; 0: the capacity
 };
 
 // Why the layouts of one family (tp, pp, cp, ep) were turned down.
