@@ -357,9 +357,13 @@ void run(const std::vector<std::string>& argv) {
     if (!json_stdout) {
       std::printf(
           "tessera-plan: %s\n  %s\n  %d accelerators on %s; runtime %s; %d layouts "
-          "considered, %d legal, %zu accepted\n\n",
+          "considered, %d legal, %zu accepted%s\n\n",
           a.deck.c_str(), describe_workload(w).c_str(), accelerators, cluster.summary().c_str(),
-          runtime_name(rt), r.considered, r.legal, r.accepted.size());
+          runtime_name(rt), r.considered, r.legal, r.accepted.size(),
+          r.implausible > 0 ? cat(" (", r.implausible, " predicted above the ",
+                                  100 * kMfuSanityBound, "% MFU sanity bound set aside)")
+                                  .c_str()
+                            : "");
       std::fputs(format_ranking(r, top).c_str(), stdout);
       const std::string rej = format_rejections(r);
       if (!rej.empty()) std::printf("\n%s", rej.c_str());

@@ -39,33 +39,41 @@ DpOverlap dp_overlap(const Layout& l, const GroupLinks& g, double psi, double la
   const CollectiveTime after = reduce_scatter_time(wb * psi, N, g.shard);
   switch (l.zero) {
     case 0:
-      add("gradient all-reduce of the last backward, first layer's", A.total(), A.total());
-      add(cat("gradient all-reduce of the last backward, ", layers - 1, " layers behind the next"),
+      add("gradient all-reduce (last micro-batch), final layer: nothing left to hide it", A.total(),
+          A.total());
+      add(cat("gradient all-reduce (last micro-batch), ", layers - 1,
+              " layers behind the next's backward"),
           inner * A.total(), inner * exposed_behind(A, w.bwd, w.tp_bwd));
       break;
     case 1:
-      add("gradient reduce-scatter of the last backward, first layer's", R.total(), R.total());
-      add(cat("gradient reduce-scatter of the last backward, ", layers - 1,
-              " layers behind the next"),
+      add("gradient reduce-scatter (last micro-batch), final layer: nothing left to hide it",
+          R.total(), R.total());
+      add(cat("gradient reduce-scatter (last micro-batch), ", layers - 1,
+              " layers behind the next's backward"),
           inner * R.total(), inner * exposed_behind(R, w.bwd, w.tp_bwd));
       add("parameter all-gather after the optimizer", after.total(), after.total());
       break;
     case 2:
-      add("gradient reduce-scatter of each backward, first layer's", M * R.total(), M * R.total());
-      add(cat("gradient reduce-scatter of each backward, ", layers - 1, " layers behind the next"),
+      add("gradient reduce-scatter (every micro-batch), final layer: nothing left to hide it",
+          M * R.total(), M * R.total());
+      add(cat("gradient reduce-scatter (every micro-batch), ", layers - 1,
+              " layers behind the next's backward"),
           M * inner * R.total(), M * inner * exposed_behind(R, w.bwd, w.tp_bwd));
       add("parameter all-gather after the optimizer", after.total(), after.total());
       break;
     default: {
       const double gathers_b = l.recompute == Recompute::full ? 2 : 1;
       const CollectiveTime B = Gw * gathers_b + R;
-      add("parameter all-gather of each forward, first layer's", M * Gw.total(), M * Gw.total());
-      add(cat("parameter all-gather of each forward, ", layers - 1, " layers behind the previous"),
+      add("parameter all-gather (every forward), first layer: nothing before it", M * Gw.total(),
+          M * Gw.total());
+      add(cat("parameter all-gather (every forward), ", layers - 1,
+              " layers behind the previous one's forward"),
           M * inner * Gw.total(), M * inner * exposed_behind(Gw, w.fwd, w.tp_fwd));
-      add("backward: first layer's gather and last layer's reduce-scatter",
+      add("backward (every micro-batch): first gather and final reduce-scatter",
           M * (Gw * gathers_b).total() + M * R.total(),
           M * (Gw * gathers_b).total() + M * R.total());
-      add(cat("backward gathers + reduce-scatters, ", layers - 1, " layers behind the next"),
+      add(cat("backward gathers + reduce-scatters, ", layers - 1,
+              " layers behind the next's backward"),
           M * inner * B.total(), M * inner * exposed_behind(B, w.bwd, w.tp_bwd));
     }
   }

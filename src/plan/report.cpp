@@ -169,7 +169,7 @@ std::string format_explain(const Workload& w, const Estimate& e, const Cluster& 
   os << fmt("  DP/ZeRO communication %8.3f, hidden %6.3f %9.3f  %5.1f%%\n", t.dp_comm, t.dp_hidden,
             t.dp_comm - t.dp_hidden, pct(t.dp_comm - t.dp_hidden));
   for (const OverlapTerm& term : e.dp_overlap.terms)
-    os << fmt("    %-66s %8.3f, exposed %8.3f\n", term.what.c_str(), term.total, term.exposed);
+    os << fmt("    %-72s %8.3f, exposed %8.3f\n", term.what.c_str(), term.total, term.exposed);
   os << fmt("  optimizer                                 %9.3f  %5.1f%%\n", t.optimizer,
             pct(t.optimizer));
   os << fmt("  step                                      %9.3f\n", step);

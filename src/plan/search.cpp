@@ -52,6 +52,9 @@ std::string FamilyRejection::summary() const {
     add(cat("out of memory in ", out_of_memory, " (closest needs ", gb(closest.memory.total()),
             " of ", gb(closest.capacity), ", ", gb(min_excess), " over, at ",
             to_string(closest.layout), ")"));
+  if (implausible > 0)
+    add(cat("predicted MFU above the sanity bound in ", implausible, " (highest ", pct(max_mfu),
+            ")"));
   if (bubble > 0)
     add(cat("bubble over the limit in ", bubble, " (smallest ", pct(min_bubble), ")"));
   if (illegal > 0) add(cat("illegal in ", illegal, " (", illegal_reason, ")"));
@@ -183,6 +186,11 @@ SearchResult search(const Workload& w, const Cluster& c, int accelerators, Runti
                             if (fr.fastest_rejected.step_seconds == 0 ||
                                 e.step_seconds < fr.fastest_rejected.step_seconds)
                               fr.fastest_rejected = e;
+                            continue;
+                          }
+                          if (e.mfu > space.max_mfu) {  // the model's error, not a promise
+                            if (fr.implausible++ == 0 || e.mfu > fr.max_mfu) fr.max_mfu = e.mfu;
+                            ++r.implausible;
                             continue;
                           }
                           family_ok[fam] = true;
