@@ -43,6 +43,7 @@ struct GroupPlacement {
   int pods = 1;                            // pods holding at least one member (1: no pods)
   int nodes_per_pod_max = 1;               // of the group's nodes, the most in one pod
   int per_pod_min = 1;                     // members in the pod holding the fewest
+  bool operator==(const GroupPlacement&) const = default;
 };
 // The placement of the group of world ranks `ranks` on cluster c.
 GroupPlacement place_group(const std::vector<int>& ranks, const Cluster& c);

@@ -34,6 +34,12 @@ std::string pct(double x) {
   return buf;
 }
 
+bool same_placement(const GroupLinks& a, const GroupLinks& b) {
+  auto same = [](const GroupLink& x, const GroupLink& y) { return x.place == y.place; };
+  return same(a.tp, b.tp) && same(a.cp, b.cp) && same(a.ep, b.ep) && same(a.dp, b.dp) &&
+         same(a.shard, b.shard) && same(a.replica, b.replica) && same(a.pp, b.pp);
+}
+
 }  // namespace
 
 std::string FamilyRejection::summary() const {
@@ -145,6 +151,14 @@ SearchResult search(const Workload& w, const Cluster& c, int accelerators, Runti
               for (const std::string& order : orders)
                 for (int group : groups) {
                   std::optional<GroupLinks> links;  // once per grid, when a layout is legal
+                  // Another order that places every group as the first order does is the
+                  // same layout: try it once.
+                  if (order != orders.front()) {
+                    Layout a = base, b = base;
+                    a.zero = b.zero = zero, a.shard_group = b.shard_group = group;
+                    a.order = orders.front(), b.order = order;
+                    if (same_placement(group_links(a, c), group_links(b, c))) continue;
+                  }
                   for (int mb : mbs)
                     for (const auto& [rc, rc_layers] : rcs)
                       for (int spar : space.seq_parallel)
