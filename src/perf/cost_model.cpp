@@ -215,6 +215,7 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   const double T = double(l.micro_batch) * double(c.seq_len) / l.cp;
   const double C = double(c.d_model);
   const LayerActivations act = layer_activations(w, l, moe);
+  bool reported_last = false;  // the memory (and Psi_r) reported is the last stage's
   // Full recompute of N of a stage's layers (rc=full:N): those keep their input only.
   auto saved_on = [&](double stage_layers) {
     const double n = l.recomputed_layers(stage_layers);
@@ -298,6 +299,7 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
     const bool use_first = f.total() >= g.total();
     e.memory = use_first ? f : g;
     e.params_per_rank = use_first ? sp.first : sp.last;
+    reported_last = !use_first;
   }
 
   // ---- time ----
@@ -354,8 +356,7 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   const double tp_f = tp_seconds_per_layer(w, plain, e.links.tp) / 2;  // 2 of the 4 per layer
   win.tp_fwd = tp_f;
   win.tp_bwd = tp - tp_f;
-  const double stage_layers_here =
-      e.params_per_rank == sp.last && l.pp > 1 ? e.stage_layers.last : e.stage_layers.first;
+  const double stage_layers_here = reported_last ? e.stage_layers.last : e.stage_layers.first;
   e.dp_overlap = dp_overlap(l, e.links, e.params_per_rank, stage_layers_here, m, win);
   t.dp_comm = e.dp_overlap.total();
   t.dp_hidden = e.dp_overlap.hidden();

@@ -141,12 +141,18 @@ SearchResult search(const Workload& w, const Cluster& c, int accelerators, Runti
               // Full recompute of all of a stage's layers, or of N of them (rc=full:N).
               std::vector<std::pair<Recompute, int>> rcs;
               for (Recompute rc : space.recompute) {
-                rcs.push_back({rc, 0});
+                if (rc != Recompute::full) {
+                  rcs.push_back({rc, 0});
+                  continue;
+                }
+                if (space.full_all) rcs.push_back({rc, 0});
                 const int64_t stage = cfg.layers / pp;
-                if (rc == Recompute::full && space.partial_recompute && stage >= 4)
-                  for (int64_t n : {stage / 4, stage / 2, 3 * stage / 4})
-                    if (n > 0 && n < stage && (rcs.back().second != int(n)))
-                      rcs.push_back({rc, int(n)});
+                std::vector<int64_t> ns(space.full_layers.begin(), space.full_layers.end());
+                if (ns.empty() && space.partial_recompute && stage >= 4)
+                  ns = {stage / 4, stage / 2, 3 * stage / 4};
+                for (int64_t n : ns)
+                  if (n > 0 && n < stage && (rcs.empty() || rcs.back().second != int(n)))
+                    rcs.push_back({rc, int(n)});
               }
               for (const std::string& order : orders)
                 for (int group : groups) {

@@ -26,10 +26,15 @@ struct SearchSpace {
   // Rank orders (parallel.order) to try; empty: tp-cp-ep-dp-pp, and tp-cp-pp-dp-ep for
   // layouts with both a pipeline and data parallelism on more than one node.
   std::vector<std::string> orders;
-  bool partial_recompute = true;  // with full recompute, also N = 1/4, 1/2, 3/4 of a stage
-  bool hsdp = true;               // also try ZeRO shard groups of one node
-  bool tp_across_nodes = false;   // accept TP groups that span nodes
-  double max_bubble = 0.5;        // reject bubble fractions (p-1)/(v m) above this
+  // With full recompute: of every layer of a stage (full_all), and of N of them (rc=full:N)
+  // for each N in full_layers (below a stage's layers), or when that is empty and
+  // partial_recompute is set, for N = 1/4, 1/2 and 3/4 of a stage.
+  bool full_all = true;
+  std::vector<int> full_layers;
+  bool partial_recompute = true;
+  bool hsdp = true;              // also try ZeRO shard groups of one node
+  bool tp_across_nodes = false;  // accept TP groups that span nodes
+  double max_bubble = 0.5;       // reject bubble fractions (p-1)/(v m) above this
   // Reject predictions above this MFU: no published dense run reaches them, so they measure
   // the model's optimism (cost_model.hpp's kMfuSanityBound; doc/planning.md).
   double max_mfu = kMfuSanityBound;
