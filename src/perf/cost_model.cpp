@@ -69,9 +69,12 @@ StageLayers stage_layer_counts(const Workload& w, const Layout& l) {
 }
 
 StageParams stage_params(const Workload& w, const Layout& l) {
+  return stage_params(w, l, stage_layer_counts(w, l));
+}
+
+StageParams stage_params(const Workload& w, const Layout& l, const StageLayers& cut) {
   const ModelConfig& c = w.cfg;
   const double C = double(c.d_model);
-  const StageLayers cut = stage_layer_counts(w, l);
   const double per_layer = layer_params_per_rank(w, l);
   const double embed =
       double(c.vocab_padded) * C / l.tp + (c.arch == Arch::gpt2 ? double(c.seq_len) * C : 0);
@@ -193,7 +196,7 @@ double tessera_padded_params(const ModelConfig& c, int zero, int shard_ranks) {
 }
 
 Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime rt,
-                  const GroupLinks* links) {
+                  const GroupLinks* links, const StageLayers* cut) {
   const ModelConfig& c = w.cfg;
   Estimate e;
   e.layout = l;
@@ -202,7 +205,7 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   e.capacity = cl.memory;
   e.links = links ? *links : group_links(l, cl);
   const int64_t m = e.microbatches;
-  e.stage_layers = stage_layer_counts(w, l);
+  e.stage_layers = cut ? *cut : stage_layer_counts(w, l);
   // Ls: layers of the fullest stage, which sets the pipeline's pace.
   const double M = double(m), p = l.pp, L = double(c.layers), Ls = e.stage_layers.most;
   const int N = l.shard_ranks();
@@ -210,7 +213,7 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   const Precision prec = l.mixed() ? Precision::mixed : Precision::fp32;
 
   // ---- memory ----
-  const StageParams sp = stage_params(w, l);
+  const StageParams sp = stage_params(w, l, e.stage_layers);
   const double a = activation_element_bytes(l);
   const double T = double(l.micro_batch) * double(c.seq_len) / l.cp;
   const double C = double(c.d_model);

@@ -110,10 +110,11 @@ struct Estimate {
 // batch, machine size, what the runtime implements); empty when it can.
 std::string layout_problem(const Workload& w, const Layout& l, const Cluster& c, Runtime rt,
                            int accelerators);
-// The estimate (call only for a layout without a problem). `links`: group_links(l, c) when
-// the caller has it already (the search shares it between layouts of one grid).
+// The estimate (call only for a layout without a problem). `links` and `cut`:
+// group_links(l, c) and stage_layer_counts(w, l) when the caller has them already (the
+// search shares them between layouts of one grid and one pipeline shape).
 Estimate estimate(const Workload& w, const Layout& l, const Cluster& c, Runtime rt,
-                  const GroupLinks* links = nullptr);
+                  const GroupLinks* links = nullptr, const StageLayers* cut = nullptr);
 
 StageLayers stage_layer_counts(const Workload& w, const Layout& l);
 
@@ -123,6 +124,7 @@ struct StageParams {
   double experts = 0;  // of each: MoE expert weights, whose ZeRO shards span dp x cp / ep
 };
 StageParams stage_params(const Workload& w, const Layout& l);
+StageParams stage_params(const Workload& w, const Layout& l, const StageLayers& cut);
 
 // tessera's parameter buffer as laid out (each tensor padded to 16 elements; with ZeRO each
 // part, the embedding, every block and the head, padded to 16 x shard ranks), in elements.

@@ -1,33 +1,40 @@
 #include "perf/placement.hpp"
 
 #include <algorithm>
-#include <map>
 
 #include "core/error.hpp"
 
 namespace tessera {
 
 GroupPlacement place_group(const std::vector<int>& ranks, const Cluster& c) {
+  // The ranks come sorted, so each node's (and pod's) members are one run of them.
   GroupPlacement p;
   p.members = int(ranks.size());
   if (ranks.empty()) return p;
-  std::map<int, int> per_node;  // node -> members
-  for (int r : ranks) ++per_node[r / c.per_node];
-  p.nodes = int(per_node.size());
-  p.per_node_max = 0, p.per_node_min = p.members;
-  std::map<int, std::pair<int, int>> per_pod;  // pod -> (nodes, members)
-  for (const auto& [node, n] : per_node) {
-    p.per_node_max = std::max(p.per_node_max, n);
-    p.per_node_min = std::min(p.per_node_min, n);
-    auto& pod = per_pod[c.pod_nodes > 0 ? node / c.pod_nodes : 0];
-    ++pod.first, pod.second += n;
+  p.nodes = 0, p.per_node_max = 0, p.per_node_min = p.members;
+  p.pods = 0, p.nodes_per_pod_max = 0, p.per_pod_min = p.members;
+  int node = -1, pod = -1, in_node = 0, pod_nodes = 0, in_pod = 0;
+  auto close_node = [&] {
+    if (node < 0) return;
+    p.per_node_max = std::max(p.per_node_max, in_node);
+    p.per_node_min = std::min(p.per_node_min, in_node);
+  };
+  auto close_pod = [&] {
+    if (pod < 0) return;
+    p.nodes_per_pod_max = std::max(p.nodes_per_pod_max, pod_nodes);
+    p.per_pod_min = std::min(p.per_pod_min, in_pod);
+  };
+  for (int r : ranks) {
+    const int n = r / c.per_node, q = c.pod_nodes > 0 ? n / c.pod_nodes : 0;
+    if (n != node) {
+      close_node();
+      if (q != pod) close_pod(), pod = q, ++p.pods, pod_nodes = 0, in_pod = 0;
+      node = n, ++p.nodes, in_node = 0, ++pod_nodes;
+    }
+    ++in_node, ++in_pod;
   }
-  p.pods = int(per_pod.size());
-  p.nodes_per_pod_max = 0, p.per_pod_min = p.members;
-  for (const auto& [pod, nm] : per_pod) {
-    p.nodes_per_pod_max = std::max(p.nodes_per_pod_max, nm.first);
-    p.per_pod_min = std::min(p.per_pod_min, nm.second);
-  }
+  close_node();
+  close_pod();
   return p;
 }
 

@@ -123,7 +123,8 @@ SearchResult search(const Workload& w, const Cluster& c, int accelerators, Runti
           FamilyRejection& fr = families[fam];
           fr.family = fam;
           family_ok.emplace(fam, false);
-          for (int v : vpps)
+          for (int v : vpps) {
+            std::optional<StageLayers> cut;  // once per pipeline shape, when a layout is legal
             for (int zero : zeros) {
               std::vector<int> groups{0};
               const int node_group = c.per_node / std::min(c.per_node, tp * cp);
@@ -183,7 +184,8 @@ SearchResult search(const Workload& w, const Cluster& c, int accelerators, Runti
                           }
                           ++r.legal;
                           if (!links) links = group_links(l, c);
-                          Estimate e = estimate(w, l, c, rt, &*links);
+                          if (!cut) cut = stage_layer_counts(w, l);
+                          Estimate e = estimate(w, l, c, rt, &*links, &*cut);
                           const bool across = tp > 1 && e.links.tp.crosses_nodes();
                           if (across && !space.tp_across_nodes) {
                             ++fr.tp_across_nodes;
@@ -218,6 +220,7 @@ SearchResult search(const Workload& w, const Cluster& c, int accelerators, Runti
                         }
                 }
             }
+          }
         }
       }
     }
