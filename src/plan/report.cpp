@@ -231,7 +231,13 @@ std::string estimate_json(const Estimate& e) {
        << ", \"per_node_min\": " << links[i].second->place.per_node_min
        << ", \"per_node_max\": " << links[i].second->place.per_node_max
        << ", \"pods\": " << links[i].second->place.pods << "}";
-  os << "}, \"warnings\": [";
+  os << "}, \"dp_overlap\": [";
+  for (size_t i = 0; i < e.dp_overlap.terms.size(); ++i) {
+    const OverlapTerm& term = e.dp_overlap.terms[i];
+    os << (i ? ", " : "") << "{\"what\": " << json_string(term.what)
+       << ", \"seconds\": " << num(term.total) << ", \"exposed\": " << num(term.exposed) << "}";
+  }
+  os << "], \"warnings\": [";
   for (size_t i = 0; i < e.warnings.size(); ++i)
     os << (i ? ", " : "") << json_string(e.warnings[i]);
   os << "]}";
