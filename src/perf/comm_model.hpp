@@ -32,8 +32,12 @@
 //     zero 3: m x (2 all-gathers w Psi_r, 3 with full recompute, + reduce-scatter g Psi_r),
 //             all overlapping forward and backward (prefetch)
 //     HSDP adds an all-reduce of g Psi_r / N over the dp x cp / N replicas.
-//   The overlapped part is hidden up to the compute it can overlap (the last micro-batch's
-//   backward for zero 0-1, every backward for zero 2, all of forward and backward for zero 3).
+//   dp_comm gives this traffic per step (bytes, and times as whole-Psi_r collectives); the
+//   cost model times it layer by layer and bounds what hides behind compute in
+//   perf/overlap.hpp.
+//
+// Every collective runs on its group's placement (perf/placement.hpp): level by level when the
+// group spans nodes or pods, a plain ring on a flat Link.
 #pragma once
 
 #include <cstdint>
