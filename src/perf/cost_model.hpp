@@ -48,9 +48,10 @@ namespace tessera {
 
 enum class Runtime { megatron, tessera };
 
-// No published dense training run on A100 or H100 reaches more than about 55-58% MFU
-// (Megatron-LM's largest runs, Llama 3 at 38-43%; doc/planning.md); a prediction above this
-// is flagged, and the calibration test keeps the search's first choices under it.
+// No published dense training run on A100 or H100 reaches more than about 55% MFU
+// (Korthikanti et al. 2022: 54.2% for 530B; Llama 3 on H100: 38-43%; doc/planning.md). A
+// prediction above this bound (5 points of margin) is flagged, the search sets it aside, and
+// the calibration test keeps the search's first choices under it.
 inline constexpr double kMfuSanityBound = 0.60;
 const char* runtime_name(Runtime r);
 Runtime parse_runtime(const std::string& s);

@@ -103,7 +103,7 @@ TEST(PlanCalibration, MegatronTable1Within10Percent) {
 // (fp16, materialised attention, dropout) but every layout dimension free (tp up to two
 // nodes, any pp and v, ZeRO 0-3, HSDP, micro-batch, SP, recompute including rc=full:N, both
 // rank orders), beside the published layout's prediction. The first choice must stay under
-// the MFU sanity bound (kMfuSanityBound, 60%: the best published dense A100 MFU is about 56%,
+// the MFU sanity bound (kMfuSanityBound, 60%: the best published dense A100 MFU is about 55%,
 // Korthikanti et al. 2022) and keep its TP groups inside nodes.
 TEST(PlanCalibration, MegatronTable1FirstChoicesAreCredible) {
   const Cluster selene = Cluster::from_file(kSource + "/inputs/clusters/selene-a100.in");
