@@ -34,6 +34,39 @@ std::string pct(double x) {
   return buf;
 }
 
+// Rank orders to try: the given ones, or the default and (when a pipeline and data
+// parallelism share more than one node) pipeline stages as neighbours with data parallelism
+// the slowest axis, across pods.
+std::vector<std::string> rank_orders(const SearchSpace& space, const Cluster& c, int accelerators,
+                                     int pp, int dp) {
+  if (!space.orders.empty()) return space.orders;
+  std::vector<std::string> orders{Layout::kDefaultRankOrder};
+  if (pp > 1 && dp > 1 && accelerators > c.per_node) orders.push_back("tp-cp-pp-dp-ep");
+  return orders;
+}
+
+// Recompute policies to try, as (policy, N): full recompute of every layer of a stage
+// (N = 0) and of N of them (rc=full:N).
+std::vector<std::pair<Recompute, int>> recompute_choices(const SearchSpace& space,
+                                                         const ModelConfig& cfg, int pp) {
+  std::vector<std::pair<Recompute, int>> rcs;
+  for (Recompute rc : space.recompute) {
+    if (rc != Recompute::full) {
+      rcs.push_back({rc, 0});
+      continue;
+    }
+    if (space.full_all) rcs.push_back({rc, 0});
+    const int64_t stage = cfg.layers / pp;
+    std::vector<int64_t> ns(space.full_layers.begin(), space.full_layers.end());
+    if (ns.empty() && space.partial_recompute && stage >= 4)
+      ns = {stage / 4, stage / 2, 3 * stage / 4};
+    for (int64_t n : ns)
+      if (n > 0 && n < stage && (rcs.empty() || rcs.back().second != int(n)))
+        rcs.push_back({rc, int(n)});
+  }
+  return rcs;
+}
+
 bool same_placement(const GroupLinks& a, const GroupLinks& b) {
   auto same = [](const GroupLink& x, const GroupLink& y) { return x.place == y.place; };
   return same(a.tp, b.tp) && same(a.cp, b.cp) && same(a.ep, b.ep) && same(a.dp, b.dp) &&
@@ -123,6 +156,8 @@ SearchResult search(const Workload& w, const Cluster& c, int accelerators, Runti
           FamilyRejection& fr = families[fam];
           fr.family = fam;
           family_ok.emplace(fam, false);
+          const std::vector<std::string> orders = rank_orders(space, c, accelerators, pp, dp);
+          const std::vector<std::pair<Recompute, int>> rcs = recompute_choices(space, cfg, pp);
           for (int v : vpps) {
             std::optional<StageLayers> cut;  // once per pipeline shape, when a layout is legal
             for (int zero : zeros) {
@@ -131,30 +166,6 @@ SearchResult search(const Workload& w, const Cluster& c, int accelerators, Runti
               if (space.hsdp && zero > 0 && node_group > 1 && node_group < dp * cp &&
                   (dp * cp) % node_group == 0)
                 groups.push_back(node_group);
-              // Rank orders: the default, and (when a pipeline and data parallelism share
-              // the machine) pipeline stages as neighbours with data parallelism across pods.
-              std::vector<std::string> orders = space.orders;
-              if (orders.empty()) {
-                orders = {Layout::kDefaultRankOrder};
-                if (pp > 1 && dp > 1 && accelerators > c.per_node)
-                  orders.push_back("tp-cp-pp-dp-ep");
-              }
-              // Full recompute of all of a stage's layers, or of N of them (rc=full:N).
-              std::vector<std::pair<Recompute, int>> rcs;
-              for (Recompute rc : space.recompute) {
-                if (rc != Recompute::full) {
-                  rcs.push_back({rc, 0});
-                  continue;
-                }
-                if (space.full_all) rcs.push_back({rc, 0});
-                const int64_t stage = cfg.layers / pp;
-                std::vector<int64_t> ns(space.full_layers.begin(), space.full_layers.end());
-                if (ns.empty() && space.partial_recompute && stage >= 4)
-                  ns = {stage / 4, stage / 2, 3 * stage / 4};
-                for (int64_t n : ns)
-                  if (n > 0 && n < stage && (rcs.empty() || rcs.back().second != int(n)))
-                    rcs.push_back({rc, int(n)});
-              }
               for (const std::string& order : orders)
                 for (int group : groups) {
                   std::optional<GroupLinks> links;  // once per grid, when a layout is legal
