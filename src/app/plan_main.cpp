@@ -324,6 +324,7 @@ void run(const std::vector<std::string>& argv) {
   if (rt == Runtime::tessera) {
     space.recompute = {Recompute::none};
     space.seq_parallel = {0};
+    space.orders = {Layout::kDefaultRankOrder};  // what plan_validate_tessera checks
   }
   space.schedule = parse_option("--schedule", opt("--schedule", "1f1b"), [](const std::string& v) {
     return parse_layout("sched=" + v).schedule;
