@@ -1,6 +1,7 @@
 // tessera-plan: predicts memory, step time and MFU of parallel layouts of a training deck on
 // a described cluster, and searches for the fastest one that fits.
 //   tessera-plan DECK.in --cluster FILE --gpus N [options] [--section.key=value ...]
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -53,7 +54,9 @@ constexpr Option kOptions[] = {
     {"--ep", "LIST", "expert-parallel degrees to try (MoE)"},
     {"--zero", "LIST", "ZeRO stages to try"},
     {"--mb", "LIST", "micro-batch sizes to try (default 1,2,4,8,16)"},
-    {"--recompute", "LIST", "none, selective, full (default all three)"},
+    {"--recompute", "LIST",
+     "none, selective, full, full:N (N layers of each stage; default the first three, with "
+     "full also for N = 1/4, 1/2, 3/4 of a stage)"},
     {"--sp", "LIST", "sequence parallelism off/on: 0, 1 or 0,1 (default)"},
     {"--schedule", "NAME", "1f1b (default; interleaved when v > 1) or gpipe"},
     {"--no-hsdp", nullptr, "do not try ZeRO shard groups of one node"},
@@ -294,12 +297,21 @@ void run(const std::vector<std::string>& argv) {
   TESSERA_REQUIRE(some_product_divides, "options --tp ", opt("--tp", "(any)"), ", --pp ",
                   opt("--pp", "(any)"), " and --cp ", opt("--cp", "(any)"),
                   ": no tp x pp x cp of them divides the ", accelerators, " accelerators");
-  if (has("--recompute")) {
+  if (has("--recompute")) {  // none, selective, full, full:N (N layers of each stage)
     space.recompute.clear();
-    for (const std::string& s : split(opt("--recompute", "")))
-      space.recompute.push_back(parse_option("--recompute", s, [](const std::string& v) {
-        return parse_layout("rc=" + v).recompute;
-      }));
+    bool full_all = false;
+    for (const std::string& s : split(opt("--recompute", ""))) {
+      const Layout r = parse_option("--recompute", s,
+                                    [](const std::string& v) { return parse_layout("rc=" + v); });
+      if (r.recompute_layers > 0)
+        space.full_layers.push_back(r.recompute_layers);
+      else if (r.recompute == Recompute::full)
+        full_all = true;
+      if (std::find(space.recompute.begin(), space.recompute.end(), r.recompute) ==
+          space.recompute.end())
+        space.recompute.push_back(r.recompute);
+    }
+    space.full_all = full_all || space.full_layers.empty();
   }
   space.precision = {rt == Runtime::tessera ? ComputeType::fp32 : ComputeType::bf16};
   if (has("--precision")) {
@@ -312,6 +324,7 @@ void run(const std::vector<std::string>& argv) {
   if (rt == Runtime::tessera) {
     space.recompute = {Recompute::none};
     space.seq_parallel = {0};
+    space.orders = {Layout::kDefaultRankOrder};  // what plan_validate_tessera checks
   }
   space.schedule = parse_option("--schedule", opt("--schedule", "1f1b"), [](const std::string& v) {
     return parse_layout("sched=" + v).schedule;
@@ -357,9 +370,13 @@ void run(const std::vector<std::string>& argv) {
     if (!json_stdout) {
       std::printf(
           "tessera-plan: %s\n  %s\n  %d accelerators on %s; runtime %s; %d layouts "
-          "considered, %d legal, %zu accepted\n\n",
+          "considered, %d legal, %zu accepted%s\n\n",
           a.deck.c_str(), describe_workload(w).c_str(), accelerators, cluster.summary().c_str(),
-          runtime_name(rt), r.considered, r.legal, r.accepted.size());
+          runtime_name(rt), r.considered, r.legal, r.accepted.size(),
+          r.implausible > 0 ? cat(" (", r.implausible, " predicted above the ",
+                                  100 * kMfuSanityBound, "% MFU sanity bound set aside)")
+                                  .c_str()
+                            : "");
       std::fputs(format_ranking(r, top).c_str(), stdout);
       const std::string rej = format_rejections(r);
       if (!rej.empty()) std::printf("\n%s", rej.c_str());

@@ -2,42 +2,72 @@
 
 #include <algorithm>
 
+#include "comm/grid_layout.hpp"
 #include "perf/compute_model.hpp"
 
 namespace tessera {
 
-double all_reduce_seconds(double bytes, int n, const Link& link) {
-  if (n <= 1 || bytes <= 0) return 0;
-  return 2.0 * (n - 1) / n * bytes / link.bw + 2.0 * (n - 1) * link.latency;
+double all_reduce_seconds(double bytes, int n, const GroupLink& link) {
+  return all_reduce_time(bytes, n, link).total();
 }
 
-double reduce_scatter_seconds(double bytes, int n, const Link& link) {
-  if (n <= 1 || bytes <= 0) return 0;
-  return double(n - 1) / n * bytes / link.bw + double(n - 1) * link.latency;
+double reduce_scatter_seconds(double bytes, int n, const GroupLink& link) {
+  return reduce_scatter_time(bytes, n, link).total();
 }
 
-double all_gather_seconds(double bytes, int n, const Link& link) {
+double all_gather_seconds(double bytes, int n, const GroupLink& link) {
   return reduce_scatter_seconds(bytes, n, link);
 }
 
-double all_to_all_seconds(double bytes, int n, const Link& link) {
-  return reduce_scatter_seconds(bytes, n, link);
+double all_to_all_seconds(double bytes, int n, const GroupLink& link) {
+  return all_to_all_time(bytes, n, link).total();
 }
 
-double p2p_seconds(double bytes, const Link& link) {
+double p2p_seconds(double bytes, const GroupLink& link) {
   return bytes <= 0 ? 0 : bytes / link.bw + link.latency;
 }
 
+namespace {
+
+// The worst-placed of `groups` (the slowest reduce-scatter of a gigabyte over it).
+GroupLink worst(const std::vector<std::vector<int>>& groups, const Cluster& c) {
+  GroupLink best;
+  double slowest = -1;
+  for (const std::vector<int>& members : groups) {
+    const GroupLink g = group_link(place_group(members, c), c);
+    const double t = reduce_scatter_seconds(1e9, g.place.members, g);
+    if (t > slowest) slowest = t, best = g;
+  }
+  return best;
+}
+
+}  // namespace
+
 GroupLinks group_links(const Layout& l, const Cluster& c) {
   GroupLinks g;
+  const GridLayout grid({l.tp, l.cp, l.ep, l.dp, l.pp}, l.order, l.accelerators());
+  g.tp = worst(grid.all_groups(Group::tp), c);
+  g.cp = worst(grid.all_groups(Group::cp), c);
+  g.ep = worst(grid.all_groups(Group::ep), c);
+  g.pp = worst(grid.all_groups(Group::pp), c);
+  const std::vector<std::vector<int>> dp = grid.all_groups(Group::dp_cp);
+  g.dp = worst(dp, c);
+  // HSDP: K consecutive members of a gradient group share one copy of the sharded state
+  // (parallel.shard_group); the replicas of one shard are K apart.
   const int K = l.shard_ranks() > 0 ? l.shard_ranks() : 1;
-  g.tp = c.link(l.tp, 1);
-  g.cp = c.link(l.cp, l.tp);
-  g.ep = c.link(l.ep, l.tp * l.cp);
-  g.dp = c.link(l.dp * l.cp, l.tp);
-  g.shard = c.link(K, l.tp);
-  g.replica = c.link(l.dp * l.cp / K, l.tp * K);
-  g.pp = c.link(l.pp, l.tp * l.cp * l.dp);
+  std::vector<std::vector<int>> shards, replicas;
+  for (const std::vector<int>& members : dp) {
+    const int G = int(members.size());
+    for (int s = 0; s + K <= G; s += K)
+      shards.emplace_back(members.begin() + s, members.begin() + s + K);
+    for (int j = 0; j < K && j < G; ++j) {
+      std::vector<int> rep;
+      for (int i = j; i < G; i += K) rep.push_back(members[size_t(i)]);
+      replicas.push_back(std::move(rep));
+    }
+  }
+  g.shard = worst(shards, c);
+  g.replica = worst(replicas, c);
   return g;
 }
 
@@ -47,14 +77,14 @@ double tokens(const Workload& w, const Layout& l) {
 }
 }  // namespace
 
-double tp_seconds_per_layer(const Workload& w, const Layout& l, const Link& link) {
+double tp_seconds_per_layer(const Workload& w, const Layout& l, const GroupLink& link) {
   if (l.tp == 1) return 0;
   const double bytes = activation_element_bytes(l) * tokens(w, l) * double(w.cfg.d_model);
   const int collectives = 4 + (l.recompute == Recompute::full ? 2 : 0);
   return collectives * all_reduce_seconds(bytes, l.tp, link);
 }
 
-double cp_seconds_per_layer(const Workload& w, const Layout& l, const Link& link) {
+double cp_seconds_per_layer(const Workload& w, const Layout& l, const GroupLink& link) {
   if (l.cp == 1) return 0;
   const ModelConfig& c = w.cfg;
   const double kv = double(std::max<int64_t>(1, c.kv_heads / l.tp) * c.head_dim);
@@ -63,7 +93,7 @@ double cp_seconds_per_layer(const Workload& w, const Layout& l, const Link& link
   return passes * (l.cp - 1) * p2p_seconds(block, link);
 }
 
-double ep_seconds_per_layer(const Workload& w, const Layout& l, const Link& link) {
+double ep_seconds_per_layer(const Workload& w, const Layout& l, const GroupLink& link) {
   if (!w.moe.any() || l.ep == 1) return 0;
   const double bytes =
       activation_element_bytes(l) * tokens(w, l) * w.moe.top_k * double(w.cfg.d_model);
@@ -71,7 +101,7 @@ double ep_seconds_per_layer(const Workload& w, const Layout& l, const Link& link
   return collectives * all_to_all_seconds(bytes, l.ep, link);
 }
 
-double pp_seconds_per_microbatch(const Workload& w, const Layout& l, const Link& link) {
+double pp_seconds_per_microbatch(const Workload& w, const Layout& l, const GroupLink& link) {
   if (l.pp == 1) return 0;
   const double bytes = activation_element_bytes(l) * tokens(w, l) * double(w.cfg.d_model) / l.tp;
   return 2.0 * l.vpp * p2p_seconds(bytes, link);

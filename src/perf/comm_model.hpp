@@ -32,35 +32,43 @@
 //     zero 3: m x (2 all-gathers w Psi_r, 3 with full recompute, + reduce-scatter g Psi_r),
 //             all overlapping forward and backward (prefetch)
 //     HSDP adds an all-reduce of g Psi_r / N over the dp x cp / N replicas.
-//   The overlapped part is hidden up to the compute it can overlap (the last micro-batch's
-//   backward for zero 0-1, every backward for zero 2, all of forward and backward for zero 3).
+//   dp_comm gives this traffic per step (bytes, and times as whole-Psi_r collectives); the
+//   cost model times it layer by layer and bounds what hides behind compute in
+//   perf/overlap.hpp.
+//
+// Every collective runs on its group's placement (perf/placement.hpp): level by level when the
+// group spans nodes or pods, a plain ring on a flat Link.
 #pragma once
 
 #include <cstdint>
 
 #include "perf/cluster.hpp"
 #include "perf/layout.hpp"
+#include "perf/placement.hpp"
 
 namespace tessera {
 
-double all_reduce_seconds(double bytes, int n, const Link& link);
-double reduce_scatter_seconds(double bytes, int n, const Link& link);
-double all_gather_seconds(double bytes, int n, const Link& link);
-double all_to_all_seconds(double bytes, int n, const Link& link);
-double p2p_seconds(double bytes, const Link& link);
+// On a flat Link: the ring formulas above; on a GroupLink: level by level
+// (perf/placement.hpp).
+double all_reduce_seconds(double bytes, int n, const GroupLink& link);
+double reduce_scatter_seconds(double bytes, int n, const GroupLink& link);
+double all_gather_seconds(double bytes, int n, const GroupLink& link);
+double all_to_all_seconds(double bytes, int n, const GroupLink& link);
+double p2p_seconds(double bytes, const GroupLink& link);
 
-// The link each group of a layout crosses (rank order tp-cp-ep-dp-pp, TP fastest).
+// The links each group of a layout uses, from the members of its worst-placed group under
+// the layout's rank order (perf/placement.hpp).
 struct GroupLinks {
-  Link tp, cp, ep, dp, shard, replica, pp;
+  GroupLink tp, cp, ep, dp, shard, replica, pp;
 };
 GroupLinks group_links(const Layout& l, const Cluster& c);
 
 // Per layer and micro-batch (forward + backward + recompute).
-double tp_seconds_per_layer(const Workload& w, const Layout& l, const Link& link);
-double cp_seconds_per_layer(const Workload& w, const Layout& l, const Link& link);
-double ep_seconds_per_layer(const Workload& w, const Layout& l, const Link& link);
+double tp_seconds_per_layer(const Workload& w, const Layout& l, const GroupLink& link);
+double cp_seconds_per_layer(const Workload& w, const Layout& l, const GroupLink& link);
+double ep_seconds_per_layer(const Workload& w, const Layout& l, const GroupLink& link);
 // Per micro-batch: the point-to-point messages of one stage (forward and backward, all chunks).
-double pp_seconds_per_microbatch(const Workload& w, const Layout& l, const Link& link);
+double pp_seconds_per_microbatch(const Workload& w, const Layout& l, const GroupLink& link);
 
 struct DpComm {
   double overlappable = 0;  // may hide behind compute

@@ -1,6 +1,7 @@
 #include "perf/compute_model.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "perf/activation_memory.hpp"
 #include "perf/flops.hpp"
@@ -83,7 +84,7 @@ LayerCompute layer_compute(const Workload& w, const Layout& l, const Cluster& cl
   // Attention core: b x heads/t products over (s/cp) queries and s keys.
   const double heads = double(l.micro_batch) * double(c.heads) / t;
   const double sq = s / l.cp;
-  r.attn_flops_fwd = 4 * heads * sq * s * d;
+  r.attn_flops_fwd = 4 * heads * sq * s * d * attention_work_fraction(w);
   if (w.flash_attention) {
     r.attn_fwd = r.attn_flops_fwd / (peak * gemm_efficiency(cl, sq, s, 2 * d));
     r.attn_bwd = 2.5 * r.attn_fwd;
@@ -128,8 +129,16 @@ double workload_params(const Workload& w) {
   return n + double(c.layers) * (w.moe.experts * mats * C * Fe + C * w.moe.experts - dense);
 }
 
-double workload_flops_per_token(const Workload& w) {
+double attention_work_fraction(const Workload& w) {
+  if (!w.causal || !w.flash_attention) return 1;
+  const double tiles = std::ceil(double(w.cfg.seq_len) / 128);
+  return (1 + 1 / tiles) / 2;
+}
+
+double workload_flops_per_token(const Workload& w, AttentionFlops conv) {
   double f = model_flops_per_token(w.cfg);
+  if (conv == AttentionFlops::causal)  // perf/flops.hpp counts 12 L s q; keep half of it
+    f -= 6.0 * double(w.cfg.layers) * double(w.cfg.seq_len) * double(w.cfg.heads * w.cfg.head_dim);
   if (!w.moe.any()) return f;
   const ModelConfig& c = w.cfg;
   const double C = double(c.d_model), mats = c.arch == Arch::llama ? 3 : 2;

@@ -14,7 +14,8 @@
 // twice that (Korthikanti et al. 2022 count the saved bytes; see activation_memory.hpp).
 //
 // Attention core: with FlashAttention the two GEMMs QK^T and PV run fused per tile; it is
-// timed as one GEMM of 4 b s^2 d_head FLOPs per head at the efficiency of a GEMM with inner
+// timed as one GEMM of 4 b s^2 d_head FLOPs per head (times attention_work_fraction under a
+// causal mask) at the efficiency of a GEMM with inner
 // dimension 2 d_head (two back-to-back products on the same tile), and its backward as 2.5
 // times the forward (five products instead of two: the score tile is recomputed). Without
 // FlashAttention the two products are batched GEMMs timed by shape (so by memory when
@@ -62,7 +63,14 @@ HeadCompute head_compute(const Workload& w, const Layout& l, const Cluster& c);
 
 // Model FLOPs per trained token (MFU numerator): perf/flops.hpp's count for dense models;
 // a MoE layer counts top_k experts' MLPs and its router instead of the dense MLP.
-double workload_flops_per_token(const Workload& w);
+// Attention's T x T products count in full (AttentionFlops::full, the convention of
+// Megatron-LM's papers, PaLM's MFU and tessera's runs) or only the causal half
+// (AttentionFlops::causal, 6 L s (heads x head_dim) instead of 12).
+enum class AttentionFlops { full, causal };
+double workload_flops_per_token(const Workload& w, AttentionFlops conv = AttentionFlops::full);
+// Fraction of the T x T attention work a kernel does: with causal FlashAttention the tiles
+// on and below the diagonal, (1 + 1/n)/2 for n = ceil(s / 128) tiles per row; 1 otherwise.
+double attention_work_fraction(const Workload& w);
 // Parameters of the workload's model (ModelConfig::param_count, with MoE layers' experts
 // and routers in place of the dense MLPs).
 double workload_params(const Workload& w);

@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "comm/grid_layout.hpp"
 #include "core/error.hpp"
+#include "parallel/pp/schedule.hpp"
+#include "parallel/pp/stage_layers.hpp"
 #include "perf/activation_memory.hpp"
 #include "perf/compute_model.hpp"
 #include "perf/memory.hpp"
 #include "perf/tessera_memory.hpp"
-#include "parallel/pp/schedule.hpp"
-#include "parallel/pp/stage_layers.hpp"
 
 namespace tessera {
 
@@ -47,10 +48,34 @@ double layer_params_per_rank(const Workload& w, const Layout& l) {
 
 }  // namespace
 
-StageParams stage_params(const Workload& w, const Layout& l) {
+StageLayers stage_layer_counts(const Workload& w, const Layout& l) {
   const ModelConfig& c = w.cfg;
-  const double C = double(c.d_model), L = double(c.layers) / l.pp;
-  const double layers = L * layer_params_per_rank(w, l);
+  const int chunks = l.pp * l.vpp;
+  StageLayers s;
+  if (l.pp == 1 || (c.layers % chunks == 0 && w.pp_layers == "balanced")) {
+    s.first = s.last = s.most = double(c.layers) / l.pp;
+    return s;
+  }
+  const std::vector<int64_t> sizes = pp::split_layers(c, chunks, w.pp_layers);
+  for (int stage = 0; stage < l.pp; ++stage) {
+    double n = 0;
+    for (const ChunkLayers& ch : pp::stage_layers(sizes, l.pp, stage))
+      n += double(ch.last - ch.first);
+    if (stage == 0) s.first = n;
+    if (stage == l.pp - 1) s.last = n;
+    s.most = std::max(s.most, n);
+  }
+  return s;
+}
+
+StageParams stage_params(const Workload& w, const Layout& l) {
+  return stage_params(w, l, stage_layer_counts(w, l));
+}
+
+StageParams stage_params(const Workload& w, const Layout& l, const StageLayers& cut) {
+  const ModelConfig& c = w.cfg;
+  const double C = double(c.d_model);
+  const double per_layer = layer_params_per_rank(w, l);
   const double embed =
       double(c.vocab_padded) * C / l.tp + (c.arch == Arch::gpt2 ? double(c.seq_len) * C : 0);
   const double final_norm = C * (c.has_bias() ? 2 : 1);
@@ -60,10 +85,10 @@ StageParams stage_params(const Workload& w, const Layout& l) {
   StageParams s;
   if (w.moe.any()) {
     const double Fe = double(w.moe.expert_ffn ? w.moe.expert_ffn : c.ffn_hidden) / l.tp;
-    s.experts = L * double(w.moe.experts) / l.ep * (c.arch == Arch::llama ? 3 : 2) * C * Fe;
+    s.experts = cut.first * double(w.moe.experts) / l.ep * (c.arch == Arch::llama ? 3 : 2) * C * Fe;
   }
-  s.first = layers + embed + (l.pp == 1 ? final_norm + head : 0);
-  s.last = l.pp == 1 ? s.first : layers + final_norm + head;
+  s.first = cut.first * per_layer + embed + (l.pp == 1 ? final_norm + head : 0);
+  s.last = l.pp == 1 ? s.first : cut.last * per_layer + final_norm + head;
   return s;
 }
 
@@ -80,11 +105,17 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
     return cat("tp = ", l.tp, " and the ", c.kv_heads, " key/value heads do not divide each other");
   if (c.ffn_hidden % l.tp != 0)
     return cat("tp = ", l.tp, " does not divide the MLP hidden size ", c.ffn_hidden);
-  // tessera balances layers that do not split evenly (pp/stage_layers.hpp); the searched
-  // runtimes cut them evenly.
-
-  if (rt != Runtime::tessera && c.layers % (int64_t(l.pp) * l.vpp) != 0)
-    return cat("pp x v = ", l.pp * l.vpp, " does not divide the ", c.layers, " layers");
+  // Layers that do not split evenly into p x v chunks are cut as tessera's runtime cuts
+  // them (stage_layer_counts); every chunk needs at least one layer.
+  if (c.layers < int64_t(l.pp) * l.vpp)
+    return cat("pp x v = ", l.pp * l.vpp, " leaves a chunk without layers (", c.layers, " layers)");
+  try {
+    GridLayout({l.tp, l.cp, l.ep, l.dp, l.pp}, l.order, l.accelerators());
+  } catch (const Error& e) {
+    return cat("order = ", l.order, ": ", e.what());
+  }
+  if (l.recompute_layers > 0 && l.recompute != Recompute::full)
+    return "rc=full:N needs full recompute";
   if (l.vpp > 1 && l.pp == 1) return "v > 1 (interleaving) needs pp > 1";
   if (l.vpp > 1 && l.schedule == PipeSchedule::gpipe) return "v > 1 needs the 1F1B schedule";
   if (c.seq_len % l.cp != 0) return cat("cp = ", l.cp, " does not divide seq_len ", c.seq_len);
@@ -97,12 +128,8 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
   if (l.shard_group > 0 && (l.zero == 0 || (l.dp * l.cp) % l.shard_group != 0))
     return cat("hsdp = ", l.shard_group,
                " needs zero >= 1 and must divide dp x cp = ", l.dp * l.cp);
-  if (l.zero >= 2 && l.pp > 1 && rt != Runtime::tessera)
-    return cat("zero = ", l.zero, " with pp = ", l.pp,
-               ": ZeRO-2/3 shard the gradients that a "
-               "pipeline accumulates over its micro-batches (Megatron-LM and DeepSpeed allow "
-               "only ZeRO-1 with pipeline parallelism; tessera runs them, at the cost of "
-               "reduce-scattering every micro-batch)");
+  // ZeRO-2/3 with a pipeline: the sharded gradients are reduce-scattered every micro-batch
+  // (and ZeRO-3's parameters gathered every micro-batch); costed as such (overlap.hpp).
   const int64_t m = microbatches(w, l);
   if (m == 0)
     return cat("the global batch ", w.global_batch,
@@ -130,6 +157,9 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
                  int64_t(l.micro_batch) * c.seq_len, " tokens of a micro-batch");
     if (l.precision != ComputeType::fp32) return "tessera trains in fp32 only today";
     if (l.recompute != Recompute::none) return "tessera has no activation recompute yet";
+    if (l.order != Layout::kDefaultRankOrder)
+      return cat("the planner validates tessera's memory for the default rank order only (order = ",
+                 l.order, ")");
   }
   (void)cl.peak(l.precision);  // throws when the accelerator lacks this precision
   return {};
@@ -165,27 +195,37 @@ double tessera_padded_params(const ModelConfig& c, int zero, int shard_ranks) {
   return tessera_parts(c, zero, shard_ranks).total;
 }
 
-Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime rt) {
+Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime rt,
+                  const GroupLinks* links, const StageLayers* cut) {
   const ModelConfig& c = w.cfg;
   Estimate e;
   e.layout = l;
   e.runtime = rt;
   e.microbatches = microbatches(w, l);
   e.capacity = cl.memory;
-  e.links = group_links(l, cl);
+  e.links = links ? *links : group_links(l, cl);
   const int64_t m = e.microbatches;
-  const double M = double(m), p = l.pp, L = double(c.layers), Ls = L / p;
+  e.stage_layers = cut ? *cut : stage_layer_counts(w, l);
+  // Ls: layers of the fullest stage, which sets the pipeline's pace.
+  const double M = double(m), p = l.pp, L = double(c.layers), Ls = e.stage_layers.most;
   const int N = l.shard_ranks();
   const bool moe = w.moe.any();
   const Precision prec = l.mixed() ? Precision::mixed : Precision::fp32;
 
   // ---- memory ----
-  const StageParams sp = stage_params(w, l);
+  const StageParams sp = stage_params(w, l, e.stage_layers);
   const double a = activation_element_bytes(l);
   const double T = double(l.micro_batch) * double(c.seq_len) / l.cp;
   const double C = double(c.d_model);
   const LayerActivations act = layer_activations(w, l, moe);
-  const double saved = saved_bytes_per_layer(act, l.recompute);
+  bool reported_last = false;  // the memory (and Psi_r) reported is the last stage's
+  // Full recompute of N of a stage's layers (rc=full:N): those keep their input only.
+  auto saved_on = [&](double stage_layers) {
+    const double n = l.recomputed_layers(stage_layers);
+    const Recompute others = l.recompute == Recompute::full ? Recompute::none : l.recompute;
+    return n * saved_bytes_per_layer(act, Recompute::full) +
+           (stage_layers - n) * saved_bytes_per_layer(act, others);
+  };
   if (rt == Runtime::tessera && l.pp > 1) {
     ModelConfig tc = c;
     tc.tp = {l.tp, 0, l.seq_parallel};
@@ -214,11 +254,13 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
       mb.params = s.params + x.params, mb.grads = s.grads + x.grads;
       mb.optimizer = s.optimizer + x.optimizer;
       // Micro-batches in flight on this stage: first stage p (1F1B), last stage 1.
-      const double layer_eq = first ? inflight_layer_equivalents(l, c.layers, m)
-                                    : (l.schedule == PipeSchedule::gpipe ? Ls * M : Ls);
-      const double in_flight = l.pp == 1 ? 1 : layer_eq / Ls;
-      mb.activations = layer_eq * saved;
-      if (l.recompute == Recompute::full) mb.activations += act.total();  // one layer rebuilt
+      const double even = L / p;
+      const double in_flight = l.pp == 1 ? 1
+                               : first   ? inflight_layer_equivalents(l, c.layers, m) / even
+                                         : (l.schedule == PipeSchedule::gpipe ? M : 1);
+      const double here = first ? e.stage_layers.first : e.stage_layers.last;
+      mb.activations = in_flight * saved_on(here);
+      if (l.recomputed_layers(here) > 0) mb.activations += act.total();  // one layer rebuilt
       const double stream = a * T * C / (l.seq_parallel ? l.tp : 1);
       if (first)
         mb.activations +=
@@ -260,43 +302,67 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
     const bool use_first = f.total() >= g.total();
     e.memory = use_first ? f : g;
     e.params_per_rank = use_first ? sp.first : sp.last;
+    reported_last = !use_first;
   }
 
   // ---- time ----
   const LayerCompute lc = layer_compute(w, l, cl, moe);
   const HeadCompute hc = head_compute(w, l, cl);
-  const double tp = tp_seconds_per_layer(w, l, e.links.tp);
-  const double cp_raw = cp_seconds_per_layer(w, l, e.links.cp);
-  const double attn =
-      lc.attn_fwd + lc.attn_bwd + (l.recompute != Recompute::none ? lc.attn_fwd : 0);
-  const double cp = std::max(0.0, cp_raw - attn);
-  const double ep = ep_seconds_per_layer(w, l, e.links.ep);
-  const double rc = lc.recompute(l.recompute);
+  // Per layer, averaged over the stage's layers when only N of them are fully recomputed.
+  Layout plain = l;
+  plain.recompute = l.recompute == Recompute::full ? Recompute::none : l.recompute;
+  plain.recompute_layers = 0;
+  const double share = Ls > 0 ? l.recomputed_layers(Ls) / Ls : 0;  // fully recomputed
+  auto per_layer = [&](auto&& f) {
+    return l.recompute == Recompute::full ? share * f(l) + (1 - share) * f(plain) : f(l);
+  };
+  const double tp =
+      per_layer([&](const Layout& x) { return tp_seconds_per_layer(w, x, e.links.tp); });
+  const double cp = per_layer([&](const Layout& x) {
+    const double attn =
+        lc.attn_fwd + lc.attn_bwd + (x.recompute != Recompute::none ? lc.attn_fwd : 0);
+    return std::max(0.0, cp_seconds_per_layer(w, x, e.links.cp) - attn);
+  });
+  const double ep =
+      per_layer([&](const Layout& x) { return ep_seconds_per_layer(w, x, e.links.ep); });
+  const double rc = per_layer([&](const Layout& x) { return lc.recompute(x.recompute); });
   // The last stage carries the head; the first the embedding (folded into the head term).
-  double fwd_mb = Ls * lc.forward() + hc.forward;
-  double bwd_mb = Ls * lc.backward() + hc.backward;
+  // The pipeline runs at the pace of its slowest stage: the last (its layers and the head)
+  // or, under an uneven cut, a fuller one without the head.
+  const double layer_mb = lc.forward() + lc.backward() + rc + tp + cp + ep;
+  const bool head_paces =
+      l.pp == 1 || e.stage_layers.last * layer_mb + hc.forward + hc.backward >= Ls * layer_mb;
+  const double Lp = head_paces ? e.stage_layers.last : Ls;  // layers of the pacing stage
+  const double head = head_paces ? 1 : 0;
+  double fwd_mb = Lp * lc.forward() + head * hc.forward;
+  double bwd_mb = Lp * lc.backward() + head * hc.backward;
   if (rt == Runtime::tessera) {  // tessera's head computes its gradients in its forward pass
-    fwd_mb += hc.backward;
-    bwd_mb -= hc.backward;
+    fwd_mb += head * hc.backward;
+    bwd_mb -= head * hc.backward;
   }
-  const double stage_mb = fwd_mb + bwd_mb + Ls * (rc + tp + cp + ep);
+  const double stage_mb = fwd_mb + bwd_mb + Lp * (rc + tp + cp + ep);
   TimeBreakdown& t = e.time;
   t.forward = M * fwd_mb;
   t.backward = M * bwd_mb;
   t.compute = t.forward + t.backward;
-  t.recompute = M * Ls * rc;
-  t.tp_comm = M * Ls * tp;
-  t.cp_comm = M * Ls * cp;
-  t.ep_comm = M * Ls * ep;
+  t.recompute = M * Lp * rc;
+  t.tp_comm = M * Lp * tp;
+  t.cp_comm = M * Lp * cp;
+  t.ep_comm = M * Lp * ep;
   t.pp_p2p = M * pp_seconds_per_microbatch(w, l, e.links.pp);
   t.pp_bubble = (p - 1) / l.vpp * stage_mb;
   e.bubble_fraction = (p - 1) / (l.vpp * M);
-  const DpComm dc = dp_comm(l, e.links, e.params_per_rank, m);
-  t.dp_comm = dc.total();
-  double window = bwd_mb;                // zero 0-1: the last micro-batch's backward
-  if (l.zero == 2) window = M * bwd_mb;  // every backward
-  if (l.zero == 3) window = M * (fwd_mb + bwd_mb);
-  t.dp_hidden = std::min(dc.overlappable, window);
+  // DP/ZeRO traffic overlaps layer by layer (perf/overlap.hpp).
+  LayerWindow win;
+  win.fwd = lc.forward();
+  win.bwd = lc.backward() + rc;
+  const double tp_f = tp_seconds_per_layer(w, plain, e.links.tp) / 2;  // 2 of the 4 per layer
+  win.tp_fwd = tp_f;
+  win.tp_bwd = tp - tp_f;
+  const double stage_layers_here = reported_last ? e.stage_layers.last : e.stage_layers.first;
+  e.dp_overlap = dp_overlap(l, e.links, e.params_per_rank, stage_layers_here, m, win);
+  t.dp_comm = e.dp_overlap.total();
+  t.dp_hidden = e.dp_overlap.hidden();
   const double updated = e.params_per_rank / (l.zero >= 1 ? N : 1);
   t.optimizer = 28 * updated / cl.memory_bw;
   e.step_seconds = t.total();
@@ -307,25 +373,34 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   e.tokens_per_second = tokens / e.step_seconds;
   e.model_flops_per_step = workload_flops_per_token(w) * tokens;
   const double microbatch_layers = L * double(w.global_batch) / l.micro_batch;
-  e.hardware_flops_per_step =
-      e.model_flops_per_step + lc.recompute_flops(l.recompute) * l.tp * l.cp * microbatch_layers;
+  e.hardware_flops_per_step = e.model_flops_per_step + per_layer([&](const Layout& x) {
+                                                         return lc.recompute_flops(x.recompute);
+                                                       }) * l.tp *
+                                                           l.cp * microbatch_layers;
   const double peak = cl.peak(l.precision);
   e.model_tflops = e.model_flops_per_step / e.step_seconds / n_acc / 1e12;
   e.hardware_tflops = e.hardware_flops_per_step / e.step_seconds / n_acc / 1e12;
   e.mfu = e.model_flops_per_step / (e.step_seconds * n_acc * peak);
   e.hfu = e.hardware_flops_per_step / (e.step_seconds * n_acc * peak);
+  e.mfu_causal = workload_flops_per_token(w, AttentionFlops::causal) * tokens /
+                 (e.step_seconds * n_acc * peak);
 
   // ---- warnings ----
-  if (l.tp > 1 && e.links.tp.bw < cl.intra.bw)
+  if (l.tp > 1 && e.links.tp.crosses_nodes())
     e.warnings.push_back(cat("TP group of ", l.tp, " spans nodes (", cl.per_node,
-                             " accelerators per node): its 4-6 all-reduces per layer cross the ",
-                             e.links.tp.name, " link at ", e.links.tp.bw / 1e9, " GB/s"));
-  if (l.ep > 1 && e.links.ep.bw < cl.intra.bw)
+                             " accelerators per node; worst group: ", describe(e.links.tp.place),
+                             "): its 4-6 all-reduces per layer cross the ", e.links.tp.name,
+                             " link at ", e.links.tp.bw / 1e9, " GB/s"));
+  if (l.ep > 1 && e.links.ep.crosses_nodes())
     e.warnings.push_back(cat("EP group of ", l.ep, " spans nodes: all-to-alls cross the ",
                              e.links.ep.name, " link"));
   if (l.pp > 1 && m < l.pp)
     e.warnings.push_back(cat("fewer micro-batches (", m, ") than pipeline stages (", l.pp,
                              "): stages idle most of the step"));
+  if (e.mfu > kMfuSanityBound)
+    e.warnings.push_back(cat("predicted MFU ", 100 * e.mfu, "% is above ", 100 * kMfuSanityBound,
+                             "%, more than any published dense run reaches on A100/H100: read "
+                             "it as an error of the model, not a promise"));
   if (!e.fits())
     e.warnings.push_back(
         cat("out of memory: needs ", e.memory.total() / 1e9, " GB of ", e.capacity / 1e9, " GB"));

@@ -42,12 +42,26 @@
 #include "perf/cluster.hpp"
 #include "perf/comm_model.hpp"
 #include "perf/layout.hpp"
+#include "perf/overlap.hpp"
 
 namespace tessera {
 
 enum class Runtime { megatron, tessera };
+
+// No published dense training run on A100 or H100 reaches more than about 55% MFU
+// (Korthikanti et al. 2022: 54.2% for 530B; Llama 3 on H100: 38-43%; doc/planning.md). A
+// prediction above this bound (5 points of margin) is flagged, the search sets it aside, and
+// the calibration test keeps the search's first choices under it.
+inline constexpr double kMfuSanityBound = 0.60;
 const char* runtime_name(Runtime r);
 Runtime parse_runtime(const std::string& s);
+
+// Transformer layers on the first, the last and the fullest pipeline stage: L / p when
+// p x v divides L (the even cut), otherwise the cut tessera's runtime makes
+// (parallel.pp_layers, balanced by default: pp/stage_layers.hpp), in every runtime.
+struct StageLayers {
+  double first = 0, last = 0, most = 0;
+};
 
 struct MemoryBreakdown {
   double params = 0, grads = 0, optimizer = 0, activations = 0, comm = 0, workspace = 0;
@@ -62,6 +76,7 @@ struct TimeBreakdown {
   double tp_comm = 0, cp_comm = 0, ep_comm = 0;
   double pp_p2p = 0, pp_bubble = 0;
   double dp_comm = 0, dp_hidden = 0;  // DP/ZeRO traffic, and the part of it hidden by overlap
+                                      // (perf/overlap.hpp, layer by layer)
   double optimizer = 0;
   // Of compute: forward and backward (for comparison with a run's phase timers).
   double forward = 0, backward = 0;
@@ -85,6 +100,9 @@ struct Estimate {
   double bubble_fraction = 0;  // (p-1)/(v m)
   double params_per_rank = 0;  // Psi_r of the stage reported
   GroupLinks links;
+  DpOverlap dp_overlap;  // the DP/ZeRO traffic term by term, exposed and hidden
+  StageLayers stage_layers;
+  double mfu_causal = 0;  // MFU counting only the causal half of attention's T x T
   std::vector<std::string> warnings;
   bool fits() const { return memory.total() <= capacity; }
 };
@@ -93,8 +111,13 @@ struct Estimate {
 // batch, machine size, what the runtime implements); empty when it can.
 std::string layout_problem(const Workload& w, const Layout& l, const Cluster& c, Runtime rt,
                            int accelerators);
-// The estimate (call only for a layout without a problem).
-Estimate estimate(const Workload& w, const Layout& l, const Cluster& c, Runtime rt);
+// The estimate (call only for a layout without a problem). `links` and `cut`:
+// group_links(l, c) and stage_layer_counts(w, l) when the caller has them already (the
+// search shares them between layouts of one grid and one pipeline shape).
+Estimate estimate(const Workload& w, const Layout& l, const Cluster& c, Runtime rt,
+                  const GroupLinks* links = nullptr, const StageLayers* cut = nullptr);
+
+StageLayers stage_layer_counts(const Workload& w, const Layout& l);
 
 // Parameters per TP rank of the first and the last pipeline stage.
 struct StageParams {
@@ -102,6 +125,7 @@ struct StageParams {
   double experts = 0;  // of each: MoE expert weights, whose ZeRO shards span dp x cp / ep
 };
 StageParams stage_params(const Workload& w, const Layout& l);
+StageParams stage_params(const Workload& w, const Layout& l, const StageLayers& cut);
 
 // tessera's parameter buffer as laid out (each tensor padded to 16 elements; with ZeRO each
 // part, the embedding, every block and the head, padded to 16 x shard ranks), in elements.

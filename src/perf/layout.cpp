@@ -29,8 +29,11 @@ std::string to_string(const Layout& l) {
   if (l.shard_group > 0) os << " hsdp=" << l.shard_group;
   os << " mb=" << l.micro_batch;
   if (l.seq_parallel) os << " sp=1";
-  os << " rc=" << recompute_name(l.recompute) << " prec=" << compute_type_name(l.precision);
+  os << " rc=" << recompute_name(l.recompute);
+  if (l.recompute == Recompute::full && l.recompute_layers > 0) os << ":" << l.recompute_layers;
+  os << " prec=" << compute_type_name(l.precision);
   if (l.pp > 1) os << " sched=" << to_string(l.schedule);
+  if (l.order != Layout::kDefaultRankOrder) os << " order=" << l.order;
   return os.str();
 }
 
@@ -51,8 +54,9 @@ Layout parse_layout(const std::string& text, Layout base) {
   };
   while (in >> item) {
     const size_t eq = item.find('=');
-    TESSERA_REQUIRE(eq != std::string::npos, "layout '", text, "': '", item,
-                    "' is not key=value (keys: dp tp pp v cp ep zero hsdp mb sp rc prec sched)");
+    TESSERA_REQUIRE(
+        eq != std::string::npos, "layout '", text, "': '", item,
+        "' is not key=value (keys: dp tp pp v cp ep zero hsdp mb sp rc prec sched order)");
     const std::string k = item.substr(0, eq), v = item.substr(eq + 1);
     if (k == "dp")
       l.dp = integer(k, v, 1);
@@ -74,8 +78,14 @@ Layout parse_layout(const std::string& text, Layout base) {
       l.micro_batch = integer(k, v, 1);
     else if (k == "sp")
       l.seq_parallel = integer(k, v, 0) != 0;
+    else if (k == "order")
+      l.order = v;
     else if (k == "rc" || k == "recompute") {
-      if (v == "none")
+      l.recompute_layers = 0;
+      if (v.rfind("full:", 0) == 0) {
+        l.recompute = Recompute::full;
+        l.recompute_layers = integer(k, v.substr(5), 1);
+      } else if (v == "none")
         l.recompute = Recompute::none;
       else if (v == "selective")
         l.recompute = Recompute::selective;
@@ -83,7 +93,7 @@ Layout parse_layout(const std::string& text, Layout base) {
         l.recompute = Recompute::full;
       else
         TESSERA_REQUIRE(false, "layout '", text, "': rc = '", v,
-                        "' is not none, selective or full");
+                        "' is not none, selective, full or full:N (N layers per stage)");
     } else if (k == "prec" || k == "precision") {
       l.precision = parse_compute_type(v);
     } else if (k == "sched" || k == "schedule") {
@@ -96,7 +106,7 @@ Layout parse_layout(const std::string& text, Layout base) {
       l.schedule = s == PipeSchedule::gpipe ? PipeSchedule::gpipe : PipeSchedule::one_f_one_b;
     } else {
       TESSERA_REQUIRE(false, "layout '", text, "': unknown key '", k,
-                      "' (keys: dp tp pp v cp ep zero hsdp mb sp rc prec sched)");
+                      "' (keys: dp tp pp v cp ep zero hsdp mb sp rc prec sched order)");
     }
   }
   TESSERA_REQUIRE(l.zero <= 3, "layout '", text, "': zero = ", l.zero, " is not a ZeRO stage 0-3");

@@ -4,10 +4,15 @@
 //
 // Text form (what --explain takes and reports print), comma- or space-separated key=value:
 //   dp=2 tp=8 pp=4 v=1 cp=1 ep=1 zero=1 hsdp=0 mb=1 sp=1 rc=selective prec=bf16 sched=1f1b
+//   order=tp-cp-pp-dp-ep
 // Omitted keys keep their defaults (all degrees 1, zero 0, mb 1, no SP, no recompute, bf16,
-// 1F1B); dp may be omitted when the accelerator count is known (it is what is left).
+// 1F1B, rank order tp-cp-ep-dp-pp); dp may be omitted when the accelerator count is known (it
+// is what is left). rc=full:N recomputes N layers of each stage (the others keep their
+// activations); order= is parallel.order, fastest axis first, printed only when it is not the
+// default.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -27,15 +32,25 @@ struct Layout {
   int micro_batch = 1;  // sequences per micro-batch per model replica
   bool seq_parallel = false;
   Recompute recompute = Recompute::none;
+  int recompute_layers = 0;  // rc=full: layers of each stage recomputed; 0: all of them
   ComputeType precision = ComputeType::bf16;
   // gpipe or one_f_one_b: a Layout spells interleaved 1F1B as one_f_one_b with vpp > 1.
   PipeSchedule schedule = PipeSchedule::one_f_one_b;
+  // Rank order (parallel.order, fastest axis first): which ranks form each group, so which
+  // links each group's traffic crosses (perf/placement.hpp).
+  std::string order = kDefaultRankOrder;
+  static constexpr const char* kDefaultRankOrder = "tp-cp-ep-dp-pp";
 
   int accelerators() const { return dp * tp * pp * cp; }
   // Ranks over which ZeRO shards the model state (ZeRO shards over dp x cp, as Megatron's
   // distributed optimizer does).
   int shard_ranks() const { return zero == 0 ? 1 : shard_group > 0 ? shard_group : dp * cp; }
   bool mixed() const { return precision != ComputeType::fp32; }
+  // Layers of a stage of `stage_layers` that full recompute rebuilds (0 without it).
+  double recomputed_layers(double stage_layers) const {
+    if (recompute != Recompute::full) return 0;
+    return recompute_layers > 0 ? std::min<double>(recompute_layers, stage_layers) : stage_layers;
+  }
   bool operator==(const Layout&) const = default;
 };
 
@@ -56,8 +71,11 @@ struct Workload {
   MoeShape moe;
   int64_t global_batch = 1;     // sequences per optimizer step
   bool flash_attention = true;  // attention scores never stored (FlashAttention)
-  bool dropout = false;         // dropout layers (and their masks) as in GPT-3/Megatron
-  int zero_inflight = 2;        // runtime tessera: parallel.zero_inflight
+  // Causal (decoder) attention: a FlashAttention kernel skips the tiles above the diagonal,
+  // about half the T x T work; materialised scores are computed in full and then masked.
+  bool causal = true;
+  bool dropout = false;                // dropout layers (and their masks) as in GPT-3/Megatron
+  int zero_inflight = 2;               // runtime tessera: parallel.zero_inflight
   std::string pp_layers = "balanced";  // runtime tessera: parallel.pp_layers
 };
 

@@ -113,6 +113,16 @@ std::string format_explain(const Workload& w, const Estimate& e, const Cluster& 
   os << "cluster    " << c.summary() << "\n";
   os << fmt("links      tp %s, cp %s, ep %s, dp %s, pp %s\n", e.links.tp.name, e.links.cp.name,
             e.links.ep.name, e.links.dp.name, e.links.pp.name);
+  os << "placement  rank order " << l.order
+     << " (fastest first); per group, its worst-placed instance:\n";
+  const std::pair<const char*, const GroupLink*> groups[] = {
+      {"tp", &e.links.tp}, {"cp", &e.links.cp},       {"ep", &e.links.ep},
+      {"dp", &e.links.dp}, {"shard", &e.links.shard}, {"pp", &e.links.pp}};
+  for (const auto& [name, g] : groups) {
+    if (g->place.members <= 1) continue;
+    if (std::string(name) == "shard" && l.shard_ranks() == l.dp * l.cp) continue;
+    os << fmt("  %-6s %-58s %s\n", name, describe(g->place).c_str(), g->name);
+  }
   os << fmt("\nmemory per accelerator (%s stage)                GB   formula\n",
             l.pp == 1 ? "the only" : "the fuller");
   const MemoryBreakdown& m = e.memory;
@@ -158,6 +168,8 @@ std::string format_explain(const Workload& w, const Estimate& e, const Cluster& 
             100 * e.bubble_fraction, t.pp_bubble, pct(t.pp_bubble));
   os << fmt("  DP/ZeRO communication %8.3f, hidden %6.3f %9.3f  %5.1f%%\n", t.dp_comm, t.dp_hidden,
             t.dp_comm - t.dp_hidden, pct(t.dp_comm - t.dp_hidden));
+  for (const OverlapTerm& term : e.dp_overlap.terms)
+    os << fmt("    %-72s %8.3f, exposed %8.3f\n", term.what.c_str(), term.total, term.exposed);
   os << fmt("  optimizer                                 %9.3f  %5.1f%%\n", t.optimizer,
             pct(t.optimizer));
   os << fmt("  step                                      %9.3f\n", step);
@@ -166,6 +178,10 @@ std::string format_explain(const Workload& w, const Estimate& e, const Cluster& 
       "(%.1f model); MFU %.1f%%, HFU %.1f%% of %.0f TFLOP/s %s\n",
       e.tokens_per_second, e.hardware_tflops, e.model_tflops, 100 * e.mfu, 100 * e.hfu,
       c.peak(l.precision) / 1e12, compute_type_name(l.precision));
+  os << fmt(
+      "(MFU counts attention's T x T in full, as Megatron-LM and tessera's runs do; counting "
+      "only the causal half: MFU %.1f%%)\n",
+      100 * e.mfu_causal);
   for (const std::string& warn : e.warnings) os << "warning: " << warn << "\n";
   return os.str();
 }
@@ -181,13 +197,14 @@ std::string estimate_json(const Estimate& e) {
      << ", \"micro_batch\": " << l.micro_batch
      << ", \"sequence_parallel\": " << (l.seq_parallel ? "true" : "false") << ", \"recompute\": \""
      << recompute_name(l.recompute) << "\", \"precision\": \"" << compute_type_name(l.precision)
+     << "\", \"recompute_layers\": " << l.recompute_layers << ", \"order\": \"" << l.order
      << "\", \"schedule\": \"" << to_string(l.schedule) << "\"}, \"runtime\": \""
      << runtime_name(e.runtime) << "\", \"microbatches\": " << e.microbatches;
   os << ", \"memory_bytes\": {\"params\": " << num(m.params) << ", \"grads\": " << num(m.grads)
      << ", \"optimizer\": " << num(m.optimizer) << ", \"activations\": " << num(m.activations)
-     << ", \"comm\": " << num(m.comm)
-     << ", \"workspace\": " << num(m.workspace) << ", \"reserved\": " << num(m.reserved)
-     << ", \"total\": " << num(m.total()) << ", \"capacity\": " << num(e.capacity) << "}";
+     << ", \"comm\": " << num(m.comm) << ", \"workspace\": " << num(m.workspace)
+     << ", \"reserved\": " << num(m.reserved) << ", \"total\": " << num(m.total())
+     << ", \"capacity\": " << num(e.capacity) << "}";
   os << ", \"time_seconds\": {\"compute\": " << num(t.compute)
      << ", \"forward\": " << num(t.forward) << ", \"backward\": " << num(t.backward)
      << ", \"recompute\": " << num(t.recompute) << ", \"tp\": " << num(t.tp_comm)
@@ -198,18 +215,29 @@ std::string estimate_json(const Estimate& e) {
   os << ", \"tokens_per_second\": " << num(e.tokens_per_second)
      << ", \"model_tflops_per_accelerator\": " << num(e.model_tflops)
      << ", \"hardware_tflops_per_accelerator\": " << num(e.hardware_tflops)
-     << ", \"mfu\": " << num(e.mfu) << ", \"hfu\": " << num(e.hfu)
-     << ", \"bubble_fraction\": " << num(e.bubble_fraction)
+     << ", \"mfu\": " << num(e.mfu) << ", \"mfu_causal\": " << num(e.mfu_causal)
+     << ", \"hfu\": " << num(e.hfu) << ", \"bubble_fraction\": " << num(e.bubble_fraction)
      << ", \"params_per_rank\": " << num(e.params_per_rank)
      << ", \"fits\": " << (e.fits() ? "true" : "false") << ", \"links\": {";
-  const std::pair<const char*, const Link*> links[] = {{"tp", &e.links.tp},
-                                                       {"cp", &e.links.cp},
-                                                       {"ep", &e.links.ep},
-                                                       {"dp", &e.links.dp},
-                                                       {"pp", &e.links.pp}};
+  const std::pair<const char*, const GroupLink*> links[] = {{"tp", &e.links.tp},
+                                                            {"cp", &e.links.cp},
+                                                            {"ep", &e.links.ep},
+                                                            {"dp", &e.links.dp},
+                                                            {"pp", &e.links.pp}};
   for (size_t i = 0; i < 5; ++i)
-    os << (i ? ", " : "") << "\"" << links[i].first << "\": \"" << links[i].second->name << "\"";
-  os << "}, \"warnings\": [";
+    os << (i ? ", " : "") << "\"" << links[i].first << "\": {\"link\": \"" << links[i].second->name
+       << "\", \"members\": " << links[i].second->place.members
+       << ", \"nodes\": " << links[i].second->place.nodes
+       << ", \"per_node_min\": " << links[i].second->place.per_node_min
+       << ", \"per_node_max\": " << links[i].second->place.per_node_max
+       << ", \"pods\": " << links[i].second->place.pods << "}";
+  os << "}, \"dp_overlap\": [";
+  for (size_t i = 0; i < e.dp_overlap.terms.size(); ++i) {
+    const OverlapTerm& term = e.dp_overlap.terms[i];
+    os << (i ? ", " : "") << "{\"what\": " << json_string(term.what)
+       << ", \"seconds\": " << num(term.total) << ", \"exposed\": " << num(term.exposed) << "}";
+  }
+  os << "], \"warnings\": [";
   for (size_t i = 0; i < e.warnings.size(); ++i)
     os << (i ? ", " : "") << json_string(e.warnings[i]);
   os << "]}";

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include "core/error.hpp"
 
@@ -33,6 +34,45 @@ std::string pct(double x) {
   return buf;
 }
 
+// Rank orders to try: the given ones, or the default and (when a pipeline and data
+// parallelism share more than one node) pipeline stages as neighbours with data parallelism
+// the slowest axis, across pods.
+std::vector<std::string> rank_orders(const SearchSpace& space, const Cluster& c, int accelerators,
+                                     int pp, int dp) {
+  if (!space.orders.empty()) return space.orders;
+  std::vector<std::string> orders{Layout::kDefaultRankOrder};
+  if (pp > 1 && dp > 1 && accelerators > c.per_node) orders.push_back("tp-cp-pp-dp-ep");
+  return orders;
+}
+
+// Recompute policies to try, as (policy, N): full recompute of every layer of a stage
+// (N = 0) and of N of them (rc=full:N).
+std::vector<std::pair<Recompute, int>> recompute_choices(const SearchSpace& space,
+                                                         const ModelConfig& cfg, int pp) {
+  std::vector<std::pair<Recompute, int>> rcs;
+  for (Recompute rc : space.recompute) {
+    if (rc != Recompute::full) {
+      rcs.push_back({rc, 0});
+      continue;
+    }
+    if (space.full_all) rcs.push_back({rc, 0});
+    const int64_t stage = cfg.layers / pp;
+    std::vector<int64_t> ns(space.full_layers.begin(), space.full_layers.end());
+    if (ns.empty() && space.partial_recompute && stage >= 4)
+      ns = {stage / 4, stage / 2, 3 * stage / 4};
+    for (int64_t n : ns)
+      if (n > 0 && n < stage && (rcs.empty() || rcs.back().second != int(n)))
+        rcs.push_back({rc, int(n)});
+  }
+  return rcs;
+}
+
+bool same_placement(const GroupLinks& a, const GroupLinks& b) {
+  auto same = [](const GroupLink& x, const GroupLink& y) { return x.place == y.place; };
+  return same(a.tp, b.tp) && same(a.cp, b.cp) && same(a.ep, b.ep) && same(a.dp, b.dp) &&
+         same(a.shard, b.shard) && same(a.replica, b.replica) && same(a.pp, b.pp);
+}
+
 }  // namespace
 
 std::string FamilyRejection::summary() const {
@@ -51,6 +91,9 @@ std::string FamilyRejection::summary() const {
     add(cat("out of memory in ", out_of_memory, " (closest needs ", gb(closest.memory.total()),
             " of ", gb(closest.capacity), ", ", gb(min_excess), " over, at ",
             to_string(closest.layout), ")"));
+  if (implausible > 0)
+    add(cat("predicted MFU above the sanity bound in ", implausible, " (highest ", pct(max_mfu),
+            ")"));
   if (bubble > 0)
     add(cat("bubble over the limit in ", bubble, " (smallest ", pct(min_bubble), ")"));
   if (illegal > 0) add(cat("illegal in ", illegal, " (", illegal_reason, ")"));
@@ -113,59 +156,82 @@ SearchResult search(const Workload& w, const Cluster& c, int accelerators, Runti
           FamilyRejection& fr = families[fam];
           fr.family = fam;
           family_ok.emplace(fam, false);
-          for (int v : vpps)
+          const std::vector<std::string> orders = rank_orders(space, c, accelerators, pp, dp);
+          const std::vector<std::pair<Recompute, int>> rcs = recompute_choices(space, cfg, pp);
+          for (int v : vpps) {
+            std::optional<StageLayers> cut;  // once per pipeline shape, when a layout is legal
             for (int zero : zeros) {
               std::vector<int> groups{0};
               const int node_group = c.per_node / std::min(c.per_node, tp * cp);
               if (space.hsdp && zero > 0 && node_group > 1 && node_group < dp * cp &&
                   (dp * cp) % node_group == 0)
                 groups.push_back(node_group);
-              for (int group : groups)
-                for (int mb : mbs)
-                  for (Recompute rc : space.recompute)
-                    for (int spar : space.seq_parallel)
-                      for (ComputeType prec : space.precision) {
-                        if (spar && tp == 1) continue;
-                        Layout l = base;
-                        l.vpp = v, l.zero = zero, l.shard_group = group, l.micro_batch = mb;
-                        l.recompute = rc, l.seq_parallel = spar != 0, l.precision = prec;
-                        ++r.considered;
-                        ++fr.layouts;
-                        const std::string problem = layout_problem(w, l, c, rt, accelerators);
-                        if (!problem.empty()) {
-                          if (fr.illegal++ == 0) fr.illegal_reason = problem;
-                          continue;
+              for (const std::string& order : orders)
+                for (int group : groups) {
+                  std::optional<GroupLinks> links;  // once per grid, when a layout is legal
+                  // Another order that places every group as the first order does is the
+                  // same layout: try it once.
+                  if (order != orders.front()) {
+                    Layout a = base, b = base;
+                    a.zero = b.zero = zero, a.shard_group = b.shard_group = group;
+                    a.order = orders.front(), b.order = order;
+                    if (same_placement(group_links(a, c), group_links(b, c))) continue;
+                  }
+                  for (int mb : mbs)
+                    for (const auto& [rc, rc_layers] : rcs)
+                      for (int spar : space.seq_parallel)
+                        for (ComputeType prec : space.precision) {
+                          if (spar && tp == 1) continue;
+                          Layout l = base;
+                          l.vpp = v, l.zero = zero, l.shard_group = group, l.micro_batch = mb;
+                          l.recompute = rc, l.seq_parallel = spar != 0, l.precision = prec;
+                          l.recompute_layers = rc_layers, l.order = order;
+                          ++r.considered;
+                          ++fr.layouts;
+                          const std::string problem = layout_problem(w, l, c, rt, accelerators);
+                          if (!problem.empty()) {
+                            if (fr.illegal++ == 0) fr.illegal_reason = problem;
+                            continue;
+                          }
+                          ++r.legal;
+                          if (!links) links = group_links(l, c);
+                          if (!cut) cut = stage_layer_counts(w, l);
+                          Estimate e = estimate(w, l, c, rt, &*links, &*cut);
+                          const bool across = tp > 1 && e.links.tp.crosses_nodes();
+                          if (across && !space.tp_across_nodes) {
+                            ++fr.tp_across_nodes;
+                            if (e.fits() && (fr.fastest_rejected.step_seconds == 0 ||
+                                             e.step_seconds < fr.fastest_rejected.step_seconds))
+                              fr.fastest_rejected = e;
+                            continue;
+                          }
+                          if (space.memory_budget > 0)
+                            e.capacity = std::min(e.capacity, space.memory_budget);
+                          if (!e.fits()) {
+                            const double excess = e.memory.total() - e.capacity;
+                            if (fr.out_of_memory++ == 0 || excess < fr.min_excess)
+                              fr.min_excess = excess, fr.closest = e;
+                            continue;
+                          }
+                          if (e.bubble_fraction > space.max_bubble) {
+                            if (fr.bubble++ == 0 || e.bubble_fraction < fr.min_bubble)
+                              fr.min_bubble = e.bubble_fraction;
+                            if (fr.fastest_rejected.step_seconds == 0 ||
+                                e.step_seconds < fr.fastest_rejected.step_seconds)
+                              fr.fastest_rejected = e;
+                            continue;
+                          }
+                          if (e.mfu > space.max_mfu) {  // the model's error, not a promise
+                            if (fr.implausible++ == 0 || e.mfu > fr.max_mfu) fr.max_mfu = e.mfu;
+                            ++r.implausible;
+                            continue;
+                          }
+                          family_ok[fam] = true;
+                          r.accepted.push_back(std::move(e));
                         }
-                        ++r.legal;
-                        Estimate e = estimate(w, l, c, rt);
-                        const bool across = tp > 1 && e.links.tp.bw < c.intra.bw;
-                        if (across && !space.tp_across_nodes) {
-                          ++fr.tp_across_nodes;
-                          if (e.fits() && (fr.fastest_rejected.step_seconds == 0 ||
-                                           e.step_seconds < fr.fastest_rejected.step_seconds))
-                            fr.fastest_rejected = e;
-                          continue;
-                        }
-                        if (space.memory_budget > 0)
-                          e.capacity = std::min(e.capacity, space.memory_budget);
-                        if (!e.fits()) {
-                          const double excess = e.memory.total() - e.capacity;
-                          if (fr.out_of_memory++ == 0 || excess < fr.min_excess)
-                            fr.min_excess = excess, fr.closest = e;
-                          continue;
-                        }
-                        if (e.bubble_fraction > space.max_bubble) {
-                          if (fr.bubble++ == 0 || e.bubble_fraction < fr.min_bubble)
-                            fr.min_bubble = e.bubble_fraction;
-                          if (fr.fastest_rejected.step_seconds == 0 ||
-                              e.step_seconds < fr.fastest_rejected.step_seconds)
-                            fr.fastest_rejected = e;
-                          continue;
-                        }
-                        family_ok[fam] = true;
-                        r.accepted.push_back(std::move(e));
-                      }
+                }
             }
+          }
         }
       }
     }

@@ -211,12 +211,16 @@ TEST(PlanSearch, LegalityRules) {
   l.dp = 8, l.tp = 3;
   EXPECT_NE(layout_problem(w, l, c, Runtime::megatron, 24).find("does not divide the 32 heads"),
             std::string::npos);
+  // Layers that do not divide into stages are cut unevenly (tessera's balanced cut); a
+  // chunk without layers is illegal.
   l.tp = 2, l.dp = 2, l.pp = 3;
-  EXPECT_NE(layout_problem(w, l, c, Runtime::megatron, 12).find("does not divide the 8 layers"),
+  EXPECT_EQ(layout_problem(w, l, c, Runtime::megatron, 12), "");
+  l.tp = 1, l.dp = 1, l.pp = 12;
+  EXPECT_NE(layout_problem(w, l, c, Runtime::megatron, 12).find("without layers"),
             std::string::npos);
-  l.pp = 2, l.zero = 2;
-  EXPECT_NE(layout_problem(w, l, c, Runtime::megatron, 8).find("only ZeRO-1 with pipeline"),
-            std::string::npos);
+  l.tp = 2, l.dp = 2;
+  l.pp = 2, l.zero = 2;  // ZeRO-2/3 with a pipeline are costed, not refused
+  EXPECT_EQ(layout_problem(w, l, c, Runtime::megatron, 8), "");
   l.zero = 0, l.micro_batch = 3;
   EXPECT_NE(layout_problem(w, l, c, Runtime::megatron, 8).find("not a multiple"),
             std::string::npos);
