@@ -66,6 +66,18 @@ const char* to_string(DeviceKind d) {
   return d == DeviceKind::cuda ? "cuda" : "cpu";
 }
 
+const char* to_string(Recompute r) {
+  switch (r) {
+    case Recompute::none:
+      return "none";
+    case Recompute::selective:
+      return "selective";
+    case Recompute::full:
+      return "full";
+  }
+  return "?";
+}
+
 Arch parse_arch(std::string_view name) {
   return parse_choice("model.arch", name, {Arch::llama, Arch::gpt2});
 }
@@ -92,6 +104,11 @@ DpProgress dp_progress_from(const std::string& name) {
 
 DeviceKind parse_device_kind(std::string_view name) {
   return parse_choice("hardware.device", name, {DeviceKind::cpu, DeviceKind::cuda});
+}
+
+Recompute parse_recompute(std::string_view name) {
+  return parse_choice("train.recompute", name,
+                      {Recompute::none, Recompute::selective, Recompute::full});
 }
 
 }  // namespace tessera

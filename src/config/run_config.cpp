@@ -70,6 +70,8 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   t.eval_samples = r.integer("train.eval_samples");
   t.exit_after = r.integer("train.exit_after");
   t.seed = r.integer("train.seed");
+  t.recompute = parse_recompute(r.str("train.recompute"));
+  t.recompute_layers = r.integer("train.recompute_layers");
 
   OptimSection& o = c.optim;
   o.lr = r.real("optim.lr");

@@ -38,6 +38,8 @@ struct TrainSection {
   int64_t eval_every = 0, eval_samples = 0;
   int64_t exit_after = 0;  // 0: run to steps
   int64_t seed = 0;
+  Recompute recompute = Recompute::none;
+  int64_t recompute_layers = 0;  // with full: the first N blocks of each chunk; 0: all
 };
 
 struct OptimSection {

@@ -81,6 +81,17 @@ std::vector<KeySpec> build_schema() {
               "resumed later; 0: run to train.steps."),
       integer("train", "seed", "1234", 0, kMaxInt,
               "Seed of weight initialisation and data order."),
+      choice("train", "recompute", "none", {"none", "selective", "full"},
+             "Activation recompute (doc/recompute.md): none keeps every block's activations "
+             "for backward; selective rebuilds the attention core (output and log-sum-exp, "
+             "from the kept q, k, v) and the MLP activation in backward; full keeps only each "
+             "block's input and reruns its whole forward in backward. Losses and gradients are "
+             "bit-identical in every mode."),
+      integer("train", "recompute_layers", "0", 0, kMaxInt,
+              "With train.recompute = full: recompute only the first N blocks of each model "
+              "chunk (a pipeline stage holds pp_virtual chunks; without a pipeline the model "
+              "is one chunk), keeping the others' activations (Megatron-LM's block method); "
+              "0: every block."),
       // [optim]
       real("optim", "lr", "3e-4", 0, 10, "Peak learning rate."),
       real("optim", "min_lr", "3e-5", 0, 10, "Learning rate at the end of the cosine decay."),
