@@ -201,8 +201,10 @@ void RunLog::step(const StepResult& r) {
 
 void RunLog::write_memory_json(const double* peak, const double* live) const {
   std::ofstream out(dir_ + "/memory.json");
+  out.precision(15);  // whole bytes: the tests compare them with formulas exactly
   auto table = [&](const double* v) {
     std::ostringstream o;
+    o.precision(15);
     o << "{";
     for (int c = 0; c < kChargeCount; ++c) o << "\"" << charge_name(Charge(c)) << "\": " << v[c] << ", ";
     o << "\"total\": " << v[kChargeCount] << "}";
