@@ -42,9 +42,9 @@ Attention::Saved& Attention::core(const StepContext& ctx) {
 }
 
 void Attention::attend(const StepContext& ctx, Saved& qkv, Saved& out) {
-  const int64_t D = cfg_.head_dim;
-  const kernels::AttnShape shape{ctx.batch, cfg_.seq_len, cfg_.heads_local(), cfg_.kv_heads_local(),
-                                 D, 1.0f / std::sqrt(float(D))};
+  const int64_t B = ctx.batch, T = cfg_.seq_len, D = cfg_.head_dim;
+  const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local();
+  const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
   kernels::attention_forward(qkv.q.view(), qkv.k.view(), qkv.v.view(), out.att.view(),
                              out.lse.view(), shape);
 }

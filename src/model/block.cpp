@@ -25,7 +25,8 @@ Block::Block(ParamStore& store, const std::string& name, const ModelConfig& cfg,
 Block::Saved& Block::kept(const StepContext& ctx) {
   Saved& s = slots_.at(ctx.slot);
   const int64_t R = tp::rows(ctx, ctx.batch * cfg_.seq_len), C = cfg_.d_model;
-  if (s.out.numel() != R * C) s.out = Buffer(ctx.alloc, Shape{R, C}, DType::f32, Charge::activations);
+  if (s.out.numel() != R * C)
+    s.out = Buffer(ctx.alloc, Shape{R, C}, DType::f32, Charge::activations);
   return s;
 }
 
@@ -73,7 +74,8 @@ void Block::backward(StepContext& ctx, const Tensor& dy, const Tensor& dx) {
   // kernels and collectives, so backward reads the same bits it would have kept. The output
   // goes to the shared set: the slot's output may be the next block's kept input.
   if (full_) {
-    if (s.out.numel() != R * C) s.out = Buffer(ctx.alloc, Shape{R, C}, DType::f32, Charge::activations);
+    if (s.out.numel() != R * C)
+      s.out = Buffer(ctx.alloc, Shape{R, C}, DType::f32, Charge::activations);
     run(ctx, x, s, s.out.view());
   }
   const Tensor d_norm = ctx.scratch.get(ScratchId::block_d_norm, {R, C});

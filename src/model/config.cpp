@@ -51,8 +51,9 @@ ModelConfig ModelConfig::from(const ModelSection& m) {
 ModelConfig ModelConfig::from(const ModelSection& m, const TrainSection& t) {
   ModelConfig c = from(m);
   TESSERA_REQUIRE(t.recompute_layers == 0 || t.recompute == Recompute::full,
-                  "train.recompute_layers = ", t.recompute_layers, " needs train.recompute = full (it "
-                  "is ", to_string(t.recompute), "); set recompute = full or recompute_layers = 0");
+                  "train.recompute_layers = ", t.recompute_layers,
+                  " needs train.recompute = full (it is ", to_string(t.recompute),
+                  "); set recompute = full or recompute_layers = 0");
   c.recompute = t.recompute;
   c.recompute_layers = t.recompute_layers;
   return c;

@@ -32,13 +32,16 @@ Mlp::Saved& Mlp::kept(const StepContext& ctx) {
 Mlp::Saved& Mlp::activated(const StepContext& ctx) {
   Saved& s = mode_ == Recompute::none ? slots_.at(ctx.slot) : *shared_;
   const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_local();
-  if (s.act.numel() != N * F) s.act = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
+  if (s.act.numel() != N * F)
+    s.act = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
   return s;
 }
 
 void Mlp::activate(int64_t n, Saved& in, Saved& out) const {
-  if (swiglu_) kernels::swiglu_forward(in.gate.view(), in.up.view(), out.act.view(), n);
-  else kernels::gelu_forward(in.up.view(), out.act.view(), n);
+  if (swiglu_)
+    kernels::swiglu_forward(in.gate.view(), in.up.view(), out.act.view(), n);
+  else
+    kernels::gelu_forward(in.up.view(), out.act.view(), n);
 }
 
 void Mlp::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {

@@ -70,7 +70,8 @@ double rebuilt_bytes(const ModelConfig& cfg, int64_t batch) {
 
 double chunk_kept_bytes(const ModelConfig& cfg, int64_t batch, int64_t blocks) {
   double bytes = 0;
-  for (int64_t i = 0; i < blocks; ++i) bytes += block_kept_bytes(cfg, batch, cfg.block_recompute(i));
+  for (int64_t i = 0; i < blocks; ++i)
+    bytes += block_kept_bytes(cfg, batch, cfg.block_recompute(i));
   return bytes;
 }
 

@@ -24,9 +24,9 @@ ModelConfig config(Arch arch, Recompute mode, int64_t layers_recomputed = 0) {
   const std::string text = std::string("[model]\narch = ") + to_string(arch) +
                            "\nlayers = 3\nd_model = 16\nheads = 4\nvocab = 11\nvocab_multiple = 8\n"
                            "seq_len = 6\nffn_hidden = 24\ninit_std = 0.3\n[data]\npath = x\n";
-  const RunConfig run = RunConfig::from_deck(Deck::from_text(
-      text, {std::string("--train.recompute=") + to_string(mode),
-             "--train.recompute_layers=" + std::to_string(layers_recomputed)}));
+  const RunConfig run = RunConfig::from_deck(
+      Deck::from_text(text, {std::string("--train.recompute=") + to_string(mode),
+                             "--train.recompute_layers=" + std::to_string(layers_recomputed)}));
   return ModelConfig::from(run.model, run.train);
 }
 
