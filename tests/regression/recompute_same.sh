@@ -4,7 +4,8 @@
 # run without recompute exactly (every step's loss and gradient norm, and every tensor of the
 # final checkpoint, parameters and Adam moments, bit for bit), while keeping fewer activation
 # bytes; without a pipeline the measured activations equal tessera's formula to the byte
-# (perf/memory.hpp; pipelines are checked by plan_validate_tessera).
+# (perf/memory.hpp; pipelines are checked by plan_validate_tessera). With tensor parallelism,
+# selective adds no collective and full adds its rerun forwards' collectives.
 # usage: recompute_same.sh WORKDIR "MPIEXEC..." NP PYTHON TESSERA DECK [overrides...]
 set -euo pipefail
 work=$1 mpiexec=$2 np=$3 python=$4 tessera=$5
@@ -22,6 +23,10 @@ run() {  # NAME overrides...
 activations() {  # DIR -> "measured formula"
   "$python" -c 'import json,sys; m=json.load(open(sys.argv[1]+"/memory.json"))
 print(int(m["peak"]["activations"]), int(m["activations_formula"]))' "$1"
+}
+tp_calls() {  # LOG -> calls of the tensor-parallel group on rank 0 (0 without one)
+  awk '$1 == "group" && $2 == "calls" {table = 1}
+       table && $1 == "tp" {print $2; found = 1; exit} END {if (!found) print 0}' "$1"
 }
 run none "$@" --train.recompute=none
 read -r base base_formula < <(activations "$work/none")
@@ -42,6 +47,12 @@ for mode in selective full full_layers2; do
   if (( got >= base )); then verdict="NOT LOWER"; bad=1; fi
   if (( ! pipeline && got != formula )); then verdict="FORMULA $formula"; bad=1; fi
   echo "activations $mode: $got B vs none $base B ($(( 100 * got / base ))%): $verdict"
+  # Selective reruns no collective; full reruns each recomputed block's forward collectives.
+  calls=$(tp_calls "$work/$mode.log") base_calls=$(tp_calls "$work/none.log")
+  verdict=ok
+  if [[ $mode == selective ]] && (( calls != base_calls )); then verdict=WRONG; bad=1; fi
+  if [[ $mode != selective ]] && (( base_calls > 0 && calls <= base_calls )); then verdict=WRONG; bad=1; fi
+  echo "tensor-parallel calls $mode: $calls vs none $base_calls: $verdict"
 done
 if (( ! pipeline && base != base_formula )); then echo "none: formula $base_formula"; bad=1; fi
 echo "recompute memory: $([[ $bad == 0 ]] && echo LOWER || echo WRONG)"
