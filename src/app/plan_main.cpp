@@ -310,7 +310,7 @@ void run(const std::vector<std::string>& argv) {
   TESSERA_REQUIRE(!space.recompute.empty() && !space.precision.empty(),
                   "options --recompute and --precision need at least one value");
   if (rt == Runtime::tessera) {
-    space.recompute = {Recompute::none};
+    if (!has("--recompute")) space.recompute = {Recompute::none};  // tessera's default
     space.seq_parallel = {0};
   }
   space.schedule = parse_option("--schedule", opt("--schedule", "1f1b"), [](const std::string& v) {
