@@ -66,18 +66,21 @@ Tensor Block::forward(StepContext& ctx, const Tensor& x) {
   return k.out.view();
 }
 
+// Full recompute: every activation rebuilt from the kept input with the forward's own
+// kernels and collectives, so backward reads the same bits it would have kept. The output
+// goes to the shared set: the slot's output may still be the next block's kept input.
+void Block::rebuild(StepContext& ctx, const Tensor& x, Saved& s) {
+  const int64_t R = tp::rows(ctx, ctx.batch * cfg_.seq_len), C = cfg_.d_model;
+  if (s.out.numel() != R * C)
+    s.out = Buffer(ctx.alloc, Shape{R, C}, DType::f32, Charge::activations);
+  run(ctx, x, s, s.out.view());
+}
+
 void Block::backward(StepContext& ctx, const Tensor& dy, const Tensor& dx) {
   const int64_t N = ctx.batch * cfg_.seq_len, C = cfg_.d_model, R = tp::rows(ctx, N);
   const Tensor x = kept(ctx).x;
   Saved& s = inner(ctx);
-  // Full recompute: rebuild every activation from the kept input with the forward's own
-  // kernels and collectives, so backward reads the same bits it would have kept. The output
-  // goes to the shared set: the slot's output may be the next block's kept input.
-  if (full_) {
-    if (s.out.numel() != R * C)
-      s.out = Buffer(ctx.alloc, Shape{R, C}, DType::f32, Charge::activations);
-    run(ctx, x, s, s.out.view());
-  }
+  if (full_) rebuild(ctx, x, s);
   const Tensor d_norm = ctx.scratch.get(ScratchId::block_d_norm, {R, C});
   const Tensor dh = ctx.scratch.get(ScratchId::block_dh, {R, C});
   const bool sp = tp::sequence_parallel(ctx);

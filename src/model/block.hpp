@@ -43,6 +43,8 @@ class Block {
   Saved& inner(const StepContext& ctx);
   // The forward from x into s's buffers and `out` (also the rerun of full recompute).
   void run(StepContext& ctx, const Tensor& x, Saved& s, const Tensor& out);
+  // Full recompute's rerun of forward into the shared set s, before backward.
+  void rebuild(StepContext& ctx, const Tensor& x, Saved& s);
 
   const ModelConfig& cfg_;
   bool full_;
