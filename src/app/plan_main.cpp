@@ -322,7 +322,7 @@ void run(const std::vector<std::string>& argv) {
   TESSERA_REQUIRE(!space.recompute.empty() && !space.precision.empty(),
                   "options --recompute and --precision need at least one value");
   if (rt == Runtime::tessera) {
-    space.recompute = {Recompute::none};
+    if (!has("--recompute")) space.recompute = {Recompute::none};  // tessera's default
     space.seq_parallel = {0};
     space.orders = {Layout::kDefaultRankOrder};  // what plan_validate_tessera checks
   }

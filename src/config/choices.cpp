@@ -78,6 +78,18 @@ const char* to_string(TrainPrecision p) {
   return "?";
 }
 
+const char* to_string(Recompute r) {
+  switch (r) {
+    case Recompute::none:
+      return "none";
+    case Recompute::selective:
+      return "selective";
+    case Recompute::full:
+      return "full";
+  }
+  return "?";
+}
+
 const char* to_string(ReduceDtype d) {
   return d == ReduceDtype::bf16 ? "bf16" : "fp32";
 }
@@ -111,7 +123,13 @@ DeviceKind parse_device_kind(std::string_view name) {
 }
 
 TrainPrecision parse_precision(std::string_view name) {
-  return parse_choice("train.precision", name, {TrainPrecision::fp32, TrainPrecision::bf16, TrainPrecision::fp16});
+  return parse_choice("train.precision", name,
+                      {TrainPrecision::fp32, TrainPrecision::bf16, TrainPrecision::fp16});
+}
+
+Recompute parse_recompute(std::string_view name) {
+  return parse_choice("train.recompute", name,
+                      {Recompute::none, Recompute::selective, Recompute::full});
 }
 
 ReduceDtype parse_reduce_dtype(std::string_view name) {

@@ -26,6 +26,9 @@ enum class DeviceKind { cpu, cuda };
 enum class TrainPrecision { fp32, bf16, fp16 };
 // The dtype gradients travel in when data-parallel ranks reduce them.
 enum class ReduceDtype { fp32, bf16 };
+// train.recompute: which activations a block rebuilds in backward instead of keeping
+// (doc/recompute.md).
+enum class Recompute { none, selective, full };
 
 // The deck's spelling of each value.
 const char* to_string(Arch a);
@@ -36,6 +39,7 @@ const char* to_string(DpProgress p);
 const char* to_string(DeviceKind d);
 const char* to_string(TrainPrecision p);  // "fp32", "bf16", "fp16"
 const char* to_string(ReduceDtype d);
+const char* to_string(Recompute r);  // "none", "selective", "full"
 
 // Parsers of the deck's spelling. The deck has already checked its choice keys against the
 // schema, so an unknown name here comes from code or a test: a collective tessera::Error
@@ -48,5 +52,6 @@ DpProgress dp_progress_from(const std::string& name);
 DeviceKind parse_device_kind(std::string_view name);
 TrainPrecision parse_precision(std::string_view name);
 ReduceDtype parse_reduce_dtype(std::string_view name);
+Recompute parse_recompute(std::string_view name);
 
 }  // namespace tessera

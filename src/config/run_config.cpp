@@ -74,6 +74,8 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   t.loss_scale = r.real("train.loss_scale");
   t.loss_scale_window = r.integer("train.loss_scale_window");
   t.loss_scale_min = r.real("train.loss_scale_min");
+  t.recompute = parse_recompute(r.str("train.recompute"));
+  t.recompute_layers = r.integer("train.recompute_layers");
 
   OptimSection& o = c.optim;
   o.lr = r.real("optim.lr");

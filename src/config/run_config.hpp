@@ -43,6 +43,8 @@ struct TrainSection {
   // the floor below which the run stops.
   double loss_scale = 65536, loss_scale_min = 1;
   int64_t loss_scale_window = 1000;
+  Recompute recompute = Recompute::none;
+  int64_t recompute_layers = 0;  // with full: the first N blocks of each chunk; 0: all
 };
 
 struct OptimSection {

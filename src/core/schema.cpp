@@ -92,6 +92,17 @@ std::vector<KeySpec> build_schema() {
               "fp16: steps without overflow after which the loss scale doubles."),
       real("train", "loss_scale_min", "1", 1e-30, 16777216,
            "fp16: the floor of the loss scale; an overflow at the floor stops the run."),
+      choice("train", "recompute", "none", {"none", "selective", "full"},
+             "Activation recompute (doc/recompute.md): none keeps every block's activations "
+             "for backward; selective rebuilds the attention core (output and log-sum-exp, "
+             "from the kept q, k, v) and the MLP activation in backward; full keeps only each "
+             "block's input and reruns its whole forward in backward. Losses and gradients are "
+             "bit-identical in every mode."),
+      integer("train", "recompute_layers", "0", 0, kMaxInt,
+              "With train.recompute = full: recompute only the first N blocks of each model "
+              "chunk (a pipeline stage holds pp_virtual chunks; without a pipeline the model "
+              "is one chunk), keeping the others' activations (Megatron-LM's block method); "
+              "0: every block."),
       // [optim]
       real("optim", "lr", "3e-4", 0, 10, "Peak learning rate."),
       real("optim", "min_lr", "3e-5", 0, 10, "Learning rate at the end of the cosine decay."),

@@ -19,17 +19,41 @@ Attention::Attention(ParamStore& store, const std::string& name, const ModelConf
   o_ = Linear(store, name + ".o", qd, C, bias, resid_std, Split::row, t, r);
 }
 
-void Attention::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
-  const int64_t B = ctx.batch, T = cfg_.seq_len, N = B * T, D = cfg_.head_dim;
-  const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local(), C = cfg_.d_model;
-  Saved& s = slots_.at(ctx.slot);
+Attention::Saved& Attention::kept(const StepContext& ctx) {
+  Saved& s = mode_ == Recompute::full ? *shared_ : slots_.at(ctx.slot);
+  const int64_t N = ctx.batch * cfg_.seq_len, D = cfg_.head_dim;
+  const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local();
   if (s.q.numel() != N * Hq * D) {
     s.q = Buffer(ctx.alloc, Shape{N, Hq * D}, DType::f32, Charge::activations);
     s.k = Buffer(ctx.alloc, Shape{N, Hkv * D}, DType::f32, Charge::activations);
     s.v = Buffer(ctx.alloc, Shape{N, Hkv * D}, DType::f32, Charge::activations);
-    s.att = Buffer(ctx.alloc, Shape{N, Hq * D}, DType::f32, Charge::activations);
+  }
+  return s;
+}
+
+Attention::Saved& Attention::core(const StepContext& ctx) {
+  Saved& s = mode_ == Recompute::none ? slots_.at(ctx.slot) : *shared_;
+  const int64_t B = ctx.batch, T = cfg_.seq_len, Hq = cfg_.heads_local();
+  if (s.att.numel() != B * T * Hq * cfg_.head_dim) {
+    s.att = Buffer(ctx.alloc, Shape{B * T, Hq * cfg_.head_dim}, DType::f32, Charge::activations);
     s.lse = Buffer(ctx.alloc, Shape{B * Hq, T}, DType::f32, Charge::activations);
   }
+  return s;
+}
+
+void Attention::attend(const StepContext& ctx, Saved& qkv, Saved& out) {
+  const int64_t B = ctx.batch, T = cfg_.seq_len, D = cfg_.head_dim;
+  const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local();
+  const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
+  kernels::attention_forward(qkv.q.view(), qkv.k.view(), qkv.v.view(), out.att.view(),
+                             out.lse.view(), shape);
+}
+
+void Attention::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
+  const int64_t B = ctx.batch, T = cfg_.seq_len, N = B * T, D = cfg_.head_dim;
+  const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local(), C = cfg_.d_model;
+  Saved& s = kept(ctx);
+  Saved& c = core(ctx);
   const Tensor xc = q_.operand(ctx, x);  // cast once for the three maps
   q_.forward(ctx, xc, s.q.view());
   k_.forward(ctx, xc, s.k.view());
@@ -38,11 +62,10 @@ void Attention::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
     kernels::rope(s.q.view(), B, T, Hq, D, 0, cfg_.rope_theta, false);
     kernels::rope(s.k.view(), B, T, Hkv, D, 0, cfg_.rope_theta, false);
   }
-  const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
-  kernels::attention_forward(s.q.view(), s.k.view(), s.v.view(), s.att.view(), s.lse.view(), shape);
-  if (tp::size(ctx) == 1) return o_.forward(ctx, s.att.view(), y, /*accumulate=*/true);
+  attend(ctx, s, c);
+  if (tp::size(ctx) == 1) return o_.forward(ctx, c.att.view(), y, /*accumulate=*/true);
   const Tensor partial = ctx.scratch.get(ScratchId::tp_partial, {N, C});
-  o_.forward(ctx, s.att.view(), partial);
+  o_.forward(ctx, c.att.view(), partial);
   tp::reduce_into(ctx, partial, y, ctx.scratch.get(ScratchId::tp_sum, {tp::rows(ctx, N), C}), true);
   o_.add_bias(y);
 }
@@ -50,15 +73,18 @@ void Attention::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
 void Attention::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx) {
   const int64_t B = ctx.batch, T = cfg_.seq_len, N = B * T, D = cfg_.head_dim;
   const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local(), C = cfg_.d_model;
-  Saved& s = slots_.at(ctx.slot);
+  Saved& s = kept(ctx);
+  Saved& c = core(ctx);
+  // Full recompute has just rebuilt everything (Block::backward); selective rebuilds the core.
+  if (mode_ == Recompute::selective) attend(ctx, s, c);
   const Tensor d_att = ctx.scratch.get(ScratchId::attn_d_out, {N, Hq * D});
   const Tensor dq = ctx.scratch.get(ScratchId::attn_dq, {N, Hq * D});
   const Tensor dk = ctx.scratch.get(ScratchId::attn_dk, {N, Hkv * D});
   const Tensor dv = ctx.scratch.get(ScratchId::attn_dv, {N, Hkv * D});
 
-  o_.backward(ctx, s.att.view(), dy, d_att);
+  o_.backward(ctx, c.att.view(), dy, d_att);
   const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
-  kernels::attention_backward(d_att, s.q.view(), s.k.view(), s.v.view(), s.att.view(), s.lse.view(),
+  kernels::attention_backward(d_att, s.q.view(), s.k.view(), s.v.view(), c.att.view(), c.lse.view(),
                               dq, dk, dv, shape);
   if (cfg_.arch == Arch::llama) {
     kernels::rope(dq, B, T, Hq, D, 0, cfg_.rope_theta, true);

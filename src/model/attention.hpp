@@ -12,7 +12,17 @@ namespace tessera {
 
 class Attention {
  public:
+  // What backward reads: q, k, v after RoPE, the attention output and its log-sum-exp.
+  struct Saved {
+    Buffer q, k, v, att, lse;
+  };
+
   Attention(ParamStore& store, const std::string& name, const ModelConfig& cfg);
+  // Activations rebuilt in backward go to `shared` (one set for every block, since one block
+  // is rebuilt at a time) instead of this layer's slots: with selective recompute the
+  // attention core (att, lse), recomputed from the kept q, k, v; with full recompute
+  // everything, rebuilt by the block's rerun of forward before backward.
+  void share(Saved* shared, Recompute mode) { shared_ = shared, mode_ = mode; }
 
   // y[rows,C] += o(attn(x)) for x[N,C] (all tokens; kept by the caller until backward) and
   // the rows of the residual stream this rank holds (tp::rows).
@@ -22,12 +32,17 @@ class Attention {
   void backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx);
 
  private:
-  struct Saved {
-    Buffer q, k, v, att, lse;
-  };
+  // Where this micro-batch's q, k, v and its attention output and lse live.
+  Saved& kept(const StepContext& ctx);
+  Saved& core(const StepContext& ctx);
+  // att, lse = attention(q, k, v): the forward's call, rerun by selective recompute.
+  void attend(const StepContext& ctx, Saved& qkv, Saved& out);
+
   const ModelConfig& cfg_;
   Linear q_, k_, v_, o_;
   Slots<Saved> slots_;
+  Saved* shared_ = nullptr;
+  Recompute mode_ = Recompute::none;
 };
 
 }  // namespace tessera

@@ -1,47 +1,86 @@
 #include "model/block.hpp"
 
+#include "core/error.hpp"
 #include "kernels/kernels.hpp"
 #include "model/tensor_parallel.hpp"
 
 namespace tessera {
-Block::Block(ParamStore& store, const std::string& name, const ModelConfig& cfg)
+Block::Block(ParamStore& store, const std::string& name, const ModelConfig& cfg, Recompute mode,
+             Rebuilt* shared)
     : cfg_(cfg),
+      full_(mode == Recompute::full),
+      shared_(shared),
       attn_norm_(store, name + ".attn_norm", cfg.d_model, cfg.arch == Arch::gpt2, cfg.norm_eps,
                  cfg.tp.sequence_parallel && cfg.tp.size > 1),
       mlp_norm_(store, name + ".mlp_norm", cfg.d_model, cfg.arch == Arch::gpt2, cfg.norm_eps,
                 cfg.tp.sequence_parallel && cfg.tp.size > 1),
       attn_(store, name + ".attn", cfg),
-      mlp_(store, name + ".mlp", cfg) {}
+      mlp_(store, name + ".mlp", cfg) {
+  if (mode == Recompute::none) return;
+  TESSERA_REQUIRE(shared != nullptr, "block ", name, ": recompute needs a shared rebuilt set");
+  attn_.share(&shared->attn, mode);
+  mlp_.share(&shared->mlp, mode);
+}
+
+Block::Saved& Block::kept(const StepContext& ctx) {
+  Saved& s = slots_.at(ctx.slot);
+  const int64_t R = tp::rows(ctx, ctx.batch * cfg_.seq_len), C = cfg_.d_model;
+  if (s.out.numel() != R * C)
+    s.out = Buffer(ctx.alloc, Shape{R, C}, DType::f32, Charge::activations);
+  return s;
+}
+
+Block::Saved& Block::inner(const StepContext& ctx) {
+  Saved& s = full_ ? shared_->block : slots_.at(ctx.slot);
+  const int64_t R = tp::rows(ctx, ctx.batch * cfg_.seq_len), C = cfg_.d_model;
+  if (s.n1.numel() != R * C) {
+    auto act = [&](Shape shape) {
+      return Buffer(ctx.alloc, shape, DType::f32, Charge::activations);
+    };
+    s.n1 = act({R, C}), s.h = act({R, C}), s.n2 = act({R, C});
+    s.rstd1 = act({R}), s.rstd2 = act({R});
+    if (attn_norm_.layernorm()) s.mean1 = act({R}), s.mean2 = act({R});
+  }
+  return s;
+}
 
 // With sequence parallelism the norms and residual adds run on this rank's R = N/t rows; the
 // normed input is all-gathered before each sublayer (and again in backward: only the rows
 // are kept) and each sublayer reduce-scatters its output. Without it R = N.
-Tensor Block::forward(StepContext& ctx, const Tensor& x) {
+void Block::run(StepContext& ctx, const Tensor& x, Saved& s, const Tensor& out) {
   const int64_t N = ctx.batch * cfg_.seq_len, C = cfg_.d_model, R = tp::rows(ctx, N);
-  Saved& s = slots_.at(ctx.slot);
-  if (s.out.numel() != R * C) {
-    auto act = [&](Shape shape) {
-      return Buffer(ctx.alloc, shape, DType::f32, Charge::activations);
-    };
-    s.n1 = act({R, C}), s.h = act({R, C}), s.n2 = act({R, C}), s.out = act({R, C});
-    s.rstd1 = act({R}), s.rstd2 = act({R});
-    if (attn_norm_.layernorm()) s.mean1 = act({R}), s.mean2 = act({R});
-  }
   const Tensor full =
       ctx.scratch.get(ScratchId::sp_gathered, {tp::sequence_parallel(ctx) ? N * C : 1});
-  s.x = x;
   attn_norm_.forward(x, s.n1.view(), s.mean1.view(), s.rstd1.view());
   kernels::copy(x, s.h.view(), R * C);
   attn_.forward(ctx, tp::gather(ctx, s.n1.view(), full), s.h.view());
   mlp_norm_.forward(s.h.view(), s.n2.view(), s.mean2.view(), s.rstd2.view());
-  kernels::copy(s.h.view(), s.out.view(), R * C);
-  mlp_.forward(ctx, tp::gather(ctx, s.n2.view(), full), s.out.view());
-  return s.out.view();
+  kernels::copy(s.h.view(), out, R * C);
+  mlp_.forward(ctx, tp::gather(ctx, s.n2.view(), full), out);
+}
+
+Tensor Block::forward(StepContext& ctx, const Tensor& x) {
+  Saved& k = kept(ctx);
+  k.x = x;
+  run(ctx, x, inner(ctx), k.out.view());
+  return k.out.view();
+}
+
+// Full recompute: every activation rebuilt from the kept input with the forward's own
+// kernels and collectives, so backward reads the same bits it would have kept. The output
+// goes to the shared set: the slot's output may still be the next block's kept input.
+void Block::rebuild(StepContext& ctx, const Tensor& x, Saved& s) {
+  const int64_t R = tp::rows(ctx, ctx.batch * cfg_.seq_len), C = cfg_.d_model;
+  if (s.out.numel() != R * C)
+    s.out = Buffer(ctx.alloc, Shape{R, C}, DType::f32, Charge::activations);
+  run(ctx, x, s, s.out.view());
 }
 
 void Block::backward(StepContext& ctx, const Tensor& dy, const Tensor& dx) {
   const int64_t N = ctx.batch * cfg_.seq_len, C = cfg_.d_model, R = tp::rows(ctx, N);
-  Saved& s = slots_.at(ctx.slot);
+  const Tensor x = kept(ctx).x;
+  Saved& s = inner(ctx);
+  if (full_) rebuild(ctx, x, s);
   const Tensor d_norm = ctx.scratch.get(ScratchId::block_d_norm, {R, C});
   const Tensor dh = ctx.scratch.get(ScratchId::block_dh, {R, C});
   const bool sp = tp::sequence_parallel(ctx);
@@ -53,7 +92,7 @@ void Block::backward(StepContext& ctx, const Tensor& dy, const Tensor& dx) {
   kernels::add_inplace(dh, dy, R * C);
   // h = x + attn(n1(x))
   attn_.backward(ctx, tp::gather(ctx, s.n1.view(), full), tp::gather(ctx, dh, dfull), d_norm);
-  attn_norm_.backward(s.x, d_norm, s.mean1.view(), s.rstd1.view(), dx);
+  attn_norm_.backward(x, d_norm, s.mean1.view(), s.rstd1.view(), dx);
   kernels::add_inplace(dx, dh, R * C);
 }
 

@@ -11,7 +11,25 @@ namespace tessera {
 
 class Block {
  public:
-  Block(ParamStore& store, const std::string& name, const ModelConfig& cfg);
+  // What backward reads besides the sublayers' own: the input, the norms' outputs and
+  // statistics, the residual stream between the sublayers; and the output.
+  struct Saved {
+    Tensor x;  // the input, owned by the caller
+    Buffer n1, mean1, rstd1, h, n2, mean2, rstd2, out;
+  };
+  // The activations of the block being rebuilt (full recompute) or of the rebuilt pieces
+  // (selective): one set for every block of the model, since one block's backward runs at a
+  // time on a rank whatever the pipeline schedule (doc/recompute.md).
+  struct Rebuilt {
+    Saved block;
+    Attention::Saved attn;
+    Mlp::Saved mlp;
+  };
+
+  // mode: none, selective, or full for a block that reruns its forward in backward; `shared`
+  // holds what that rebuilds.
+  Block(ParamStore& store, const std::string& name, const ModelConfig& cfg,
+        Recompute mode = Recompute::none, Rebuilt* shared = nullptr);
 
   // x[rows,C] (tp::rows) must stay valid until backward of the same slot (it is the
   // previous block's output). Returns this block's output [rows,C], owned by the block's slot.
@@ -20,11 +38,17 @@ class Block {
   void backward(StepContext& ctx, const Tensor& dy, const Tensor& dx);
 
  private:
-  struct Saved {
-    Tensor x;  // the input, owned by the caller
-    Buffer n1, mean1, rstd1, h, n2, mean2, rstd2, out;
-  };
+  // The slot's saved state (x and out always live there), and where the rest lives.
+  Saved& kept(const StepContext& ctx);
+  Saved& inner(const StepContext& ctx);
+  // The forward from x into s's buffers and `out` (also the rerun of full recompute).
+  void run(StepContext& ctx, const Tensor& x, Saved& s, const Tensor& out);
+  // Full recompute's rerun of forward into the shared set s, before backward.
+  void rebuild(StepContext& ctx, const Tensor& x, Saved& s);
+
   const ModelConfig& cfg_;
+  bool full_;
+  Rebuilt* shared_;
   Norm attn_norm_, mlp_norm_;
   Attention attn_;
   Mlp mlp_;

@@ -48,6 +48,17 @@ ModelConfig ModelConfig::from(const ModelSection& m) {
   return c;
 }
 
+ModelConfig ModelConfig::from(const ModelSection& m, const TrainSection& t) {
+  ModelConfig c = from(m);
+  TESSERA_REQUIRE(t.recompute_layers == 0 || t.recompute == Recompute::full,
+                  "train.recompute_layers = ", t.recompute_layers,
+                  " needs train.recompute = full (it is ", to_string(t.recompute),
+                  "); set recompute = full or recompute_layers = 0");
+  c.recompute = t.recompute;
+  c.recompute_layers = t.recompute_layers;
+  return c;
+}
+
 void ModelConfig::split(const TensorParallel& t) {
   const int64_t n = t.size;
   TESSERA_REQUIRE(heads % n == 0, "parallel.tp = ", n, " does not divide model.heads = ", heads,

@@ -4,11 +4,12 @@
 #include <cstdint>
 #include <string>
 
-#include "config/choices.hpp"  // Arch
+#include "config/choices.hpp"  // Arch, Recompute
 
 namespace tessera {
 
 struct ModelSection;
+struct TrainSection;
 
 // How this rank's layers are split by tensor parallelism (Megatron-LM): `size` ranks share
 // every block's matrices, this one is number `rank`; sequence_parallel also shards the
@@ -25,8 +26,22 @@ struct ModelConfig {
   float norm_eps = 1e-5f, rope_theta = 10000.0f, init_std = 0.02f;
   bool tie_embeddings = false;
   TensorParallel tp;
+  // Activation recompute (train.recompute, doc/recompute.md): with full, the first
+  // recompute_layers blocks of each model chunk (0: all) keep only their input.
+  Recompute recompute = Recompute::none;
+  int64_t recompute_layers = 0;
 
   static ModelConfig from(const ModelSection& m);
+  // The model and how its blocks treat their activations (train.recompute*).
+  static ModelConfig from(const ModelSection& m, const TrainSection& t);
+  // How block `index` of its model chunk (0 = the chunk's first) treats its activations:
+  // Megatron-LM's block method fully recomputes the first recompute_layers blocks of each
+  // chunk (under 1F1B a stage's first blocks hold their activations longest) and keeps the
+  // others'.
+  Recompute block_recompute(int64_t index) const {
+    if (recompute != Recompute::full) return recompute;
+    return recompute_layers == 0 || index < recompute_layers ? Recompute::full : Recompute::none;
+  }
   // Splits the model over tp ranks; a collective error names the dimension that does not
   // divide (heads, key/value heads, MLP width, padded vocabulary).
   void split(const TensorParallel& t);

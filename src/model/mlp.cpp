@@ -19,25 +19,42 @@ Mlp::Mlp(ParamStore& store, const std::string& name, const ModelConfig& cfg)
   down_ = Linear(store, name + ".down", F, C, bias, resid_std, Split::row, t, r);
 }
 
-void Mlp::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
-  const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_local(), C = cfg_.d_model;
-  Saved& s = slots_.at(ctx.slot);
+Mlp::Saved& Mlp::kept(const StepContext& ctx) {
+  Saved& s = mode_ == Recompute::full ? *shared_ : slots_.at(ctx.slot);
+  const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_local();
   if (s.up.numel() != N * F) {
     if (swiglu_) s.gate = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
     s.up = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
-    s.act = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
   }
+  return s;
+}
+
+Mlp::Saved& Mlp::activated(const StepContext& ctx) {
+  Saved& s = mode_ == Recompute::none ? slots_.at(ctx.slot) : *shared_;
+  const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_local();
+  if (s.act.numel() != N * F)
+    s.act = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
+  return s;
+}
+
+void Mlp::activate(int64_t n, Saved& in, Saved& out) const {
+  if (swiglu_)
+    kernels::swiglu_forward(in.gate.view(), in.up.view(), out.act.view(), n);
+  else
+    kernels::gelu_forward(in.up.view(), out.act.view(), n);
+}
+
+void Mlp::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
+  const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_local(), C = cfg_.d_model;
+  Saved& s = kept(ctx);
+  Saved& a = activated(ctx);
   const Tensor xc = up_.operand(ctx, x);  // cast once for both maps
   up_.forward(ctx, xc, s.up.view());
-  if (swiglu_) {
-    gate_.forward(ctx, xc, s.gate.view());
-    kernels::swiglu_forward(s.gate.view(), s.up.view(), s.act.view(), N * F);
-  } else {
-    kernels::gelu_forward(s.up.view(), s.act.view(), N * F);
-  }
-  if (tp::size(ctx) == 1) return down_.forward(ctx, s.act.view(), y, /*accumulate=*/true);
+  if (swiglu_) gate_.forward(ctx, xc, s.gate.view());
+  activate(N * F, s, a);
+  if (tp::size(ctx) == 1) return down_.forward(ctx, a.act.view(), y, /*accumulate=*/true);
   const Tensor partial = ctx.scratch.get(ScratchId::tp_partial, {N, C});
-  down_.forward(ctx, s.act.view(), partial);
+  down_.forward(ctx, a.act.view(), partial);
   tp::reduce_into(ctx, partial, y, ctx.scratch.get(ScratchId::tp_sum, {tp::rows(ctx, N), C}), true);
   down_.add_bias(y);
 }
@@ -46,10 +63,13 @@ void Mlp::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Te
   const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_local(), C = cfg_.d_model;
   const Tensor dxp =
       tp::sequence_parallel(ctx) ? ctx.scratch.get(ScratchId::tp_partial, {N, C}) : dx;
-  Saved& s = slots_.at(ctx.slot);
+  Saved& s = kept(ctx);
+  Saved& a = activated(ctx);
+  // Full recompute has just rebuilt everything (Block::backward); selective rebuilds act.
+  if (mode_ == Recompute::selective) activate(N * F, s, a);
   const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {N, F});
   const Tensor d_up = ctx.scratch.get(ScratchId::mlp_d_up, {N, F});
-  down_.backward(ctx, s.act.view(), dy, d_act);
+  down_.backward(ctx, a.act.view(), dy, d_act);
   const Tensor xc = up_.operand(ctx, x);
   if (swiglu_) {
     const Tensor d_gate = ctx.scratch.get(ScratchId::mlp_d_gate, {N, F});

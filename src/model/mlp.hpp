@@ -11,7 +11,15 @@ namespace tessera {
 
 class Mlp {
  public:
+  // What backward reads: the hidden tensors and the activation's output.
+  struct Saved {
+    Buffer gate, up, act;  // gate is empty for gpt2 (up holds the GELU input)
+  };
+
   Mlp(ParamStore& store, const std::string& name, const ModelConfig& cfg);
+  // As Attention::share: with selective recompute the activation's output (act, recomputed
+  // elementwise from gate and up), with full recompute everything goes to `shared`.
+  void share(Saved* shared, Recompute mode) { shared_ = shared, mode_ = mode; }
 
   // y[rows,C] += down(act(x)) for x[N,C] (kept by the caller until backward); rows as in
   // Attention::forward.
@@ -20,13 +28,18 @@ class Mlp {
   void backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx);
 
  private:
-  struct Saved {
-    Buffer gate, up, act;  // gate is empty for gpt2 (up holds the GELU input)
-  };
+  // Where this micro-batch's gate and up, and the activation's output, live.
+  Saved& kept(const StepContext& ctx);
+  Saved& activated(const StepContext& ctx);
+  // act = swiglu(gate, up) or gelu(up): the forward's call, rerun by selective recompute.
+  void activate(int64_t n, Saved& in, Saved& out) const;
+
   const ModelConfig& cfg_;
   bool swiglu_;
   Linear gate_, up_, down_;
   Slots<Saved> slots_;
+  Saved* shared_ = nullptr;
+  Recompute mode_ = Recompute::none;
 };
 
 }  // namespace tessera

@@ -19,9 +19,11 @@ Transformer::Transformer(const ModelConfig& cfg, ParamStore& store,
   if (has_embedding) embed_ = std::make_unique<Embedding>(store, cfg_);
   else if (has_head && cfg_.tie_embeddings) tied_copy_ = &Embedding::add_token_table(store, cfg_);
   blocks_.resize(size_t(cfg_.layers));
+  rebuilt_ = std::make_unique<Block::Rebuilt>();
   for (const ChunkLayers& c : chunks_)
     for (int64_t i = c.first; i < c.last; ++i)
-      blocks_[size_t(i)] = std::make_unique<Block>(store, "layers." + std::to_string(i), cfg_);
+      blocks_[size_t(i)] = std::make_unique<Block>(store, "layers." + std::to_string(i), cfg_,
+                                                   cfg_.block_recompute(i - c.first), rebuilt_.get());
   if (has_head) {
     Param* tied = !cfg_.tie_embeddings ? nullptr : embed_ ? &embed_->token_table() : tied_copy_;
     head_ = std::make_unique<OutputHead>(store, cfg_, tied);

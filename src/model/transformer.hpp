@@ -66,6 +66,7 @@ class Transformer {
   std::vector<std::pair<int, int>> ranges_;  // [0] embedding, [1..L] blocks, [L+1] head
   std::vector<ChunkLayers> chunks_;
   std::unique_ptr<Embedding> embed_;           // null on a stage without the embedding
+  std::unique_ptr<Block::Rebuilt> rebuilt_;     // what recompute rebuilds, for every block
   std::vector<std::unique_ptr<Block>> blocks_;  // by global layer; null where not held
   Param* tied_copy_ = nullptr;
   std::unique_ptr<OutputHead> head_;           // null on a stage without the head

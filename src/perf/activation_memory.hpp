@@ -51,7 +51,8 @@ double saved_bytes_per_layer(const LayerActivations& a, Recompute r);
 double inflight_layer_equivalents(const Layout& l, int64_t layers, int64_t m);
 
 // tessera's own CPU implementation today (fp32, src/model/*): the activations are
-// perf/memory.hpp's activation_bytes (exact, tested by activation_memory_tp). The workspace
+// perf/memory.hpp's activation_bytes (exact, tested by activation_memory_tp and, for each
+// recompute mode, activation_memory_recompute). The workspace
 // is the shared scratch of temporaries, each slot sized to its largest request (gradients of
 // Q/K/V and the attention output, of the MLP hidden tensors, of the norms and the residual
 // stream, the logits; with tensor parallelism the partial sums, reduce-scatter targets,

@@ -156,7 +156,6 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
       return cat("sequence parallelism needs tp (", l.tp, ") to divide the ",
                  int64_t(l.micro_batch) * c.seq_len, " tokens of a micro-batch");
     if (l.precision != ComputeType::fp32) return "tessera trains in fp32 only today";
-    if (l.recompute != Recompute::none) return "tessera has no activation recompute yet";
     if (l.order != Layout::kDefaultRankOrder)
       return cat("the planner validates tessera's memory for the default rank order only (order = ",
                  l.order, ")");
@@ -229,12 +228,14 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   if (rt == Runtime::tessera && l.pp > 1) {
     ModelConfig tc = c;
     tc.tp = {l.tp, 0, l.seq_parallel};
+    tc.recompute = l.recompute;  // the layout's mode; recompute_layers from the deck
     const TesseraStageMemory sm = tessera_pipeline_memory(tc, l, m, w.zero_inflight, w.pp_layers);
     e.memory = sm.memory;
     e.params_per_rank = sm.params;
   } else if (rt == Runtime::tessera) {
     ModelConfig tc = c;
     tc.tp = {l.tp, 0, l.seq_parallel};
+    tc.recompute = l.recompute;  // the layout's mode; recompute_layers from the deck
     const double psi = tessera_padded_params(tc, l.zero, N);
     const ModelStateBytes s = zero_model_state(l.zero, psi, N, Precision::fp32);
     e.params_per_rank = psi;

@@ -20,6 +20,17 @@ double model_flops_per_token(const ModelConfig& c) {
          12.0 * double(c.layers) * double(c.seq_len) * double(c.heads * c.head_dim);
 }
 
+double recompute_flops_per_token(const ModelConfig& c, const std::vector<int64_t>& chunk_layers) {
+  const double core = 4.0 * double(c.seq_len) * double(c.heads * c.head_dim);
+  if (c.recompute == Recompute::selective) return double(c.layers) * core;
+  if (c.recompute != Recompute::full || c.layers == 0) return 0;
+  const double gemm = (matmul_params(c) - double(c.vocab) * double(c.d_model)) / double(c.layers);
+  double blocks = 0;
+  for (int64_t n : chunk_layers)
+    for (int64_t i = 0; i < n; ++i) blocks += c.block_recompute(i) == Recompute::full;
+  return blocks * (2 * gemm + core);
+}
+
 double measure_gemm_flops(DType operands) {
   constexpr int64_t n = 1536;
   std::vector<float> a(size_t(n * n), 0.5f), b(size_t(n * n), 0.25f), c(size_t(n * n));

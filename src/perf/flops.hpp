@@ -7,6 +7,9 @@
 // for the causal mask). This is the numerator of MFU.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "model/config.hpp"
 #include "tensor/tensor.hpp"
 
@@ -14,6 +17,13 @@ namespace tessera {
 
 double matmul_params(const ModelConfig& cfg);           // weights used in GEMMs per token
 double model_flops_per_token(const ModelConfig& cfg);  // training (forward + backward)
+// Forward FLOPs per trained token that activation recompute repeats (cfg.recompute), the
+// model cut into chunks of chunk_layers[k] blocks (train.recompute_layers counts per chunk):
+// full reruns each recomputed block's forward, 2 x its GEMM weights + 4 T (heads x head_dim)
+// for the attention core; selective reruns the attention core of every block (the MLP
+// activation it also rebuilds is element-wise, which no FLOP count includes). Hardware
+// FLOPs (HFU's numerator) are the model FLOPs plus these.
+double recompute_flops_per_token(const ModelConfig& cfg, const std::vector<int64_t>& chunk_layers);
 
 // The measured GEMM rate of this process (FLOP/s) with operands of the given dtype (fp32
 // accumulation), on square 1536-element matrices.

@@ -7,17 +7,7 @@
 
 namespace tessera {
 
-const char* recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::none:
-      return "none";
-    case Recompute::selective:
-      return "selective";
-    case Recompute::full:
-      return "full";
-  }
-  return "?";
-}
+const char* recompute_name(Recompute r) { return to_string(r); }
 
 std::string to_string(const Layout& l) {
   std::ostringstream os;

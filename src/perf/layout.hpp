@@ -22,7 +22,6 @@
 
 namespace tessera {
 
-enum class Recompute { none, selective, full };
 const char* recompute_name(Recompute r);
 
 struct Layout {

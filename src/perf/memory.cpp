@@ -33,11 +33,53 @@ double activation_bytes_per_block(const ModelConfig& cfg, int64_t batch) {
   return 4 * e;
 }
 
+namespace {
+
+// Elements of the pieces selective recompute drops: attention output, lse, MLP activation.
+double selective_dropped(const ModelConfig& cfg, int64_t batch) {
+  const double t = double(cfg.tp.size), N = double(batch * cfg.seq_len);
+  return double(cfg.heads) / t * double(cfg.head_dim) * N +
+         double(batch) * double(cfg.heads) / t * double(cfg.seq_len) +
+         double(cfg.ffn_hidden) / t * N;
+}
+
+double residual_rows(const ModelConfig& cfg, int64_t batch) {
+  const double N = double(batch * cfg.seq_len);
+  return cfg.tp.sequence_parallel && cfg.tp.size > 1 ? N / double(cfg.tp.size) : N;
+}
+
+}  // namespace
+
+double block_kept_bytes(const ModelConfig& cfg, int64_t batch, Recompute mode) {
+  switch (mode) {
+    case Recompute::none:
+      return activation_bytes_per_block(cfg, batch);
+    case Recompute::selective:
+      return activation_bytes_per_block(cfg, batch) - 4 * selective_dropped(cfg, batch);
+    case Recompute::full:
+      return 4 * residual_rows(cfg, batch) * double(cfg.d_model);
+  }
+  return 0;
+}
+
+double rebuilt_bytes(const ModelConfig& cfg, int64_t batch) {
+  if (cfg.recompute == Recompute::selective) return 4 * selective_dropped(cfg, batch);
+  if (cfg.recompute == Recompute::full) return activation_bytes_per_block(cfg, batch);
+  return 0;
+}
+
+double chunk_kept_bytes(const ModelConfig& cfg, int64_t batch, int64_t blocks) {
+  double bytes = 0;
+  for (int64_t i = 0; i < blocks; ++i)
+    bytes += block_kept_bytes(cfg, batch, cfg.block_recompute(i));
+  return bytes;
+}
+
 double activation_bytes(const ModelConfig& cfg, int64_t batch) {
-  const double t = double(cfg.tp.size), N = double(batch * cfg.seq_len), C = double(cfg.d_model);
-  const double R = cfg.tp.sequence_parallel && cfg.tp.size > 1 ? N / t : N;
+  const double C = double(cfg.d_model), R = residual_rows(cfg, batch);
   const double outside = R * C + (cfg.arch == Arch::gpt2 ? 2 : 1) * R + R * C;
-  return double(cfg.layers) * activation_bytes_per_block(cfg, batch) + 4 * outside;
+  return chunk_kept_bytes(cfg, batch, cfg.layers) + (cfg.layers ? rebuilt_bytes(cfg, batch) : 0) +
+         4 * outside;
 }
 
 double korthikanti_layer_bytes(double s, double b, double h, double a, double t,

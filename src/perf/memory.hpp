@@ -40,8 +40,23 @@ const char* zero_formula(int stage, Precision precision);
 //     softmax log-sum-exp B*Hq/t*T (flash-style: no T x T scores); MLP 3*F/t*B*T (SwiGLU:
 //     gate, up, product) or 2*F/t*B*T (GELU: input, output)
 //   embedding output R*C; head: norm statistics R (LayerNorm 2R) and its input gradient R*C.
+// Recompute (cfg.recompute, doc/recompute.md) changes what a block keeps per micro-batch:
+//   selective: all but the attention output and its log-sum-exp and the MLP activation's
+//     output (q/t*D*B*T + B*Hq/t*T + F/t*B*T fewer elements);
+//   full: its output R*C only (the next block's kept input; a block's own input is its
+//     predecessor's output);
+// and adds one shared set for the block being rebuilt: what selective drops, or a whole
+// block's activations (activation_bytes_per_block) under full.
+// activation_bytes is the whole model as one chunk holding one micro-batch (no pipeline).
 double activation_bytes(const ModelConfig& cfg, int64_t batch);
 double activation_bytes_per_block(const ModelConfig& cfg, int64_t batch);
+// What one block keeps per micro-batch in flight, treated as `mode` says.
+double block_kept_bytes(const ModelConfig& cfg, int64_t batch, Recompute mode);
+// The shared set rebuilt blocks use, once per rank (0 without recompute).
+double rebuilt_bytes(const ModelConfig& cfg, int64_t batch);
+// Kept bytes per micro-batch of a chunk of `blocks` blocks (cfg.recompute_layers counts per
+// chunk).
+double chunk_kept_bytes(const ModelConfig& cfg, int64_t batch, int64_t blocks);
 
 // Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
 // Models"), activation bytes per transformer layer for fp16 training with dropout, attention

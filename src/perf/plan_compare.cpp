@@ -65,6 +65,7 @@ std::string plan_comparison(const RunFacts& run) {
   l.zero = run.zero;
   l.shard_group = run.zero > 0 && run.shard_ranks != l.dp ? run.shard_ranks : 0;
   l.micro_batch = int(run.micro_batch);
+  l.recompute = run.cfg.recompute;
   l.precision = ComputeType::fp32;
   std::string out = "\n== plan comparison (tessera-plan --runtime tessera; doc/planning.md) ==\n";
   const std::string problem = layout_problem(w, l, cl, Runtime::tessera, run.ranks);

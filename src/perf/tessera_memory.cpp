@@ -117,7 +117,6 @@ TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l
   const double rows = double(l.micro_batch * c.seq_len) /
                       (c.tp.sequence_parallel && c.tp.size > 1 ? c.tp.size : 1);
   const double message = rows * double(c.d_model);  // floats per activation message
-  const double per_block = activation_bytes_per_block(c, l.micro_batch);
   const double embed_act = 4 * rows * double(c.d_model);
   const double head_act = 4 * (rows * (c.arch == Arch::gpt2 ? 2 : 1) + rows * double(c.d_model));
   const bool tied_over_pipeline = c.tie_embeddings;
@@ -166,14 +165,17 @@ TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l
     const ModelStateBytes st = zero_model_state(l.zero, psi, N, Precision::fp32);
     mb.params = st.params, mb.grads = st.grads, mb.optimizer = st.optimizer;
     double messages = 0;  // the executor's buffers per micro-batch: received and sent copies
+    bool blocks = false;  // the shared set of rebuilt activations exists once per rank
     for (size_t k = 0; k < chunks.size(); ++k) {
       const pp::ChunkLayers& ch = chunks[k];
+      blocks |= ch.last > ch.first;
       mb.activations += double(slots[k].size()) *
-                        (double(ch.last - ch.first) * per_block + (ch.embedding ? embed_act : 0) +
-                         (ch.head ? head_act : 0));
+                        (chunk_kept_bytes(c, l.micro_batch, ch.last - ch.first) +
+                         (ch.embedding ? embed_act : 0) + (ch.head ? head_act : 0));
       const int mc = shape.model_chunk(s, int(k));
       messages += 2.0 * (mc > 0) + 2.0 * (mc < shape.model_chunks() - 1);
     }
+    if (blocks) mb.activations += rebuilt_bytes(c, l.micro_batch);
     mb.comm = 4 * message * double(m) * messages + replay_zero(z, l.zero, N, inflight);
     // Scratch as the whole model's (the last stage runs blocks and the head), plus every
     // micro-batch's inputs and targets (int32) held for the step.

@@ -1,6 +1,7 @@
 // tessera's own memory, replayed: what the CPU runtime allocates per rank for a layout, by
 // category, reproduced from the same rules the code follows (ParamStore padding, per-slot
-// layer buffers, the pipeline executor's message buffers, ZeRO's buffer pool). The planner
+// layer buffers and the one set recompute rebuilds into, the pipeline executor's message
+// buffers, ZeRO's buffer pool). The planner
 // uses it for `--runtime tessera`; plan_validate_tessera checks it against measured peaks.
 #pragma once
 

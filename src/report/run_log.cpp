@@ -58,8 +58,11 @@ RunLog::RunLog(const RunConfig& run, ProcessGrid& grid, Trainer& trainer, int64_
   peak_total_ = peak;
   grid_.world().all_reduce(&peak_total_, 1);
   const ModelConfig& c = trainer.config();
-  flops_per_step_ =
-      model_flops_per_token(c) * double(trainer.batch().global_batch) * double(c.seq_len);
+  const double tokens = double(trainer.batch().global_batch) * double(c.seq_len);
+  flops_per_step_ = model_flops_per_token(c) * tokens;
+  std::vector<int64_t> chunks = trainer.chunk_layers();
+  if (chunks.empty()) chunks = {c.layers};  // no pipeline: the model is one chunk
+  hardware_flops_per_step_ = flops_per_step_ + recompute_flops_per_token(c, chunks) * tokens;
 
   int ok = 1;
   if (root_) {
@@ -111,12 +114,16 @@ void RunLog::start() {
   std::printf("peak for MFU: %.1f GFLOP/s over %d rank(s), %s; model %.3f GFLOP/step\n",
               peak_total_ / 1e9, grid_.world().size(), peak_source_.c_str(),
               flops_per_step_ / 1e9);
+  if (hardware_flops_per_step_ > flops_per_step_)
+    std::printf("recompute %s: hardware %.3f GFLOP/step (HFU counts the rerun forward work)\n",
+                to_string(c.recompute), hardware_flops_per_step_ / 1e9);
   std::fflush(stdout);
 
   std::ofstream run(dir_ + "/run.json");
   run << "{\n  \"deck\": " << run_.to_json() << ",\n  \"layout\": " << trainer_.layout_json()
       << ",\n  \"nodes\": " << grid_.nodes() << ",\n  \"model\": {\"parameters\": " << c.param_count()
       << ", \"flops_per_token\": " << model_flops_per_token(c)
+      << ", \"hardware_flops_per_token\": " << hardware_flops_per_step_ / (double(g.global_batch) * double(c.seq_len))
       << ", \"ffn_hidden\": " << c.ffn_hidden << ", \"vocab_padded\": " << c.vocab_padded
       << "},\n  \"batch\": {\"global\": " << g.global_batch << ", \"micro\": " << g.micro_batch
       << ", \"accumulation\": " << g.accum << "},\n  \"peak_flops\": {\"total\": " << peak_total_
@@ -194,17 +201,20 @@ void RunLog::step(const StepResult& r) {
                   r.skipped ? "true" : "false");
   std::fprintf(metrics_,
                "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-               "\"step_time\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g, "
+               "\"step_time\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g, \"hfu\": %.6g, "
                "\"mem_peak_bytes\": %.0f%s%s%s, \"phase_max_s\": {%s}}\n",
                (long long)r.step, r.loss, r.lr, r.grad_norm, seconds, tokens / seconds, mfu,
-               mem_peak, val, dpt, scale, phases.c_str());
+               hardware_flops_per_step_ / (seconds * peak_total_), mem_peak, val, dpt, scale,
+               phases.c_str());
   std::fflush(metrics_);
 }
 
 void RunLog::write_memory_json(const double* peak, const double* live) const {
   std::ofstream out(dir_ + "/memory.json");
+  out.precision(15);  // whole bytes: the tests compare them with formulas exactly
   auto table = [&](const double* v) {
     std::ostringstream o;
+    o.precision(15);
     o << "{";
     for (int c = 0; c < kChargeCount; ++c) o << "\"" << charge_name(Charge(c)) << "\": " << v[c] << ", ";
     o << "\"total\": " << v[kChargeCount] << "}";
@@ -217,7 +227,37 @@ void RunLog::write_memory_json(const double* peak, const double* live) const {
       << ",\n  \"parameters_padded\": " << trainer_.params().numel()
       << ",\n  \"activations_formula\": "
       << activation_bytes(trainer_.config(), trainer_.batch().micro_batch)
+      << ",\n  \"recompute\": \"" << to_string(trainer_.config().recompute) << "\""
+      << ",\n  \"activations_per_block\": " << per_block_json()
       << ",\n  \"live\": " << table(live) << ",\n  \"peak\": " << table(peak) << "\n}\n";
+}
+
+// Bytes a first block of a chunk keeps per micro-batch under the run's recompute mode,
+// without recompute, and the shared rebuilt set (perf/memory.hpp).
+std::string RunLog::per_block_json() const {
+  const ModelConfig& c = trainer_.config();
+  const int64_t b = trainer_.batch().micro_batch;
+  std::ostringstream o;
+  o << "{\"kept\": " << block_kept_bytes(c, b, c.block_recompute(0))
+    << ", \"none\": " << activation_bytes_per_block(c, b)
+    << ", \"rebuilt_set\": " << rebuilt_bytes(c, b) << "}";
+  return o.str();
+}
+
+// Activations per block and micro-batch under train.recompute (perf/memory.hpp, the
+// Korthikanti-style terms of doc/recompute.md) beside the measured peak; without a pipeline
+// the whole formula too (with one, `tessera-plan --runtime tessera` predicts each stage).
+void RunLog::print_activations(double measured, bool pipeline) const {
+  const ModelConfig& c = trainer_.config();
+  const int64_t b = trainer_.batch().micro_batch;
+  const Recompute mode = c.block_recompute(0);
+  std::printf("activations  %14s   recompute %s: a block keeps %s per micro-batch (none: %s), "
+              "rebuilt set %s", human_bytes(measured).c_str(), to_string(c.recompute),
+              human_bytes(block_kept_bytes(c, b, mode)).c_str(),
+              human_bytes(activation_bytes_per_block(c, b)).c_str(),
+              human_bytes(rebuilt_bytes(c, b)).c_str());
+  if (!pipeline) std::printf("; formula %s", human_bytes(activation_bytes(c, b)).c_str());
+  std::printf("\n");
 }
 
 void RunLog::finish() {
@@ -261,6 +301,12 @@ void RunLog::finish() {
     std::printf("steady state (steps %lld..%lld): %.1f ms/step, %.0f tokens/s, MFU %.1f%% of %s\n",
                 (long long)steps_done_ + 2, (long long)last_step_, 1e3 * mean, tokens / mean,
                 100 * flops_per_step_ / (mean * peak_total_), peak_source_.c_str());
+    if (hardware_flops_per_step_ > flops_per_step_)
+      std::printf("HFU %.1f%% (recompute %s reruns forward work: %.3f hardware vs %.3f model "
+                  "GFLOP/step)\n",
+                  100 * hardware_flops_per_step_ / (mean * peak_total_),
+                  to_string(trainer_.config().recompute), hardware_flops_per_step_ / 1e9,
+                  flops_per_step_ / 1e9);
   }
   std::printf("\n%-12s %12s %12s %8s\n", "phase", "mean s", "max s", "share");
   for (int p = 0; p < kPhaseCount; ++p)
@@ -293,6 +339,7 @@ void RunLog::finish() {
   if (const LossScaler& ls = trainer_.loss_scaler(); ls.dynamic)
     std::printf("fp16 loss scaling: %lld steps skipped on overflow, scale now %g\n",
                 (long long)ls.skipped, ls.scale);
+  print_activations(mem[int(Charge::activations)], pipe != nullptr);
   std::printf("\n%s", grid_.traffic_table(trainer_.own_groups()).c_str());
   std::printf("%s", trainer_.data_parallel().summary().c_str());
   if (pipe) {

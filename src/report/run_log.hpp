@@ -28,6 +28,8 @@ class RunLog {
  private:
   // output.dir/memory.json: bytes per category (max over ranks), live and peak.
   void write_memory_json(const double* peak, const double* live) const;
+  void print_activations(double measured, bool pipeline) const;
+  std::string per_block_json() const;
   const RunConfig& run_;
   ProcessGrid& grid_;
   Trainer& trainer_;
@@ -38,6 +40,7 @@ class RunLog {
   double peak_total_ = 0;
   std::string peak_source_;
   double flops_per_step_ = 0;
+  double hardware_flops_per_step_ = 0;  // with the forward work recompute repeats (HFU)
   double elapsed_ = 0, steady_elapsed_ = 0;  // steady: excludes step 1 (allocation, warm-up)
   int64_t steady_steps_ = 0;
   double pp_wait_steady_ = 0, pp_compute_steady_ = 0;  // this rank's pipeline, steady steps

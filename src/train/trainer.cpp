@@ -57,7 +57,7 @@ bool LossScaler::update(double scaled_norm) {
 
 Trainer::Trainer(const RunConfig& run, ProcessGrid& grid)
     : run_(run),
-      cfg_(ModelConfig::from(run.model)),
+      cfg_(ModelConfig::from(run.model, run.train)),
       geo_(BatchGeometry::from(run.train, grid.dp().size())),
       grid_(grid),
       par_{grid.dp(), grid.group(Group::tp), run.parallel.sequence_parallel},

@@ -5,7 +5,7 @@ usage: validate_tessera.py WORKDIR "MPIEXEC... -np" TESSERA TESSERA_PLAN CLUSTER
 
 For each case (data parallelism, ZeRO 0-3, HSDP, tensor and sequence parallelism, pipelines
 with every schedule and with ZeRO, both architectures, with and without gradient
-accumulation: the layouts tessera implements today; CP and EP do not exist yet) it runs tessera for 2 steps on the CPU, reads output.dir/memory.json (peak bytes per
+accumulation, each activation recompute mode: the layouts tessera implements today; CP and EP do not exist yet) it runs tessera for 2 steps on the CPU, reads output.dir/memory.json (peak bytes per
 category, max over ranks) and asks `tessera-plan --runtime tessera --explain LAYOUT --json -`
 for its prediction. Checks:
   * params, grads, optimizer, activations, workspace: within 5% of the measured peak;
@@ -40,6 +40,16 @@ CASES = [
     ("pp2_dp2_zero1", 4, "tiny-llama.in", ["--train.micro_batch=1", "--train.global_batch=8"], "pp=2 zero=1 mb=1"),
     ("pp2_dp2_zero3", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=8"], "pp=2 v=2 zero=3 mb=1"),
     ("pp2_tp2_sp", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=8"], "pp=2 tp=2 sp=1 zero=2 mb=2"),
+    # Activation recompute (train.recompute from the layout's rc): per-slot kept bytes plus
+    # one shared rebuilt set per rank; recompute_layers = 2 of each chunk's blocks.
+    ("serial_sel_gpt2", 1, "tiny-gpt2.in", ["--train.micro_batch=4", "--train.global_batch=8"], "zero=0 mb=4 rc=selective"),
+    ("serial_full_llama", 1, "tiny-llama.in", ["--train.micro_batch=4", "--train.global_batch=8"], "zero=0 mb=4 rc=full"),
+    ("serial_full2_gpt2", 1, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=4", "--train.recompute_layers=2"], "zero=0 mb=2 rc=full"),
+    ("zero3_full_llama", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=3 mb=2 rc=full"),
+    ("tp2_sp_sel_llama", 2, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=4"], "tp=2 sp=1 zero=0 mb=2 rc=selective"),
+    ("pp2_v3_full_gpt2", 2, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=4"], "pp=2 v=3 zero=0 mb=1 rc=full"),
+    ("pp2_full2_llama", 2, "tiny-llama.in", ["--train.micro_batch=1", "--train.global_batch=4", "--train.recompute_layers=2"], "pp=2 zero=0 mb=1 rc=full"),
+    ("pp2_v2_sel_zero3", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=8"], "pp=2 v=2 zero=3 mb=1 rc=selective"),
 ]
 EXACT = ["params", "grads", "optimizer", "activations", "workspace"]
 
@@ -60,7 +70,8 @@ def main():
                   f"--parallel.sequence_parallel={'true' if keys.get('sp') == '1' else 'false'}",
                   f"--parallel.pp={keys.get('pp', '1')}", f"--parallel.pp_virtual={keys.get('v', '1')}",
                   "--parallel.pp_schedule=" + ("gpipe" if keys.get("sched") == "gpipe" else
-                                               "interleaved" if int(keys.get("v", "1")) > 1 else "1f1b")]
+                                               "interleaved" if int(keys.get("v", "1")) > 1 else "1f1b"),
+                  f"--train.recompute={keys.get('rc', 'none')}"]
         subprocess.run(mpiexec.split() + [str(np), tessera, *common, f"--data.path={data}",
                        f"--output.dir={out}", "--train.steps=2", "--hardware.peak_flops=1e9",
                        "--output.echo_deck=false", "--checkpoint.at_end=false"],

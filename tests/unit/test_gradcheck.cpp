@@ -405,6 +405,39 @@ TEST_F(GradCheck, BlockLlama) {
   expect_all_pass(chk, N * C + planned_checks(store));
 }
 
+// Blocks that rebuild activations in backward (doc/recompute.md): selective reruns the
+// attention core and the MLP activation, full the whole forward from the kept input.
+TEST_F(GradCheck, BlockRecompute) {
+  for (Arch arch : {Arch::llama, Arch::gpt2})
+    for (Recompute mode : {Recompute::selective, Recompute::full}) {
+      SCOPED_TRACE(std::string(to_string(arch)) + " " + to_string(mode));
+      const ModelConfig cfg = tiny_config(arch);
+      ParamStore store;
+      Block::Rebuilt shared;
+      Block block(store, "layers.0", cfg, mode, &shared);
+      finish_store(store);
+      StepContext ctx = context(true);
+      const int64_t N = kB * cfg.seq_len, C = cfg.d_model;
+      FVec x = randn(N * C, 34), R = randn(N * C, 35);
+      auto loss = [&] {
+        ctx.training = false;
+        return dot(block.forward(ctx, mat(x, N, C)), R);
+      };
+      ctx.training = true;
+      block.forward(ctx, mat(x, N, C));
+      // Overwrite what a rebuilt block must not rely on keeping: backward rebuilds it.
+      for (Buffer* b : {&shared.attn.att, &shared.attn.lse, &shared.mlp.act})
+        std::fill(b->view().f32(), b->view().f32() + b->numel(), 1e3f);
+      FVec dx(N * C, 123.0f);
+      block.backward(ctx, mat(R, N, C), mat(dx, N, C));
+      const FVec grads = copy_grads(store);
+      GradChecker chk(loss, 36);
+      chk.check("x", x.data(), N * C, dx.data(), -1);
+      chk.check_params(store, grads);
+      expect_all_pass(chk, N * C + planned_checks(store));
+    }
+}
+
 TEST_F(GradCheck, BlockGpt2) {
   const ModelConfig cfg = tiny_config(Arch::gpt2);
   ParamStore store;

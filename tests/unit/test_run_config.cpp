@@ -29,6 +29,8 @@ TEST(RunConfig, DefaultsAndOverridesAreTyped) {
   EXPECT_TRUE(d.checkpoint.at_end);
   EXPECT_EQ(d.checkpoint.resume, "none");
   EXPECT_EQ(d.sample.prompt, "In the beginning");
+  EXPECT_EQ(d.train.recompute, Recompute::none);
+  EXPECT_EQ(d.train.recompute_layers, 0);
 
   const RunConfig o = RunConfig::from_deck(
       Deck::from_text(kMinimal,
@@ -71,6 +73,7 @@ TEST(RunConfig, EveryChoiceOfTheSchemaParses) {
       {"parallel.progress", [](const RunConfig& c) { return to_string(c.parallel.progress); }},
       {"hardware.device", [](const RunConfig& c) { return to_string(c.hardware.device); }},
       {"train.precision", [](const RunConfig& c) { return to_string(c.train.precision); }},
+      {"train.recompute", [](const RunConfig& c) { return to_string(c.train.recompute); }},
   };
   for (const KeySpec& k : deck_schema()) {
     if (k.type != KeyType::choice) continue;
