@@ -17,6 +17,9 @@ Optimizer: AdamW(lr 3e-4, betas (0.9, 0.95), eps 1e-8, foreach=True (the multi-t
 kernels; torch 1.13 defaults to the per-tensor loop on CPU), weight decay 0.1 on the weights
 of linear layers only, as tessera), clip_grad_norm_(1.0). Data: random windows of T+1
 bytes of the byte-level KJV corpus (ids < 256 of the 50257 vocab).
+--precision bf16 runs forward and loss under torch.autocast("cpu", torch.bfloat16) (fp32
+parameters and optimizer, as tessera's train.precision = bf16), and calibrates GEMM with bf16
+operands.
 
 Output: '# ...' info lines, then one line per measured item, machine-readable:
   GEMM <flop/s>                      best of 5 1536^3 sgemm (torch.mm), after one warm-up
@@ -50,6 +53,8 @@ def parse_args():
     p.add_argument("--foreach", choices=["auto", "true", "false"], default="true",
                    help="AdamW foreach (multi-tensor) implementation")
     p.add_argument("--no-gemm", action="store_true", help="skip the sgemm calibration")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: autocast the forward pass and loss to bfloat16")
     p.add_argument("--show-config", action="store_true",
                    help="print torch.__config__.show() and the BLAS library mapped in")
     return p.parse_args()
@@ -81,9 +86,10 @@ def mapped_libraries(words):
 
 def measure_gemm():
     n = 1536
-    a = torch.full((n, n), 0.5)
-    b = torch.full((n, n), 0.25)
-    c = torch.empty(n, n)
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    a = torch.full((n, n), 0.5, dtype=dtype)
+    b = torch.full((n, n), 0.25, dtype=dtype)
+    c = torch.empty(n, n, dtype=dtype)
     best = 1e30
     for rep in range(6):
         t0 = time.perf_counter()
@@ -228,7 +234,8 @@ def main():
         rows = torch.stack([corpus[s: s + T + 1] for s in starts.tolist()]).long()
         x, y = rows[:, :T], rows[:, 1:]
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
