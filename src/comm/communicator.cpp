@@ -6,8 +6,27 @@
 #include <stdexcept>
 #include <utility>
 
+#include "tensor/half.hpp"
+
 namespace tessera {
 namespace {
+
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint16_t* a = static_cast<const uint16_t*>(in);
+  uint16_t* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = half::to_bf16(half::from_bf16(a[i]) + half::from_bf16(b[i]));
+}
+
+// The bf16 sum operator, created on first use (MPI is initialised by then) and kept until
+// MPI_Finalize frees it.
+MPI_Op bf16_sum_op() {
+  static MPI_Op op = [] {
+    MPI_Op o;
+    MPI_Op_create(bf16_sum, /*commute=*/1, &o);
+    return o;
+  }();
+  return op;
+}
 
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
@@ -180,6 +199,16 @@ Request Communicator::all_reduce_async(float* buf, int64_t n) {
   return Request(r, &stats_);
 }
 
+Request Communicator::all_reduce_async_bf16(uint16_t* buf, int64_t n) {
+  const int cnt = int_count(n, "all_reduce_async_bf16");
+  if (size_ == 1) return {};
+  const double t0 = MPI_Wtime();
+  MPI_Request r;
+  MPI_Iallreduce(MPI_IN_PLACE, buf, cnt, MPI_UINT16_T, bf16_sum_op(), comm_, &r);
+  count(n * 2, t0, "all_reduce_async_bf16");
+  return Request(r, &stats_);
+}
+
 // ---- broadcast ------------------------------------------------------------------------------
 
 void Communicator::broadcast(void* buf, int64_t bytes, int root) {
@@ -244,6 +273,19 @@ Request Communicator::reduce_scatter_async(const float* in, float* out, int64_t 
   MPI_Request r;
   MPI_Ireduce_scatter_block(in, out, cnt, MPI_FLOAT, MPI_SUM, comm_, &r);
   count(n * size_ * 4, t0, "reduce_scatter_async");
+  return Request(r, &stats_);
+}
+
+Request Communicator::reduce_scatter_async_bf16(const uint16_t* in, uint16_t* out, int64_t n) {
+  const int cnt = int_count(n, "reduce_scatter_async_bf16");
+  if (size_ == 1) {
+    if (n > 0 && in != out) std::memmove(out, in, size_t(n) * sizeof(uint16_t));
+    return {};
+  }
+  const double t0 = MPI_Wtime();
+  MPI_Request r;
+  MPI_Ireduce_scatter_block(in, out, cnt, MPI_UINT16_T, bf16_sum_op(), comm_, &r);
+  count(n * size_ * 2, t0, "reduce_scatter_async_bf16");
   return Request(r, &stats_);
 }
 

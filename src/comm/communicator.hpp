@@ -98,6 +98,11 @@ class Communicator {
   void all_reduce(int64_t* buf, int64_t n, ReduceOp op = ReduceOp::sum);
   // Starts a sum all-reduce in place (n <= INT_MAX elements).
   Request all_reduce_async(float* buf, int64_t n);
+  // bf16 (bit patterns; parallel.grad_reduce_dtype = bf16): half the bytes of the fp32 forms.
+  // Each pairwise sum is taken in fp32 and rounded to bf16 (nearest even) by a user operator,
+  // in the order MPI's algorithm chooses for this communicator size.
+  Request all_reduce_async_bf16(uint16_t* buf, int64_t n);
+  Request reduce_scatter_async_bf16(const uint16_t* in, uint16_t* out, int64_t n);
 
   // ---- broadcast from root ----
   void broadcast(void* buf, int64_t bytes, int root);  // counted in BYTES

@@ -105,6 +105,7 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   p.bucket_mb = r.real("parallel.bucket_mb");
   p.overlap = r.boolean("parallel.overlap");
   p.progress = dp_progress_from(r.str("parallel.progress"));
+  p.grad_reduce_dtype = parse_reduce_dtype(r.str("parallel.grad_reduce_dtype"));
 
   HardwareSection& h = c.hardware;
   h.device = parse_device_kind(r.str("hardware.device"));

@@ -69,6 +69,7 @@ struct ParallelSection {
   double bucket_mb = 0;
   bool overlap = true;
   DpProgress progress = DpProgress::poll;
+  ReduceDtype grad_reduce_dtype = ReduceDtype::fp32;
 };
 
 struct HardwareSection {

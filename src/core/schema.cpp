@@ -179,6 +179,11 @@ std::vector<KeySpec> build_schema() {
              "Data parallel with overlap: how buckets in flight move during backward. poll "
              "tests them with MPI_Test after each layer's backward; none never tests them "
              "before backward ends (to measure whether MPI progresses on its own)."),
+      choice("parallel", "grad_reduce_dtype", "fp32", {"fp32", "bf16"},
+             "Data parallel (parallel.zero = 0): the dtype gradient buckets travel in. bf16 "
+             "halves the all-reduce bytes (seed 002's compression): each bucket is rounded to "
+             "bf16, summed pairwise in fp32 with each partial sum rounded to bf16, and widened "
+             "back; the result differs from the fp32 sum in the third significant digit."),
       // [hardware]
       choice("hardware", "device", "cpu", {"cpu", "cuda"},
              "Compute device of each rank. cuda needs a build with the CUDA backend "

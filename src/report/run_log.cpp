@@ -181,12 +181,13 @@ void RunLog::step(const StepResult& r) {
   }
   char val[48] = "";
   if (r.val_loss >= 0) std::snprintf(val, sizeof val, ", \"val_loss\": %.9g", r.val_loss);
-  char dpt[192] = "";
+  char dpt[224] = "";
   if (dp_step.buckets > 0)
     std::snprintf(dpt, sizeof dpt,
                   ", \"dp_in_flight\": %.6g, \"dp_exposed\": %.6g, \"dp_waited\": %.6g, "
-                  "\"dp_posting\": %.6g, \"dp_polling\": %.6g",
-                  dp_step.in_flight, dp_step.exposed, waited, dp_step.posting, dp_step.polling);
+                  "\"dp_posting\": %.6g, \"dp_polling\": %.6g, \"dp_bytes\": %lld",
+                  dp_step.in_flight, dp_step.exposed, waited, dp_step.posting, dp_step.polling,
+                  (long long)dp_step.bytes);
   std::string phases;
   for (int p = 0; p < kPhaseCount; ++p) {
     std::string name = phase_name(Phase(p));

@@ -1,4 +1,4 @@
-// Array conversions between f32 and the 16-bit floating types (scalar rules in half.hpp).
+// Array conversions between f32 and the 16-bit floating types (scalar rules in tensor/half.hpp).
 #include "kernels/backend.hpp"
 #include "kernels/cpu/half.hpp"
 

@@ -13,13 +13,13 @@ namespace {
 class Replicated : public DataParallel {
  public:
   Replicated(const ParallelSection& o, ParamStore& store, const Transformer& model, Communicator& dp,
-             Communicator& holders)
+             Communicator& holders, Allocator& alloc)
       : store_(store),
         parts_(model.parts()),
         dp_(dp),
         holders_(holders),
         bucket_mb_(o.bucket_mb),
-        buckets_(store, dp, o.bucket_mb, o.overlap, o.progress),
+        buckets_(store, dp, o.bucket_mb, o.overlap, o.progress, o.grad_reduce_dtype, &alloc),
         whole_{{0, 0, store.numel()}} {}
 
   void initialize(uint64_t seed) override { store_.initialize(seed); }
@@ -100,7 +100,10 @@ StoreLayout DataParallel::store_layout(const ParallelSection& o, const Transform
 std::unique_ptr<DataParallel> make_data_parallel(const ParallelSection& o, ParamStore& store,
                                                  const Transformer& model, Communicator& dp,
                                                  Communicator& holders, Allocator& alloc) {
-  if (o.zero == 0) return std::make_unique<Replicated>(o, store, model, dp, holders);
+  TESSERA_REQUIRE(o.zero == 0 || o.grad_reduce_dtype == ReduceDtype::fp32,
+                  "parallel.grad_reduce_dtype = bf16 compresses the data-parallel all-reduce of "
+                  "parallel.zero = 0 only; ZeRO's reduce-scatters stay fp32 so far");
+  if (o.zero == 0) return std::make_unique<Replicated>(o, store, model, dp, holders, alloc);
   return std::make_unique<Zero>(o.zero, store, model, dp, holders, shard_ranks_of(o, dp.size()),
                                 o.overlap, o.zero_inflight, alloc);
 }

@@ -1,9 +1,11 @@
 #include "parallel/dp/grad_buckets.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 #include <utility>
 
 #include "comm/mpi_env.hpp"
+#include "kernels/kernels.hpp"
 
 namespace tessera {
 
@@ -15,8 +17,12 @@ DpSyncTiming& DpSyncTiming::operator+=(const DpSyncTiming& o) {
 }
 
 GradBuckets::GradBuckets(ParamStore& store, Communicator& dp, double bucket_mb, bool overlap,
-                         DpProgress progress)
+                         DpProgress progress, ReduceDtype reduce, Allocator* alloc)
     : store_(store), dp_(dp), overlap_(overlap), progress_(progress) {
+  if (reduce == ReduceDtype::bf16 && dp.size() > 1) {
+    if (!alloc) throw std::logic_error("GradBuckets: a bf16 reduction needs an allocator");
+    staging_ = Buffer(*alloc, Shape{store.numel()}, DType::bf16, Charge::comm);
+  }
   const std::vector<Param*> params = store.params();
   bucket_of_param_.assign(params.size(), -1);
   const int64_t limit = std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024 / 4));
@@ -44,9 +50,22 @@ void GradBuckets::arm(bool last_microbatch) {
   for (Bucket& b : buckets_) b.pending = b.params, b.started = b.done = false;
 }
 
+Tensor GradBuckets::grads(const Bucket& b) const {
+  return view_of(store_.grads(), {store_.numel()}).slice(b.begin, b.end - b.begin);
+}
+
+Tensor GradBuckets::staged(const Bucket& b) const {
+  return staging_.view().slice(b.begin, b.end - b.begin);
+}
+
 void GradBuckets::start(Bucket& b) {
   b.posted = mpi::wtime();
-  b.request = dp_.all_reduce_async(store_.grads() + b.begin, b.end - b.begin);
+  if (staging_.empty()) {
+    b.request = dp_.all_reduce_async(store_.grads() + b.begin, b.end - b.begin);
+  } else {
+    kernels::cast(grads(b), staged(b), b.end - b.begin);
+    b.request = dp_.all_reduce_async_bf16(static_cast<uint16_t*>(staged(b).data), b.end - b.begin);
+  }
   b.started = true;
 }
 
@@ -55,9 +74,10 @@ bool GradBuckets::test_all() {
   bool pending = false;
   for (Bucket& b : buckets_) {
     if (!b.started || b.done) continue;
-    if (b.request.test())
+    if (b.request.test()) {
       b.done = true, b.seen_done = mpi::wtime();
-    else
+      if (!staging_.empty()) kernels::cast(staged(b), grads(b), b.end - b.begin);
+    } else
       pending = true;
   }
   return pending;
@@ -98,7 +118,7 @@ void GradBuckets::finish() {
   std::vector<std::pair<double, double>> spans;
   for (const Bucket& b : buckets_) {
     spans.emplace_back(b.posted, b.seen_done);
-    last_.bytes += (b.end - b.begin) * int64_t(sizeof(float));
+    last_.bytes += (b.end - b.begin) * int64_t(staging_.empty() ? sizeof(float) : sizeof(uint16_t));
   }
   std::sort(spans.begin(), spans.end());
   double covered = 0, lo = spans.front().first, hi = spans.front().second;

@@ -39,8 +39,11 @@ struct DpSyncTiming {
 class GradBuckets {
  public:
   // overlap = false reduces every bucket after backward (for comparison).
+  // reduce = bf16 (parallel.grad_reduce_dtype) rounds each bucket into a bf16 staging buffer
+  // (charged to alloc as communication buffers), all-reduces that and widens the sum back.
   GradBuckets(ParamStore& store, Communicator& dp, double bucket_mb, bool overlap,
-              DpProgress progress = DpProgress::poll);
+              DpProgress progress = DpProgress::poll, ReduceDtype reduce = ReduceDtype::fp32,
+              Allocator* alloc = nullptr);
   DpProgress progress() const { return progress_; }
   bool overlap() const { return overlap_; }
 
@@ -68,11 +71,14 @@ class GradBuckets {
   void start(Bucket& b);
   bool test_all();
   void poll();
+  Tensor grads(const Bucket& b) const;
+  Tensor staged(const Bucket& b) const;
 
   ParamStore& store_;
   Communicator& dp_;
   bool overlap_, armed_ = false;
   DpProgress progress_;
+  Buffer staging_;  // bf16 reduction: the buckets' gradients rounded to bf16
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_param_;
   int started_early_ = 0;
