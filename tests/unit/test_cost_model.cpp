@@ -13,31 +13,12 @@
 #include "perf/cost_model.hpp"
 #include "plan/search.hpp"
 #include "plan/workload.hpp"
+#include "../plan_cluster.hpp"
 
 namespace tessera {
 namespace {
 
-const char* kCluster = R"(
-[cluster]
-name = test
-[accelerator]
-peak_bf16_tflops = 100
-peak_fp32_tflops = 10
-memory_gb = 80
-memory_bw_gbs = 1000
-gemm_efficiency = 0.5
-gemm_half_dim = 100
-[node]
-accelerators = 8
-bw_gbs = 100
-latency_us = 0
-[network]
-bw_gbs = 10
-latency_us = 0
-[pod]
-nodes = 4
-oversubscription = 2
-)";
+const char* const kCluster = test::kPlanCluster;
 
 // A GPT-3-like model: h = 4096, 32 heads, seq 2048, 4h MLP.
 Workload gpt(int64_t layers = 4, int64_t global_batch = 64) {
