@@ -53,7 +53,7 @@ double inflight_layer_equivalents(const Layout& l, int64_t layers, int64_t m) {
   return L / p * in_flight * (1 + (p - 1) / (p * l.vpp));
 }
 
-double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch) {
+double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool half) {
   const double t = double(c.tp.size), B = double(micro_batch), N = B * double(c.seq_len);
   const double C = double(c.d_model), D = double(c.head_dim);
   const bool sp = c.tp.sequence_parallel && c.tp.size > 1, split = c.tp.size > 1;
@@ -69,7 +69,11 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch) {
   f += R == N ? 1 : N * C;                                  // the head's gathered rows
   if (split) f += N * C + R * C + N + 2 * N + N;            // partial, sum; CE max, sum, target
   const double tokens = B * double(c.seq_len + 1) + 2 * N;  // int32 tokens, inputs, targets
-  return 4 * (f + tokens);
+  // 16-bit GEMM operands: the widest input (x, the attention output, the MLP activation) and
+  // the widest output gradient (of q/k/v, o, the MLP maps, the logits), all of N rows.
+  const double x16 = N * std::max({C, Hq * D, F});
+  const double dy16 = N * std::max({C, Hq * D, Hkv * D, F, Vl});
+  return 4 * (f + tokens) + (half ? 2 * (x16 + dy16) : 0);
 }
 
 }  // namespace tessera

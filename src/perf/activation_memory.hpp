@@ -57,7 +57,8 @@ double inflight_layer_equivalents(const Layout& l, int64_t layers, int64_t m);
 // Q/K/V and the attention output, of the MLP hidden tensors, of the norms and the residual
 // stream, the logits; with tensor parallelism the partial sums, reduce-scatter targets,
 // gathered rows and cross-entropy statistics) plus the token buffers of one micro-batch.
-// c.tp gives the tensor-parallel split.
-double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch);
+// c.tp gives the tensor-parallel split. half: train.precision bf16 / fp16 adds the GEMM
+// operand buffers (ScratchId::gemm_x, gemm_dy; 2 bytes per element).
+double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool half = false);
 
 }  // namespace tessera

@@ -155,7 +155,7 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
     if (l.seq_parallel && (int64_t(l.micro_batch) * c.seq_len) % l.tp != 0)
       return cat("sequence parallelism needs tp (", l.tp, ") to divide the ",
                  int64_t(l.micro_batch) * c.seq_len, " tokens of a micro-batch");
-    if (l.precision != ComputeType::fp32) return "tessera trains in fp32 only today";
+    if (l.precision == ComputeType::fp8) return "tessera trains in fp32, bf16 or fp16";
     if (l.order != Layout::kDefaultRankOrder)
       return cat("the planner validates tessera's memory for the default rank order only (order = ",
                  l.order, ")");
@@ -239,12 +239,12 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
     const double psi = tessera_padded_params(tc, l.zero, N);
     const ModelStateBytes s = zero_model_state(l.zero, psi, N, Precision::fp32);
     e.params_per_rank = psi;
-    e.memory.params = s.params;
+    e.memory.params = s.params + tessera_compute_copy_bytes(l, psi);
     e.memory.grads = s.grads;
     e.memory.optimizer = s.optimizer;
     e.memory.activations = activation_bytes(tc, l.micro_batch);
-    e.memory.workspace = tessera_workspace_bytes(tc, l.micro_batch);
-    e.memory.comm = tessera_comm_bytes(tc, l.zero, N, m, w.zero_inflight);
+    e.memory.workspace = tessera_workspace_bytes(tc, l.micro_batch, tessera_half(l));
+    e.memory.comm = tessera_comm_bytes(tc, l.zero, N, m, w.zero_inflight, tessera_half(l));
   } else {
     auto stage_memory = [&](bool first, bool last, double psi) {
       MemoryBreakdown mb;

@@ -44,22 +44,31 @@ struct ZeroSteps {
 
 // Replays one training step of ZeRO's schedule (the ZeroSchedule the runtime executes) with
 // sizes: what each action takes from and gives back to the buffer pool.
-double replay_zero(const ZeroSteps& z, int zero, double K, int inflight) {
+// half: each gathered part also gets a 16-bit compute copy from its wait to its release
+// (train.precision bf16 / fp16), from a pool of 2-byte buffers.
+double replay_zero(const ZeroSteps& z, int zero, double K, int inflight, bool half = false) {
   if (zero < 2) return 0;  // stages 0-1 reduce in place / from the full gradient buffer
   const int head = int(z.size.size()) - 1;
   std::vector<int64_t> sizes;
   for (double n : z.size) sizes.push_back(int64_t(std::llround(n)));
   ZeroSchedule schedule(zero, PartAccess{head, z.tied}, sizes, inflight);
   if (z.defer0) schedule.defer(0);
-  PoolReplay pool;
+  PoolReplay pool, copies;
+  std::vector<char> copied(z.size.size(), 0);
   auto play = [&](const std::vector<ZeroAction>& actions) {
     for (const ZeroAction& a : actions) {
       const double n = z.size[size_t(a.part)];
+      char& c = copied[size_t(a.part)];
       switch (a.kind) {
         case ZeroAction::build: pool.take(n), pool.give(n); break;
         case ZeroAction::fetch: pool.take(n); break;
-        case ZeroAction::wait: break;
-        case ZeroAction::release: pool.give(n); break;
+        case ZeroAction::wait:
+          if (half) copies.take(n), c = 1;
+          break;
+        case ZeroAction::release:
+          pool.give(n);
+          if (c) copies.give(n), c = 0;
+          break;
         case ZeroAction::stage: pool.take(n); break;
         case ZeroAction::reduce: pool.take(n / K); break;
         case ZeroAction::retire: pool.give(n), pool.give(n / K); break;
@@ -74,15 +83,23 @@ double replay_zero(const ZeroSteps& z, int zero, double K, int inflight) {
     play(schedule.end(part, pass, true, false));
   }
   play(schedule.finish());
-  return pool.allocated();
+  return pool.allocated() + copies.allocated() / 2;
 }
 
 double round16(double n) { return std::ceil(n / 16) * 16; }
 
 }  // namespace
 
+bool tessera_half(const Layout& l) {
+  return l.precision == ComputeType::bf16 || l.precision == ComputeType::fp16;
+}
+
+double tessera_compute_copy_bytes(const Layout& l, double psi) {
+  return tessera_half(l) && l.zero < 3 ? 2 * psi : 0;
+}
+
 double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64_t accum,
-                          int inflight) {
+                          int inflight, bool half) {
   if (zero < 2) return 0;
   const TesseraParts p = tessera_parts(c, zero, shard_ranks);
   const int head = int(c.layers) + 1;
@@ -94,7 +111,7 @@ double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64
     for (int q = 0; q <= head; ++q) z.passes.push_back({q, true});
     for (int q = head; q >= 0; --q) z.passes.push_back({q, false});
   }
-  return replay_zero(z, zero, shard_ranks, inflight);
+  return replay_zero(z, zero, shard_ranks, inflight, half);
 }
 
 pp::ScheduleShape tessera_schedule_shape(const Layout& l, int64_t m) {
@@ -163,7 +180,8 @@ TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l
     }
     MemoryBreakdown mb;
     const ModelStateBytes st = zero_model_state(l.zero, psi, N, Precision::fp32);
-    mb.params = st.params, mb.grads = st.grads, mb.optimizer = st.optimizer;
+    mb.params = st.params + tessera_compute_copy_bytes(l, psi);
+    mb.grads = st.grads, mb.optimizer = st.optimizer;
     double messages = 0;  // the executor's buffers per micro-batch: received and sent copies
     bool blocks = false;  // the shared set of rebuilt activations exists once per rank
     for (size_t k = 0; k < chunks.size(); ++k) {
@@ -176,10 +194,11 @@ TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l
       messages += 2.0 * (mc > 0) + 2.0 * (mc < shape.model_chunks() - 1);
     }
     if (blocks) mb.activations += rebuilt_bytes(c, l.micro_batch);
-    mb.comm = 4 * message * double(m) * messages + replay_zero(z, l.zero, N, inflight);
+    mb.comm = 4 * message * double(m) * messages +
+              replay_zero(z, l.zero, N, inflight, tessera_half(l));
     // Scratch as the whole model's (the last stage runs blocks and the head), plus every
     // micro-batch's inputs and targets (int32) held for the step.
-    mb.workspace = tessera_workspace_bytes(c, l.micro_batch) +
+    mb.workspace = tessera_workspace_bytes(c, l.micro_batch, tessera_half(l)) +
                    4 * 2 * double(m) * double(l.micro_batch * c.seq_len);
     peak.params = std::max(peak.params, mb.params);
     peak.grads = std::max(peak.grads, mb.grads);

@@ -22,9 +22,16 @@ namespace tessera {
 // returns these buffers at fixed points of every step (parallel.zero_inflight bounds the
 // reductions in flight and they are retired in order), and its pool reuses a buffer of the
 // same size only, so the peak is what replaying that sequence allocates
-// (src/parallel/dp/zero.cpp).
+// (src/parallel/dp/zero.cpp). half: with train.precision bf16 / fp16 each gathered part
+// also has its 16-bit compute copy.
 double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64_t accum,
-                          int inflight);
+                          int inflight, bool half = false);
+
+// Whether the layout trains with a 16-bit compute copy (prec=bf16 or fp16), and that copy's
+// bytes for psi parameters: 2 psi held for the run below ZeRO-3 (charged to params); ZeRO-3
+// makes one per gathered part (communication buffers).
+bool tessera_half(const Layout& l);
+double tessera_compute_copy_bytes(const Layout& l, double psi);
 
 // The schedule tessera runs for a pipeline layout with m micro-batches per step.
 pp::ScheduleShape tessera_schedule_shape(const Layout& l, int64_t m);

@@ -88,6 +88,11 @@ void measure_cluster() {
   Communicator world(MPI_COMM_WORLD, "world");
   const int rank = world.rank(), n = world.size();
   const double peak = mean_over_ranks(world, gemm_rate(world, 1536, 1536, 1536));
+  // The GEMM of tessera's train.precision = bf16 / fp16 (16-bit operands, fp32 accumulation).
+  world.barrier();
+  const double bf16 = mean_over_ranks(world, measure_gemm_flops(DType::bf16));
+  world.barrier();
+  const double fp16 = mean_over_ranks(world, measure_gemm_flops(DType::f16));
   // Efficiency against the thin dimension d: rate(d) / peak = d / (d + d_half), so each
   // measurement gives d_half = d (peak / rate - 1); the mean of those is reported.
   double half = 0;
@@ -110,13 +115,16 @@ void measure_cluster() {
   std::printf(
       "[cluster]\nname = this-machine\nnodes = 1\n\n[accelerator]\n"
       "name = cpu-rank\npeak_fp32_tflops = %.6g   # oneDNN fp32 GEMM 1536^3 per rank\n"
+      "peak_bf16_tflops = %.6g   # bf16 operands, fp32 accumulation, 1536^3 per rank\n"
+      "peak_fp16_tflops = %.6g   # fp16 operands (widened to fp32 on a CPU), 1536^3\n"
       "memory_gb = %.4g   # the machine's memory / ranks\n"
       "memory_bw_gbs = %.4g   # triad per rank\n"
       "gemm_efficiency = 1   # relative to the measured GEMM rate\n"
       "gemm_half_dim = %.3g   # from 1536x1536xd GEMMs, d = 16..128\n\n"
       "[node]\naccelerators = %d\nbw_gbs = %.4g   # MPI_Allreduce bus bandwidth, 16 MiB\n"
       "latency_us = %.3g\n",
-      peak / 1e12, memory / 1e9, bw / 1e9, half, n, ar_bw / 1e9, ar_lat * 1e6);
+      peak / 1e12, bf16 / 1e12, fp16 / 1e12, memory / 1e9, bw / 1e9, half, n, ar_bw / 1e9,
+      ar_lat * 1e6);
 }
 
 }  // namespace tessera

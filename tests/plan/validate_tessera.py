@@ -5,7 +5,7 @@ usage: validate_tessera.py WORKDIR "MPIEXEC... -np" TESSERA TESSERA_PLAN CLUSTER
 
 For each case (data parallelism, ZeRO 0-3, HSDP, tensor and sequence parallelism, pipelines
 with every schedule and with ZeRO, both architectures, with and without gradient
-accumulation, each activation recompute mode: the layouts tessera implements today; CP and EP do not exist yet) it runs tessera for 2 steps on the CPU, reads output.dir/memory.json (peak bytes per
+accumulation, each activation recompute mode, bf16 and fp16: the layouts tessera implements today; CP and EP do not exist yet) it runs tessera for 2 steps on the CPU, reads output.dir/memory.json (peak bytes per
 category, max over ranks) and asks `tessera-plan --runtime tessera --explain LAYOUT --json -`
 for its prediction. Checks:
   * params, grads, optimizer, activations, workspace: within 5% of the measured peak;
@@ -50,6 +50,13 @@ CASES = [
     ("pp2_v3_full_gpt2", 2, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=4"], "pp=2 v=3 zero=0 mb=1 rc=full"),
     ("pp2_full2_llama", 2, "tiny-llama.in", ["--train.micro_batch=1", "--train.global_batch=4", "--train.recompute_layers=2"], "pp=2 zero=0 mb=1 rc=full"),
     ("pp2_v2_sel_zero3", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=8"], "pp=2 v=2 zero=3 mb=1 rc=selective"),
+    # bf16 / fp16 (train.precision from the layout's prec): the 2-byte compute copy (params
+    # below ZeRO-3, one per gathered part under ZeRO-3) and the GEMM operand scratch.
+    ("serial_bf16_llama", 1, "tiny-llama.in", ["--train.micro_batch=4", "--train.global_batch=8"], "zero=0 mb=4 prec=bf16"),
+    ("zero1_bf16_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=1 mb=2 prec=bf16"),
+    ("zero3_bf16_llama", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=3 mb=2 prec=bf16"),
+    ("tp2_sp_fp16_gpt2", 2, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=4"], "tp=2 sp=1 zero=0 mb=2 prec=fp16"),
+    ("pp2_v2_zero3_bf16", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=8"], "pp=2 v=2 zero=3 mb=1 prec=bf16 rc=full"),
 ]
 EXACT = ["params", "grads", "optimizer", "activations", "workspace"]
 
@@ -71,7 +78,8 @@ def main():
                   f"--parallel.pp={keys.get('pp', '1')}", f"--parallel.pp_virtual={keys.get('v', '1')}",
                   "--parallel.pp_schedule=" + ("gpipe" if keys.get("sched") == "gpipe" else
                                                "interleaved" if int(keys.get("v", "1")) > 1 else "1f1b"),
-                  f"--train.recompute={keys.get('rc', 'none')}"]
+                  f"--train.recompute={keys.get('rc', 'none')}",
+                  f"--train.precision={keys.get('prec', 'fp32')}"]
         subprocess.run(mpiexec.split() + [str(np), tessera, *common, f"--data.path={data}",
                        f"--output.dir={out}", "--train.steps=2", "--hardware.peak_flops=1e9",
                        "--output.echo_deck=false", "--checkpoint.at_end=false"],
