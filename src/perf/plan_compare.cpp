@@ -42,7 +42,10 @@ std::string plan_comparison(const RunFacts& run) {
   cl.name = "this run's machine";
   cl.accelerator = "cpu-rank";
   cl.per_node = run.ranks;
+  // The measured rate is that of the run's precision; the planner reads it from its slot.
   cl.peak_fp32 = run.gemm_flops_per_rank;
+  if (run.precision == TrainPrecision::bf16) cl.peak_bf16 = run.gemm_flops_per_rank;
+  if (run.precision == TrainPrecision::fp16) cl.peak_fp16 = run.gemm_flops_per_rank;
   cl.memory = 1e15;
   cl.memory_bw = std::max(1e9, measure_stream_bandwidth());
   cl.gemm_efficiency = 1;  // the rate is a measured GEMM rate already
@@ -66,7 +69,9 @@ std::string plan_comparison(const RunFacts& run) {
   l.shard_group = run.zero > 0 && run.shard_ranks != l.dp ? run.shard_ranks : 0;
   l.micro_batch = int(run.micro_batch);
   l.recompute = run.cfg.recompute;
-  l.precision = ComputeType::fp32;
+  l.precision = run.precision == TrainPrecision::bf16   ? ComputeType::bf16
+                : run.precision == TrainPrecision::fp16 ? ComputeType::fp16
+                                                        : ComputeType::fp32;
   std::string out = "\n== plan comparison (tessera-plan --runtime tessera; doc/planning.md) ==\n";
   const std::string problem = layout_problem(w, l, cl, Runtime::tessera, run.ranks);
   if (!problem.empty()) return out + "the planner cannot cost this layout: " + problem + "\n";

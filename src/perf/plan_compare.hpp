@@ -29,6 +29,7 @@ struct RunFacts {
   int pp = 1, pp_virtual = 1;
   PipeSchedule schedule = PipeSchedule::one_f_one_b;  // parallel.pp_schedule
   std::string pp_layers = "balanced";
+  TrainPrecision precision = TrainPrecision::fp32;  // train.precision (the GEMM rate is its)
 };
 
 // Streaming (triad) bandwidth of this process, bytes/s.

@@ -364,6 +364,7 @@ void RunLog::finish() {
     f.pp = run_.parallel.pp, f.pp_virtual = run_.parallel.pp_virtual;
     f.schedule = run_.parallel.pp_schedule;
     f.pp_layers = run_.parallel.pp_layers;
+    f.precision = run_.train.precision;
     for (size_t i = 0; i < 6; ++i) f.phase_seconds[i] = phase_sum[i] / n, f.memory_peak[i] = mem[i];
     std::printf("%s", plan_comparison(f).c_str());
   }
