@@ -109,7 +109,7 @@ double pp_seconds_per_microbatch(const Workload& w, const Layout& l, const Group
 
 DpComm dp_comm(const Layout& l, const GroupLinks& g, double psi, int64_t m) {
   DpComm r;
-  const double gb = l.mixed() ? 2 : 4, wb = l.mixed() ? 2 : 4;
+  const double gb = l.grad_elem_bytes(), wb = l.weight_elem_bytes();
   const int G = l.dp * l.cp, N = l.shard_ranks();
   const double M = double(m);
   if (G == 1) return r;

@@ -24,6 +24,7 @@ std::string to_string(const Layout& l) {
   os << " prec=" << compute_type_name(l.precision);
   if (l.pp > 1) os << " sched=" << to_string(l.schedule);
   if (l.order != Layout::kDefaultRankOrder) os << " order=" << l.order;
+  if (l.grad_bytes) os << " grad=" << (l.grad_bytes == 2 ? "bf16" : "fp32");
   return os.str();
 }
 
@@ -86,6 +87,10 @@ Layout parse_layout(const std::string& text, Layout base) {
                         "' is not none, selective, full or full:N (N layers per stage)");
     } else if (k == "prec" || k == "precision") {
       l.precision = parse_compute_type(v);
+    } else if (k == "grad") {
+      TESSERA_REQUIRE(v == "bf16" || v == "fp32", "layout '", text, "': grad = '", v,
+                      "' is not bf16 or fp32 (the dtype of data-parallel gradient reductions)");
+      l.grad_bytes = v == "bf16" ? 2 : 4;
     } else if (k == "sched" || k == "schedule") {
       PipeSchedule s = PipeSchedule::one_f_one_b;
       try {
@@ -96,7 +101,7 @@ Layout parse_layout(const std::string& text, Layout base) {
       l.schedule = s == PipeSchedule::gpipe ? PipeSchedule::gpipe : PipeSchedule::one_f_one_b;
     } else {
       TESSERA_REQUIRE(false, "layout '", text, "': unknown key '", k,
-                      "' (keys: dp tp pp v cp ep zero hsdp mb sp rc prec sched order)");
+                      "' (keys: dp tp pp v cp ep zero hsdp mb sp rc prec sched order grad)");
     }
   }
   TESSERA_REQUIRE(l.zero <= 3, "layout '", text, "': zero = ", l.zero, " is not a ZeRO stage 0-3");

@@ -39,12 +39,18 @@ struct Layout {
   // links each group's traffic crosses (perf/placement.hpp).
   std::string order = kDefaultRankOrder;
   static constexpr const char* kDefaultRankOrder = "tp-cp-ep-dp-pp";
+  // Bytes per element the data-parallel / ZeRO collectives move: gradients (grad=bf16|fp32,
+  // tessera's parallel.grad_reduce_dtype) and gathered weights; 0: by precision (2 when
+  // mixed, 4 in fp32), as a Megatron-style runtime keeps them.
+  int grad_bytes = 0, weight_bytes = 0;
 
   int accelerators() const { return dp * tp * pp * cp; }
   // Ranks over which ZeRO shards the model state (ZeRO shards over dp x cp, as Megatron's
   // distributed optimizer does).
   int shard_ranks() const { return zero == 0 ? 1 : shard_group > 0 ? shard_group : dp * cp; }
   bool mixed() const { return precision != ComputeType::fp32; }
+  double grad_elem_bytes() const { return grad_bytes ? grad_bytes : mixed() ? 2 : 4; }
+  double weight_elem_bytes() const { return weight_bytes ? weight_bytes : mixed() ? 2 : 4; }
   // Layers of a stage of `stage_layers` that full recompute rebuilds (0 without it).
   double recomputed_layers(double stage_layers) const {
     if (recompute != Recompute::full) return 0;

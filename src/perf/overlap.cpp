@@ -27,7 +27,7 @@ DpOverlap dp_overlap(const Layout& l, const GroupLinks& g, double psi, double la
   DpOverlap r;
   const int G = l.dp * l.cp, N = l.shard_ranks();
   if (G == 1 || layers <= 0) return r;
-  const double gb = l.mixed() ? 2 : 4, wb = l.mixed() ? 2 : 4;
+  const double gb = l.grad_elem_bytes(), wb = l.weight_elem_bytes();
   const double M = double(m), Pl = psi / layers, inner = layers - 1;
   auto add = [&](std::string what, double total, double exposed) {
     r.terms.push_back({std::move(what), total, std::min(total, exposed)});

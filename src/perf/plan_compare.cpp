@@ -69,6 +69,7 @@ std::string plan_comparison(const RunFacts& run) {
   l.shard_group = run.zero > 0 && run.shard_ranks != l.dp ? run.shard_ranks : 0;
   l.micro_batch = int(run.micro_batch);
   l.recompute = run.cfg.recompute;
+  if (run.grad_reduce == ReduceDtype::bf16) l.grad_bytes = 2;
   l.precision = run.precision == TrainPrecision::bf16   ? ComputeType::bf16
                 : run.precision == TrainPrecision::fp16 ? ComputeType::fp16
                                                         : ComputeType::fp32;

@@ -30,6 +30,7 @@ struct RunFacts {
   PipeSchedule schedule = PipeSchedule::one_f_one_b;  // parallel.pp_schedule
   std::string pp_layers = "balanced";
   TrainPrecision precision = TrainPrecision::fp32;  // train.precision (the GEMM rate is its)
+  ReduceDtype grad_reduce = ReduceDtype::fp32;      // parallel.grad_reduce_dtype
 };
 
 // Streaming (triad) bandwidth of this process, bytes/s.

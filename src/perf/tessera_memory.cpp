@@ -94,6 +94,10 @@ bool tessera_half(const Layout& l) {
   return l.precision == ComputeType::bf16 || l.precision == ComputeType::fp16;
 }
 
+double tessera_grad_staging_bytes(const Layout& l, double psi) {
+  return l.grad_bytes == 2 && l.zero == 0 && l.dp * l.cp > 1 ? 2 * psi : 0;
+}
+
 double tessera_compute_copy_bytes(const Layout& l, double psi) {
   return tessera_half(l) && l.zero < 3 ? 2 * psi : 0;
 }
@@ -195,7 +199,8 @@ TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l
     }
     if (blocks) mb.activations += rebuilt_bytes(c, l.micro_batch);
     mb.comm = 4 * message * double(m) * messages +
-              replay_zero(z, l.zero, N, inflight, tessera_half(l));
+              replay_zero(z, l.zero, N, inflight, tessera_half(l)) +
+              tessera_grad_staging_bytes(l, psi);
     // Scratch as the whole model's (the last stage runs blocks and the head), plus every
     // micro-batch's inputs and targets (int32) held for the step.
     mb.workspace = tessera_workspace_bytes(c, l.micro_batch, tessera_half(l)) +

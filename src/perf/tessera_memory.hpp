@@ -32,6 +32,9 @@ double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64
 // makes one per gathered part (communication buffers).
 bool tessera_half(const Layout& l);
 double tessera_compute_copy_bytes(const Layout& l, double psi);
+// grad=bf16 (parallel.grad_reduce_dtype) with zero = 0: the bf16 staging copy of the gradients,
+// 2 psi of communication buffers when there is more than one data-parallel rank.
+double tessera_grad_staging_bytes(const Layout& l, double psi);
 
 // The schedule tessera runs for a pipeline layout with m micro-batches per step.
 pp::ScheduleShape tessera_schedule_shape(const Layout& l, int64_t m);

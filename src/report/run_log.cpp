@@ -365,6 +365,7 @@ void RunLog::finish() {
     f.schedule = run_.parallel.pp_schedule;
     f.pp_layers = run_.parallel.pp_layers;
     f.precision = run_.train.precision;
+    f.grad_reduce = run_.parallel.grad_reduce_dtype;
     for (size_t i = 0; i < 6; ++i) f.phase_seconds[i] = phase_sum[i] / n, f.memory_peak[i] = mem[i];
     std::printf("%s", plan_comparison(f).c_str());
   }

@@ -56,6 +56,7 @@ CASES = [
     ("zero1_bf16_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=1 mb=2 prec=bf16"),
     ("zero3_bf16_llama", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=3 mb=2 prec=bf16"),
     ("tp2_sp_fp16_gpt2", 2, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=4"], "tp=2 sp=1 zero=0 mb=2 prec=fp16"),
+    ("dp4_grad_bf16_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=0 mb=2 prec=bf16 grad=bf16"),
     ("pp2_v2_zero3_bf16", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=8"], "pp=2 v=2 zero=3 mb=1 prec=bf16 rc=full"),
 ]
 EXACT = ["params", "grads", "optimizer", "activations", "workspace"]
@@ -79,7 +80,8 @@ def main():
                   "--parallel.pp_schedule=" + ("gpipe" if keys.get("sched") == "gpipe" else
                                                "interleaved" if int(keys.get("v", "1")) > 1 else "1f1b"),
                   f"--train.recompute={keys.get('rc', 'none')}",
-                  f"--train.precision={keys.get('prec', 'fp32')}"]
+                  f"--train.precision={keys.get('prec', 'fp32')}",
+                  f"--parallel.grad_reduce_dtype={keys.get('grad', 'fp32')}"]
         subprocess.run(mpiexec.split() + [str(np), tessera, *common, f"--data.path={data}",
                        f"--output.dir={out}", "--train.steps=2", "--hardware.peak_flops=1e9",
                        "--output.echo_deck=false", "--checkpoint.at_end=false"],

@@ -223,6 +223,29 @@ TEST(PlanSearch, LegalityRules) {
   EXPECT_EQ(divisors(12), (std::vector<int>{1, 2, 3, 4, 6, 12}));
 }
 
+// tessera's precisions: bf16 and fp16 are costed, fp8 is not; grad=bf16 (its
+// parallel.grad_reduce_dtype) halves the data-parallel all-reduce and needs zero = 0; tessera's
+// reductions move fp32 in every precision otherwise.
+TEST(PlanTessera, PrecisionAndGradientReductionDtype) {
+  const Cluster c = Cluster::from_text(kCluster);
+  const Workload w = gpt(8, 64);
+  Layout l = parse_layout("dp=8 zero=0 mb=1 prec=bf16");
+  EXPECT_EQ(layout_problem(w, l, c, Runtime::tessera, 8), "");
+  const Estimate fp32_grads = estimate(w, l, c, Runtime::tessera);
+  l = parse_layout("dp=8 zero=0 mb=1 prec=bf16 grad=bf16");
+  EXPECT_NE(to_string(l).find("grad=bf16"), std::string::npos);
+  const Estimate bf16_grads = estimate(w, l, c, Runtime::tessera);
+  EXPECT_NEAR(bf16_grads.dp_overlap.total(), 0.5 * fp32_grads.dp_overlap.total(),
+              0.05 * fp32_grads.dp_overlap.total());
+  EXPECT_GT(bf16_grads.memory.comm, fp32_grads.memory.comm);  // the bf16 staging copy
+  l.zero = 1;
+  EXPECT_NE(layout_problem(w, l, c, Runtime::tessera, 8).find("zero = 0 only"),
+            std::string::npos);
+  l = parse_layout("dp=8 zero=0 mb=1 prec=fp8");
+  EXPECT_NE(layout_problem(w, l, c, Runtime::tessera, 8).find("fp32, bf16 or fp16"),
+            std::string::npos);
+}
+
 TEST(PlanSearch, RanksByThroughputAndExplainsRejections) {
   const Cluster c = Cluster::from_text(kCluster);
   const Workload w = gpt(8, 64);
