@@ -16,6 +16,7 @@
 #include "report/run_log.hpp"
 #include "report/trace_file.hpp"
 #include "train/device.hpp"
+#include "train/nonfinite.hpp"
 #include "train/stop_signal.hpp"
 #include "train/trainer.hpp"
 
@@ -108,6 +109,9 @@ int main(int argc, char** argv) {
     }
     tessera::Checkpointer checkpoints(run, grid.world());
     const int64_t done = trainer.restore(checkpoints);
+    checkpoints.require_writable(trainer.checkpoint_tensors());
+    tessera::NonfiniteGuard guard(run.train, grid.world());
+    int64_t saved = done;  // the newest step with a checkpoint
     tessera::RunLog log(run, grid, trainer, done);
     log.start();
     const int64_t exit_after = run.train.exit_after;
@@ -117,9 +121,13 @@ int main(int argc, char** argv) {
       tessera::StepResult r = trainer.step(s);
       if (trainer.eval_due(s, last)) r.val_loss = trainer.evaluate();
       log.step(r);
+      guard.after_step(r, trainer, checkpoints, saved);
       // SIGUSR1/SIGTERM on any rank: every rank checkpoints this step and the run stops.
       if (s < last) stopped_by = tessera::stop_signal_agreed(grid.world());
-      if (checkpoints.due(s, last) || stopped_by) trainer.save(checkpoints, s);
+      if (checkpoints.due(s, last) || stopped_by) {
+        trainer.save(checkpoints, s);
+        saved = s;
+      }
       if (stopped_by) {
         if (rank == 0)
           std::printf("stopped by %s after step %lld: checkpoint written, exit status %d\n",
@@ -128,6 +136,7 @@ int main(int argc, char** argv) {
         break;
       }
     }
+    guard.after_run(trainer.data());
     log.finish();
     if (trace) {
       trace->write();

@@ -70,6 +70,8 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   t.eval_samples = r.integer("train.eval_samples");
   t.exit_after = r.integer("train.exit_after");
   t.seed = r.integer("train.seed");
+  t.skip_nonfinite = r.str("train.on_nonfinite") == "skip";
+  t.nonfinite_limit = r.integer("train.nonfinite_limit");
 
   OptimSection& o = c.optim;
   o.lr = r.real("optim.lr");
@@ -120,6 +122,7 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   k.dir = r.str("checkpoint.dir");
   k.keep = r.integer("checkpoint.keep");
   k.resume = r.str("checkpoint.resume");
+  k.overwrite = r.boolean("checkpoint.overwrite");
 
   SampleSection& s = c.sample;
   s.prompt = r.str("sample.prompt");

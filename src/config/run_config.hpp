@@ -37,6 +37,8 @@ struct TrainSection {
   int64_t global_batch = 0;  // 0: micro_batch x dp
   int64_t eval_every = 0, eval_samples = 0;
   int64_t exit_after = 0;  // 0: run to steps
+  bool skip_nonfinite = false;  // train.on_nonfinite = skip (false: stop)
+  int64_t nonfinite_limit = 0;
   int64_t seed = 0;
 };
 
@@ -85,6 +87,7 @@ struct CheckpointSection {
   std::string dir;  // empty: OUTPUT_DIR/checkpoints
   int64_t keep = 1;
   std::string resume;  // none, latest or a file
+  bool overwrite = false;
 };
 
 struct SampleSection {

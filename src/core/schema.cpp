@@ -81,6 +81,12 @@ std::vector<KeySpec> build_schema() {
               "resumed later; 0: run to train.steps."),
       integer("train", "seed", "1234", 0, kMaxInt,
               "Seed of weight initialisation and data order."),
+      choice("train", "on_nonfinite", "stop", {"stop", "skip"},
+             "A step whose loss or gradient norm is NaN or Inf is never applied; stop: the run "
+             "stops with an error; skip: the step is dropped and counted, and the run stops "
+             "after train.nonfinite_limit such steps in a row."),
+      integer("train", "nonfinite_limit", "5", 1, kMaxInt,
+              "With train.on_nonfinite = skip: consecutive non-finite steps that stop the run."),
       // [optim]
       real("optim", "lr", "3e-4", 0, 10, "Peak learning rate."),
       real("optim", "min_lr", "3e-5", 0, 10, "Learning rate at the end of the cosine decay."),
@@ -198,6 +204,10 @@ std::vector<KeySpec> build_schema() {
       {"checkpoint", "resume", KeyType::string, "none", false, 0, 0, {},
        "none, latest (the newest checkpoint in checkpoint.dir, or a fresh start when there is "
        "none), or the path of a checkpoint file."},
+      boolean("checkpoint", "overwrite", "false",
+              "A fresh run (resume = none) into a checkpoint.dir holding checkpoints: false "
+              "refuses to start; true replaces them (deleted once this run has written its "
+              "first checkpoint)."),
       // [sample]
       {"sample", "prompt", KeyType::string, "In the beginning", false, 0, 0, {},
        "tessera-sample: text the generation continues."},

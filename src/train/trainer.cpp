@@ -9,6 +9,7 @@
 #include "kernels/kernels.hpp"
 #include "model/tensor_parallel.hpp"
 #include "parallel/pp/stage_layers.hpp"
+#include "train/nonfinite.hpp"
 
 namespace tessera {
 
@@ -265,7 +266,11 @@ StepResult Trainer::step(int64_t s) {
   timer_.enter(Phase::other);
   store_.zero_grads();
   dp_->begin_step();
+  data_.check_unchanged();
   double loss_sum = pipeline_step(s, ctx);
+  // A data fault (a token id out of range, the file changed) on any rank makes the loss NaN
+  // everywhere, so the update is dropped; the caller reports the fault (TokenDataset::fault).
+  if (!data_.fault().empty() || injected_nonfinite(s)) loss_sum = std::nan("");
   timer_.enter(Phase::grad_sync);
   // Tied embeddings over a pipeline: the first stage's table and the last stage's copy each
   // hold part of the gradient; both take the sum, so they stay identical (Megatron-LM). With
@@ -296,9 +301,12 @@ StepResult Trainer::step(int64_t s) {
   r.loss = loss_sum / double(geo_.global_batch * T);
   r.grad_norm = std::sqrt(squares);
   r.lr = schedule_.at(s);
-  optim_->step(r.lr, s, dp_->optimizer_values(), dp_->optimizer_index(), grads,
+  // The loss and the norm are sums over every rank that contributes to them, so every rank
+  // sees the same NaN or Inf and drops the same update.
+  r.finite = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
+  if (r.finite) optim_->step(r.lr, s, dp_->optimizer_values(), dp_->optimizer_index(), grads,
                clip_factor(r.grad_norm, grad_clip_));
-  if (dp_->gathers_after_optimizer()) {  // every rank needs the updated parameters
+  if (r.finite && dp_->gathers_after_optimizer()) {  // every rank needs the updated parameters
     timer_.enter(Phase::grad_sync);
     dp_->after_optimizer();
   }
@@ -378,12 +386,12 @@ void Trainer::save(Checkpointer& ckpt, int64_t step) {
   timer_.stop();
 }
 
-int64_t Trainer::restore(Checkpointer& ckpt) {
+int64_t Trainer::restore(Checkpointer& ckpt, bool for_sampling) {
   const std::string path = ckpt.resume_path();
   if (path.empty()) return 0;
   CheckpointMeta meta;
   meta = ckpt.load(path, checkpoint_tensors());
-  TESSERA_REQUIRE(meta.samples == meta.step * geo_.global_batch, "checkpoint '", path,
+  TESSERA_REQUIRE(for_sampling || meta.samples == meta.step * geo_.global_batch, "checkpoint '", path,
                   "' was written with ", meta.samples / std::max<int64_t>(1, meta.step),
                   " sequences per step but train.global_batch is ", geo_.global_batch,
                   "; the data position would not line up");
