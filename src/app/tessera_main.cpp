@@ -109,6 +109,15 @@ int main(int argc, char** argv) {
     }
     tessera::Checkpointer checkpoints(run, grid.world());
     const int64_t done = trainer.restore(checkpoints);
+    if (done >= trainer.steps()) {  // nothing left: say so instead of an empty summary
+      if (rank == 0) {
+        std::printf("the checkpoint is at step %lld and train.steps = %lld: nothing to train "
+                    "(raise train.steps to continue)\n",
+                    (long long)done, (long long)trainer.steps());
+        tessera::write_completion_marker(run.output.dir, done);
+      }
+      return;
+    }
     checkpoints.require_writable(trainer.checkpoint_tensors());
     tessera::NonfiniteGuard guard(run.train, grid.world());
     int64_t saved = done;  // the newest step with a checkpoint
