@@ -94,4 +94,12 @@ DeviceKind parse_device_kind(std::string_view name) {
   return parse_choice("hardware.device", name, {DeviceKind::cpu, DeviceKind::cuda});
 }
 
+const char* to_string(OnNonfinite o) {
+  return o == OnNonfinite::skip ? "skip" : "stop";
+}
+
+OnNonfinite parse_on_nonfinite(std::string_view name) {
+  return parse_choice("train.on_nonfinite", name, {OnNonfinite::stop, OnNonfinite::skip});
+}
+
 }  // namespace tessera

@@ -21,6 +21,8 @@ enum class PipeSchedule { gpipe, one_f_one_b, interleaved };
 enum class DpProgress { poll, none };
 // hardware.device
 enum class DeviceKind { cpu, cuda };
+// train.on_nonfinite: what follows a step with a NaN/Inf loss or gradient norm.
+enum class OnNonfinite { stop, skip };
 
 // The deck's spelling of each value.
 const char* to_string(Arch a);
@@ -29,6 +31,7 @@ const char* to_string(TokenizerKind t);
 const char* to_string(PipeSchedule s);  // "gpipe", "1f1b", "interleaved"
 const char* to_string(DpProgress p);
 const char* to_string(DeviceKind d);
+const char* to_string(OnNonfinite o);
 
 // Parsers of the deck's spelling. The deck has already checked its choice keys against the
 // schema, so an unknown name here comes from code or a test: a collective tessera::Error
@@ -39,5 +42,6 @@ TokenizerKind parse_tokenizer_kind(std::string_view name);
 PipeSchedule parse_pipe_schedule(std::string_view name);
 DpProgress dp_progress_from(const std::string& name);
 DeviceKind parse_device_kind(std::string_view name);
+OnNonfinite parse_on_nonfinite(std::string_view name);
 
 }  // namespace tessera

@@ -70,7 +70,7 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   t.eval_samples = r.integer("train.eval_samples");
   t.exit_after = r.integer("train.exit_after");
   t.seed = r.integer("train.seed");
-  t.skip_nonfinite = r.str("train.on_nonfinite") == "skip";
+  t.on_nonfinite = parse_on_nonfinite(r.str("train.on_nonfinite"));
   t.nonfinite_limit = r.integer("train.nonfinite_limit");
 
   OptimSection& o = c.optim;

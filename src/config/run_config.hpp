@@ -37,7 +37,7 @@ struct TrainSection {
   int64_t global_batch = 0;  // 0: micro_batch x dp
   int64_t eval_every = 0, eval_samples = 0;
   int64_t exit_after = 0;  // 0: run to steps
-  bool skip_nonfinite = false;  // train.on_nonfinite = skip (false: stop)
+  OnNonfinite on_nonfinite = OnNonfinite::stop;
   int64_t nonfinite_limit = 0;
   int64_t seed = 0;
 };

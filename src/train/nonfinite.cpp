@@ -10,7 +10,7 @@
 namespace tessera {
 
 NonfiniteGuard::NonfiniteGuard(const TrainSection& train, Communicator& world)
-    : world_(world), skip_(train.skip_nonfinite), limit_(train.nonfinite_limit) {}
+    : world_(world), skip_(train.on_nonfinite == OnNonfinite::skip), limit_(train.nonfinite_limit) {}
 
 bool NonfiniteGuard::after_step(const StepResult& r, Trainer& trainer, Checkpointer& ckpt,
                                 int64_t last_saved) {

@@ -70,6 +70,7 @@ TEST(RunConfig, EveryChoiceOfTheSchemaParses) {
        [](const RunConfig& c) { return to_string(c.parallel.pp_schedule); }},
       {"parallel.progress", [](const RunConfig& c) { return to_string(c.parallel.progress); }},
       {"hardware.device", [](const RunConfig& c) { return to_string(c.hardware.device); }},
+      {"train.on_nonfinite", [](const RunConfig& c) { return to_string(c.train.on_nonfinite); }},
   };
   for (const KeySpec& k : deck_schema()) {
     if (k.type != KeyType::choice) continue;
