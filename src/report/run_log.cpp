@@ -3,7 +3,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -129,14 +132,16 @@ void RunLog::step(const StepResult& r) {
   // and the longest wait (skew included) is reported apart; posting and polling are maxima.
   // Phase seconds since the previous record follow (max over ranks).
   const DpSyncTiming& dp = trainer_.data_parallel().last_sync();
-  double m[7 + kPhaseCount] = {r.seconds,  -dp.in_flight, -dp.exposed,
+  double m[8 + kPhaseCount] = {r.seconds,  -dp.in_flight, -dp.exposed,
                                dp.exposed, dp.posting,    dp.polling,
                                double(trainer_.allocator().peak_total())};
   for (int p = 0; p < kPhaseCount; ++p) {
     const double now = trainer_.timer().seconds(Phase(p));
     m[7 + p] = now - phase_seen_[p], phase_seen_[p] = now;
   }
-  grid_.world().all_reduce(m, 7 + kPhaseCount, ReduceOp::max);
+  m[7 + kPhaseCount] = double(write_errno_);  // the previous step's metrics write
+  grid_.world().all_reduce(m, 8 + kPhaseCount, ReduceOp::max);
+  require_written(m[7 + kPhaseCount]);
   const double seconds = m[0];
   DpSyncTiming dp_step = dp;
   dp_step.in_flight = -m[1], dp_step.exposed = -m[2], dp_step.posting = m[4];
@@ -188,7 +193,14 @@ void RunLog::step(const StepResult& r) {
                "\"mem_peak_bytes\": %.0f%s%s, \"phase_max_s\": {%s}}\n",
                (long long)r.step, r.loss, r.lr, r.grad_norm, seconds, tokens / seconds, mfu,
                mem_peak, val, dpt, phases.c_str());
-  std::fflush(metrics_);
+  if ((std::fflush(metrics_) != 0 || std::ferror(metrics_)) && !write_errno_)
+    write_errno_ = errno ? errno : EIO;
+}
+
+void RunLog::require_written(double write_errno) const {
+  TESSERA_REQUIRE(write_errno == 0, "cannot write '", dir_, "/metrics.jsonl' (output.dir): ",
+                  std::strerror(int(write_errno)), "; the run stops (free space, or choose "
+                  "another output.dir)");
 }
 
 void RunLog::write_memory_json(const double* peak, const double* live) const {
@@ -213,9 +225,11 @@ void RunLog::write_memory_json(const double* peak, const double* live) const {
 void RunLog::finish() {
   const PhaseTimer& t = trainer_.timer();
   // Phase times: mean and max over ranks.
-  double phase_max[kPhaseCount], phase_sum[kPhaseCount];
+  double phase_max[kPhaseCount + 1], phase_sum[kPhaseCount];
   for (int p = 0; p < kPhaseCount; ++p) phase_max[p] = phase_sum[p] = t.seconds(Phase(p));
-  grid_.world().all_reduce(phase_max, kPhaseCount, ReduceOp::max);
+  phase_max[kPhaseCount] = double(write_errno_);  // the last step's metrics write
+  grid_.world().all_reduce(phase_max, kPhaseCount + 1, ReduceOp::max);
+  require_written(phase_max[kPhaseCount]);
   grid_.world().all_reduce(phase_sum, kPhaseCount, ReduceOp::sum);
   const Allocator& a = trainer_.allocator();
   // Peak and live bytes per category, then the totals: max over ranks.
