@@ -272,8 +272,9 @@ std::string deck_reference_markdown() {
         "doc/input-deck.md`. -->\n\n"
         "A deck is an INI file of `[section]` headers and `key = value` lines (`#` starts a "
         "comment). Any key can be overridden on the command line as `--section.key=value`; "
-        "the command line wins. Unknown keys, wrong types and out-of-range values are "
-        "errors.\n";
+        "the command line wins (of a key given twice there, the last). Unknown keys, a key "
+        "given twice in the deck, wrong types and out-of-range values are errors; a UTF-8 "
+        "byte-order mark at the start is skipped.\n";
   std::string section;
   for (const KeySpec& k : deck_schema()) {
     if (k.section != section) {
