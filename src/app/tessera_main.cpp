@@ -94,6 +94,8 @@ int main(int argc, char** argv) {
       return;
     }
     tessera::require_device(run.hardware, grid.world());
+    TESSERA_REQUIRE(!run.output.dir.empty(), "output.dir is empty; name the directory for "
+                    "this run's metrics, report and checkpoints (say --output.dir=run1)");
     if (d.cp > 1 || d.ep > 1) {
       if (rank == 0) std::printf("%s\n", grid.describe().c_str());
       std::fflush(stdout);

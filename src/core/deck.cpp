@@ -189,7 +189,13 @@ Deck Deck::from_text(const std::string& ini_text, const std::vector<std::string>
                     "' must be written --section.key=value");
   }
   try {
-    std::vector<std::string> args(overrides);
+    // "--key=" (an empty value, as a deck may give one) goes to Boost as "--key" "": its
+    // "--key=" form is refused with a message about the equal sign.
+    std::vector<std::string> args;
+    for (const std::string& o : overrides) {
+      if (o.back() == '=') args.push_back(o.substr(0, o.size() - 1)), args.push_back("");
+      else args.push_back(o);
+    }
     // No prefix guessing: --train.step must not silently mean --train.steps.
     const int style = po::command_line_style::default_style &
                       ~po::command_line_style::allow_guessing;

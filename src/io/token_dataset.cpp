@@ -177,6 +177,7 @@ void TokenDataset::read_window(const std::vector<Segment>& segments, int64_t str
     H5Sclose(fspace);
     if (st < 0) {
       std::fill(dst, dst + count, 0u);
+      check_unchanged();  // a file changed during the step: say so rather than "cannot read"
       if (fault_.empty())
         fault_ = cat("cannot read tokens [", start, ", ", start + n, ") of data file '", path_,
                      "' (truncated or changed while the run read it?)");
