@@ -39,6 +39,14 @@ std::string human_duration(double s) {
   return buf;
 }
 
+// A number for JSON: NaN and Inf (a skipped non-finite step) have no JSON form, so null.
+std::string json_number(double x) {
+  if (!std::isfinite(x)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", x);
+  return buf;
+}
+
 }  // namespace
 
 RunLog::RunLog(const RunConfig& run, ProcessGrid& grid, Trainer& trainer, int64_t steps_done)
@@ -188,11 +196,12 @@ void RunLog::step(const StepResult& r) {
     phases += one;
   }
   std::fprintf(metrics_,
-               "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+               "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
                "\"step_time\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g, "
                "\"mem_peak_bytes\": %.0f%s%s, \"phase_max_s\": {%s}}\n",
-               (long long)r.step, r.loss, r.lr, r.grad_norm, seconds, tokens / seconds, mfu,
-               mem_peak, val, dpt, phases.c_str());
+               (long long)r.step, json_number(r.loss).c_str(), r.lr,
+               json_number(r.grad_norm).c_str(), seconds, tokens / seconds, mfu, mem_peak, val,
+               dpt, phases.c_str());
   if ((std::fflush(metrics_) != 0 || std::ferror(metrics_)) && !write_errno_)
     write_errno_ = errno ? errno : EIO;
 }

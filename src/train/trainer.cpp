@@ -304,8 +304,9 @@ StepResult Trainer::step(int64_t s) {
   // The loss and the norm are sums over every rank that contributes to them, so every rank
   // sees the same NaN or Inf and drops the same update.
   r.finite = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
-  if (r.finite) optim_->step(r.lr, s, dp_->optimizer_values(), dp_->optimizer_index(), grads,
-               clip_factor(r.grad_norm, grad_clip_));
+  if (r.finite)
+    optim_->step(r.lr, s, dp_->optimizer_values(), dp_->optimizer_index(), grads,
+                 clip_factor(r.grad_norm, grad_clip_));
   if (r.finite && dp_->gathers_after_optimizer()) {  // every rank needs the updated parameters
     timer_.enter(Phase::grad_sync);
     dp_->after_optimizer();
@@ -391,8 +392,8 @@ int64_t Trainer::restore(Checkpointer& ckpt, bool for_sampling) {
   if (path.empty()) return 0;
   CheckpointMeta meta;
   meta = ckpt.load(path, checkpoint_tensors());
-  TESSERA_REQUIRE(for_sampling || meta.samples == meta.step * geo_.global_batch, "checkpoint '", path,
-                  "' was written with ", meta.samples / std::max<int64_t>(1, meta.step),
+  TESSERA_REQUIRE(for_sampling || meta.samples == meta.step * geo_.global_batch,
+                  "checkpoint '", path, "' was written with ", meta.samples / std::max<int64_t>(1, meta.step),
                   " sequences per step but train.global_batch is ", geo_.global_batch,
                   "; the data position would not line up");
   if (grid_.world().rank() == 0) {

@@ -5,7 +5,7 @@
 #  sample     tessera-sample loads a checkpoint written with another global batch;
 #  done       resuming a run that already reached train.steps says so and exits 0;
 #  skip       train.on_nonfinite = skip drops one NaN step and the run finishes, its last
-#             checkpoint finite and intact.
+#             checkpoint finite and intact, metrics.jsonl still JSON (null for its loss).
 # usage: checkpoint_accept.sh WORKDIR BASE TESSERA TESSERA_SAMPLE DECK CKPT_TOOL
 set -uo pipefail
 work=$1 base=$2 tessera=$3 sample=$4 deck=$5 tool=$6
@@ -46,4 +46,6 @@ TESSERA_FAULT_INJECT=nonfinite-at-step-8 run --checkpoint.resume=latest --train.
 grep -q "step 8: the loss is -\?nan .*update skipped (1 in a row, 1 in all" skip.log || fail "step 8 not skipped"
 grep -q "step     12/12" skip.log || fail "did not reach step 12"
 /usr/bin/python3 "$tool" verify ck/ckpt-00000012.h5 | tail -n 1
+# metrics.jsonl stays JSON: the skipped step's loss is null (JSON has no NaN)
+/usr/bin/python3 -c "import json; rows = [json.loads(l) for l in open('out/metrics.jsonl')]; print('metrics: step 8 loss', [r['loss'] for r in rows if r['step'] == 8][0])" || fail "metrics.jsonl is not JSON"
 echo "skip: one step dropped, run finished"
