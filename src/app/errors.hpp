@@ -3,11 +3,32 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "comm/mpi_env.hpp"
 #include "core/error.hpp"
 
 namespace tessera {
+
+// A message as one line a terminal shows as it is: control bytes (a newline too) as \xNN,
+// and at most 2000 characters (a 1 MB line from a garbage file is cut, saying how much).
+inline std::string one_line(const std::string& what) {
+  constexpr size_t kMax = 2000;
+  std::string out;
+  for (size_t i = 0; i < what.size(); ++i) {
+    if (out.size() >= kMax)
+      return out + "... (" + std::to_string(what.size() - i) + " more bytes)";
+    const unsigned char c = static_cast<unsigned char>(what[i]);
+    if (c < 0x20 || c == 0x7F) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += char(c);
+    }
+  }
+  return out;
+}
 
 // Runs body on every rank; returns the process exit status. Finalizes MPI.
 // A collective Error (every rank raised it) is printed by rank 0 and every rank exits 1.
@@ -20,16 +41,17 @@ int run_reporting_errors(const char* program, Body&& body) {
     body();
   } catch (const Error& e) {
     if (e.collective()) {
-      if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+      if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", program, one_line(e.what()).c_str());
       std::fflush(stderr);
       mpi::finalize();
       return 1;
     }
-    std::fprintf(stderr, "%s: error on rank %d: %s\n", program, rank, e.what());
+    std::fprintf(stderr, "%s: error on rank %d: %s\n", program, rank, one_line(e.what()).c_str());
     std::fflush(stderr);
     mpi::abort(1);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: internal error on rank %d: %s\n", program, rank, e.what());
+    std::fprintf(stderr, "%s: internal error on rank %d: %s\n", program, rank,
+                 one_line(e.what()).c_str());
     std::fflush(stderr);
     mpi::abort(2);
   }

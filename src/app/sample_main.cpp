@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
                     "the path of a checkpoint");
     Trainer trainer(run, grid);
     Checkpointer checkpoints(run, grid.world());
-    const int64_t step = trainer.restore(checkpoints);
+    const int64_t step = trainer.restore(checkpoints, true);
     TESSERA_REQUIRE(step > 0, "no checkpoint found in '", checkpoints.dir(),
                     "' (checkpoint.resume = latest); train first");
     auto tokenizer = make_tokenizer(to_string(run.data.tokenizer), run.sample.vocab_dir);

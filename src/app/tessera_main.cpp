@@ -16,6 +16,7 @@
 #include "report/run_log.hpp"
 #include "report/trace_file.hpp"
 #include "train/device.hpp"
+#include "train/nonfinite.hpp"
 #include "train/stop_signal.hpp"
 #include "train/trainer.hpp"
 
@@ -94,6 +95,8 @@ int main(int argc, char** argv) {
     }
     tessera::require_device(run.hardware, grid.world());
     tessera::warn_precision_cost(run, grid.world());
+    TESSERA_REQUIRE(!run.output.dir.empty(), "output.dir is empty; name the directory for "
+                    "this run's metrics, report and checkpoints (say --output.dir=run1)");
     if (d.cp > 1 || d.ep > 1) {
       if (rank == 0) std::printf("%s\n", grid.describe().c_str());
       std::fflush(stdout);
@@ -109,6 +112,18 @@ int main(int argc, char** argv) {
     }
     tessera::Checkpointer checkpoints(run, grid.world());
     const int64_t done = trainer.restore(checkpoints);
+    if (done >= trainer.steps()) {  // nothing left: say so instead of an empty summary
+      if (rank == 0) {
+        std::printf("the checkpoint is at step %lld and train.steps = %lld: nothing to train "
+                    "(raise train.steps to continue)\n",
+                    (long long)done, (long long)trainer.steps());
+        tessera::write_completion_marker(run.output.dir, done);
+      }
+      return;
+    }
+    checkpoints.require_writable(trainer.checkpoint_tensors());
+    tessera::NonfiniteGuard guard(run.train, grid.world());
+    int64_t saved = done;  // the newest step with a checkpoint
     tessera::RunLog log(run, grid, trainer, done);
     log.start();
     const int64_t exit_after = run.train.exit_after;
@@ -118,9 +133,13 @@ int main(int argc, char** argv) {
       tessera::StepResult r = trainer.step(s);
       if (trainer.eval_due(s, last)) r.val_loss = trainer.evaluate();
       log.step(r);
+      guard.after_step(r, trainer, checkpoints, saved);
       // SIGUSR1/SIGTERM on any rank: every rank checkpoints this step and the run stops.
       if (s < last) stopped_by = tessera::stop_signal_agreed(grid.world());
-      if (checkpoints.due(s, last) || stopped_by) trainer.save(checkpoints, s);
+      if (checkpoints.due(s, last) || stopped_by) {
+        trainer.save(checkpoints, s);
+        saved = s;
+      }
       if (stopped_by) {
         if (rank == 0)
           std::printf("stopped by %s after step %lld: checkpoint written, exit status %d\n",
@@ -129,6 +148,7 @@ int main(int argc, char** argv) {
         break;
       }
     }
+    guard.after_run(trainer.data());
     log.finish();
     if (trace) {
       trace->write();

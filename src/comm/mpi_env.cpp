@@ -6,7 +6,13 @@
 
 namespace tessera::mpi {
 
-void init(int* argc, char*** argv) { MPI_Init(argc, argv); }
+void init(int* argc, char*** argv) {
+  // Open MPI 4.1's shared-file-pointer component `lockedfile` overflows a fixed buffer (and
+  // aborts) in MPI_File_open for paths of about 240 characters or more; tessera uses no
+  // shared file pointers, so it is left out unless the user set the parameter.
+  setenv("OMPI_MCA_sharedfp", "^lockedfile", 0);
+  MPI_Init(argc, argv);
+}
 
 void finalize() {
   int done = 0;

@@ -4,6 +4,7 @@
 
 namespace tessera::mpi {
 
+// MPI_Init, after leaving out Open MPI's sharedfp/lockedfile component (see mpi_env.cpp).
 void init(int* argc, char*** argv);
 void finalize();
 int world_rank();

@@ -136,4 +136,12 @@ ReduceDtype parse_reduce_dtype(std::string_view name) {
   return parse_choice("parallel.grad_reduce_dtype", name, {ReduceDtype::fp32, ReduceDtype::bf16});
 }
 
+const char* to_string(OnNonfinite o) {
+  return o == OnNonfinite::skip ? "skip" : "stop";
+}
+
+OnNonfinite parse_on_nonfinite(std::string_view name) {
+  return parse_choice("train.on_nonfinite", name, {OnNonfinite::stop, OnNonfinite::skip});
+}
+
 }  // namespace tessera

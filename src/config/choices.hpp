@@ -29,6 +29,8 @@ enum class ReduceDtype { fp32, bf16 };
 // train.recompute: which activations a block rebuilds in backward instead of keeping
 // (doc/recompute.md).
 enum class Recompute { none, selective, full };
+// train.on_nonfinite: what follows a step with a NaN/Inf loss or gradient norm.
+enum class OnNonfinite { stop, skip };
 
 // The deck's spelling of each value.
 const char* to_string(Arch a);
@@ -40,6 +42,7 @@ const char* to_string(DeviceKind d);
 const char* to_string(TrainPrecision p);  // "fp32", "bf16", "fp16"
 const char* to_string(ReduceDtype d);
 const char* to_string(Recompute r);  // "none", "selective", "full"
+const char* to_string(OnNonfinite o);
 
 // Parsers of the deck's spelling. The deck has already checked its choice keys against the
 // schema, so an unknown name here comes from code or a test: a collective tessera::Error
@@ -53,5 +56,6 @@ DeviceKind parse_device_kind(std::string_view name);
 TrainPrecision parse_precision(std::string_view name);
 ReduceDtype parse_reduce_dtype(std::string_view name);
 Recompute parse_recompute(std::string_view name);
+OnNonfinite parse_on_nonfinite(std::string_view name);
 
 }  // namespace tessera

@@ -76,6 +76,8 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   t.loss_scale_min = r.real("train.loss_scale_min");
   t.recompute = parse_recompute(r.str("train.recompute"));
   t.recompute_layers = r.integer("train.recompute_layers");
+  t.on_nonfinite = parse_on_nonfinite(r.str("train.on_nonfinite"));
+  t.nonfinite_limit = r.integer("train.nonfinite_limit");
 
   OptimSection& o = c.optim;
   o.lr = r.real("optim.lr");
@@ -127,6 +129,7 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   k.dir = r.str("checkpoint.dir");
   k.keep = r.integer("checkpoint.keep");
   k.resume = r.str("checkpoint.resume");
+  k.overwrite = r.boolean("checkpoint.overwrite");
 
   SampleSection& s = c.sample;
   s.prompt = r.str("sample.prompt");

@@ -37,6 +37,8 @@ struct TrainSection {
   int64_t global_batch = 0;  // 0: micro_batch x dp
   int64_t eval_every = 0, eval_samples = 0;
   int64_t exit_after = 0;  // 0: run to steps
+  OnNonfinite on_nonfinite = OnNonfinite::stop;
+  int64_t nonfinite_limit = 0;
   int64_t seed = 0;
   TrainPrecision precision = TrainPrecision::fp32;
   // fp16 dynamic loss scaling: the first scale, steps without overflow before it doubles, and
@@ -93,6 +95,7 @@ struct CheckpointSection {
   std::string dir;  // empty: OUTPUT_DIR/checkpoints
   int64_t keep = 1;
   std::string resume;  // none, latest or a file
+  bool overwrite = false;
 };
 
 struct SampleSection {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -99,8 +100,17 @@ void report_unknown(const std::vector<po::option>& opts, const std::string& wher
 void collect(const po::parsed_options& parsed, const std::string& where,
              std::map<std::string, std::pair<std::string, std::string>>& out) {
   report_unknown(parsed.options, where);
+  // A key twice in a deck file is an error; on the command line the last one wins (scripts
+  // append overrides to overrides).
+  const bool file = where != "command line";
+  std::map<std::string, std::string> seen;
   for (const po::option& o : parsed.options)
-    for (const std::string& v : o.value) out[o.string_key] = {v, where};
+    for (const std::string& v : o.value) {
+      auto [it, first] = seen.emplace(o.string_key, v);
+      TESSERA_REQUIRE(first || !file, "input deck '", where, "' sets ", o.string_key,
+                      " twice ('", it->second, "' and '", v, "'); keep one");
+      out[o.string_key] = {v, where};
+    }
 }
 
 }  // namespace
@@ -150,12 +160,17 @@ Deck Deck::from_args(const std::vector<std::string>& args) {
   TESSERA_REQUIRE(!deck_path.empty(),
                   "no input deck given; usage: tessera DECK.in [--section.key=value ...] "
                   "(see `tessera --help`)");
+  std::error_code ec;
+  TESSERA_REQUIRE(!std::filesystem::is_directory(deck_path, ec), "input deck '", deck_path,
+                  "' is a directory; name a deck file (inputs/*.in)");
   std::ifstream in(deck_path);
   TESSERA_REQUIRE(in.good(), "cannot open input deck '", deck_path,
                   "': no such file or not readable");
   std::stringstream text;
   text << in.rdbuf();
-  return from_text(text.str(), overrides, deck_path);
+  std::string ini = text.str();
+  if (ini.rfind("\xEF\xBB\xBF", 0) == 0) ini.erase(0, 3);  // a UTF-8 byte-order mark
+  return from_text(ini, overrides, deck_path);
 }
 
 Deck Deck::from_text(const std::string& ini_text, const std::vector<std::string>& overrides,
@@ -174,7 +189,13 @@ Deck Deck::from_text(const std::string& ini_text, const std::vector<std::string>
                     "' must be written --section.key=value");
   }
   try {
-    std::vector<std::string> args(overrides);
+    // "--key=" (an empty value, as a deck may give one) goes to Boost as "--key" "": its
+    // "--key=" form is refused with a message about the equal sign.
+    std::vector<std::string> args;
+    for (const std::string& o : overrides) {
+      if (o.back() == '=') args.push_back(o.substr(0, o.size() - 1)), args.push_back("");
+      else args.push_back(o);
+    }
     // No prefix guessing: --train.step must not silently mean --train.steps.
     const int style = po::command_line_style::default_style &
                       ~po::command_line_style::allow_guessing;

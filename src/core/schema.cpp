@@ -103,6 +103,12 @@ std::vector<KeySpec> build_schema() {
               "chunk (a pipeline stage holds pp_virtual chunks; without a pipeline the model "
               "is one chunk), keeping the others' activations (Megatron-LM's block method); "
               "0: every block."),
+      choice("train", "on_nonfinite", "stop", {"stop", "skip"},
+             "A step whose loss or gradient norm is NaN or Inf is never applied; stop: the run "
+             "stops with an error; skip: the step is dropped and counted, and the run stops "
+             "after train.nonfinite_limit such steps in a row."),
+      integer("train", "nonfinite_limit", "5", 1, kMaxInt,
+              "With train.on_nonfinite = skip: consecutive non-finite steps that stop the run."),
       // [optim]
       real("optim", "lr", "3e-4", 0, 10, "Peak learning rate."),
       real("optim", "min_lr", "3e-5", 0, 10, "Learning rate at the end of the cosine decay."),
@@ -225,6 +231,10 @@ std::vector<KeySpec> build_schema() {
       {"checkpoint", "resume", KeyType::string, "none", false, 0, 0, {},
        "none, latest (the newest checkpoint in checkpoint.dir, or a fresh start when there is "
        "none), or the path of a checkpoint file."},
+      boolean("checkpoint", "overwrite", "false",
+              "A fresh run (resume = none) into a checkpoint.dir holding checkpoints: false "
+              "refuses to start; true replaces them (deleted once this run has written its "
+              "first checkpoint)."),
       // [sample]
       {"sample", "prompt", KeyType::string, "In the beginning", false, 0, 0, {},
        "tessera-sample: text the generation continues."},
@@ -289,8 +299,9 @@ std::string deck_reference_markdown() {
         "doc/input-deck.md`. -->\n\n"
         "A deck is an INI file of `[section]` headers and `key = value` lines (`#` starts a "
         "comment). Any key can be overridden on the command line as `--section.key=value`; "
-        "the command line wins. Unknown keys, wrong types and out-of-range values are "
-        "errors.\n";
+        "the command line wins (of a key given twice there, the last). Unknown keys, a key "
+        "given twice in the deck, wrong types and out-of-range values are errors; a UTF-8 "
+        "byte-order mark at the start is skipped.\n";
   std::string section;
   for (const KeySpec& k : deck_schema()) {
     if (k.section != section) {

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include "comm/agree.hpp"
 #include "config/run_config.hpp"
 #include "core/error.hpp"
+#include "io/checkpoint_checks.hpp"
 #include "io/h5_object.hpp"
 
 namespace fs = std::filesystem;
@@ -170,6 +173,26 @@ bool fault(const char* name) {
   return f && std::strcmp(f, name) == 0;
 }
 
+// Non-finite values among n floats.
+int64_t count_nonfinite(const float* data, int64_t n) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(data[i]);
+  return bad;
+}
+
+// The names of the links in a group (a checkpoint's "params"), in the file's order.
+std::vector<std::string> group_members(hid_t file, const char* group) {
+  std::vector<std::string> names;
+  H5Handle g(H5Gopen2(file, group, H5P_DEFAULT), H5Gclose);
+  if (g.id < 0) return names;
+  auto add = [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
+    static_cast<std::vector<std::string>*>(out)->push_back(name);
+    return 0;
+  };
+  H5Literate(g.id, H5_INDEX_NAME, H5_ITER_INC, nullptr, add, &names);
+  return names;
+}
+
 std::string checkpoint_name(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "ckpt-%08lld.h5", (long long)step);
@@ -189,35 +212,92 @@ uint64_t tensor_checksum(const float* data, int64_t begin, int64_t end) {
 }
 
 Checkpointer::Checkpointer(const RunConfig& run, Communicator& world)
-    : world_(world),
+    : run_(run),
+      world_(world),
       dir_(run.checkpoint.dir),
       every_(run.checkpoint.every),
       keep_(run.checkpoint.keep),
       at_end_(run.checkpoint.at_end),
+      overwrite_(run.checkpoint.overwrite),
       resume_(run.checkpoint.resume) {
   if (dir_.empty()) dir_ = run.output.dir + "/checkpoints";
+  // HDF5 errors reach the user as one line of ours, never as HDF5's error stack.
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }
 
 bool Checkpointer::due(int64_t step, int64_t last_step) const {
   return (at_end_ && step == last_step) || (every_ > 0 && step % every_ == 0);
 }
 
-std::string Checkpointer::resume_path() const {
-  if (resume_ == "none") return "";
-  if (resume_ == "latest") {
-    std::ifstream in(dir_ + "/latest");
-    std::string name;
-    if (!(in >> name)) return "";  // no checkpoint yet: a fresh start
-    return dir_ + "/" + name;
-  }
-  TESSERA_REQUIRE(fs::exists(resume_), "checkpoint.resume = '", resume_,
-                  "': no such file (use none, latest, or the path of a ckpt-*.h5 file)");
-  return resume_;
+std::string Checkpointer::resume_path() {
+  // Rank 0 looks at the file system and decides; every rank gets its answer or its error.
+  std::string path;
+  collectively(world_, [&] {
+    if (world_.rank() != 0) return;
+    if (resume_ == "none") {
+      replaced_ = foreign_checkpoints(dir_, overwrite_);
+    } else if (resume_ == "latest") {
+      path = latest_checkpoint(dir_);
+    } else {
+      std::error_code ec;
+      TESSERA_REQUIRE_LOCAL(!fs::is_directory(resume_, ec), "checkpoint.resume = '",
+                            printable(resume_), "' is a directory; name a ckpt-*.h5 file in it, "
+                            "or set checkpoint.dir to it and checkpoint.resume = latest");
+      TESSERA_REQUIRE_LOCAL(fs::exists(resume_, ec), "checkpoint.resume = '", printable(resume_),
+                            "': no such file (use none, latest, or the path of a ckpt-*.h5 "
+                            "file)");
+      path = resume_;
+    }
+  });
+  int64_t length = int64_t(path.size());
+  world_.broadcast(&length, sizeof length, 0);
+  path.resize(size_t(length));
+  world_.broadcast(path.data(), length, 0);
+  return path;
+}
+
+void Checkpointer::require_writable(const std::vector<CheckpointTensor>& tensors) {
+  double bytes = 0;
+  for (const CheckpointTensor& ct : tensors) bytes += 4.0 * double(ct.global.numel());
+  collectively(world_, [&] {
+    if (world_.rank() != 0) return;
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    TESSERA_REQUIRE_LOCAL(!ec, "cannot create the checkpoint directory '", printable(dir_),
+                          "' (checkpoint.dir): ", ec.message());
+    const std::string probe = dir_ + "/.write-test";
+    std::FILE* f = std::fopen(probe.c_str(), "w");
+    const int err = errno;
+    const bool wrote = f && std::fputs("ok\n", f) >= 0;
+    if (f) std::fclose(f);
+    std::remove(probe.c_str());
+    TESSERA_REQUIRE_LOCAL(wrote, "cannot write in the checkpoint directory '", printable(dir_),
+                          "' (checkpoint.dir): ", std::strerror(err ? err : EIO),
+                          "; choose a writable checkpoint.dir");
+    const fs::space_info space = fs::space(dir_, ec);
+    TESSERA_REQUIRE_LOCAL(ec || double(space.available) >= bytes, "the checkpoint directory '",
+                          printable(dir_), "' has ", double(space.available) / 1e6,
+                          " MB free, but one checkpoint takes ", bytes / 1e6,
+                          " MB; free space or choose another checkpoint.dir");
+  });
 }
 
 void Checkpointer::save(const CheckpointMeta& meta, const std::vector<CheckpointTensor>& tensors) {
   const std::string final_path = dir_ + "/" + checkpoint_name(meta.step);
   const std::string tmp_path = final_path + ".tmp";
+  // A NaN or Inf never reaches a checkpoint: each rank counts them in what it would write,
+  // and every rank refuses before anything is created, so the newest checkpoint stays the
+  // newest finite one.
+  std::vector<int64_t> bad(tensors.size());
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const auto [a, b] = responsible(tensors[t]);
+    bad[t] = count_nonfinite(tensors[t].data + (a - held(tensors[t]).first), b - a);
+  }
+  if (!bad.empty()) world_.all_reduce(bad.data(), int64_t(bad.size()));
+  for (size_t t = 0; t < tensors.size(); ++t)
+    TESSERA_REQUIRE(bad[t] == 0, "not writing the checkpoint of step ", meta.step, ": ",
+                    tensors[t].path, " holds ", bad[t], " non-finite values (NaN or Inf), so "
+                    "the run has diverged; the checkpoints already in '", dir_, "' are kept");
   collectively(world_, [&] {
     if (world_.rank() == 0) {
       std::error_code ec;
@@ -239,6 +319,7 @@ void Checkpointer::save(const CheckpointMeta& meta, const std::vector<Checkpoint
     write_string_attr(file.id, "layout", meta.layout_json);
     write_attr(file.id, "loss_scale", H5T_NATIVE_DOUBLE, meta.loss_scale);
     write_attr(file.id, "loss_scale_good", H5T_NATIVE_INT64, meta.loss_scale_good);
+    write_string_attr(file.id, "meta_checksum", meta_checksum(meta));
 
     H5Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
     H5Pset_create_intermediate_group(lcpl.id, 1);
@@ -283,13 +364,12 @@ void Checkpointer::save(const CheckpointMeta& meta, const std::vector<Checkpoint
     fsync_path(latest + ".tmp");
     fs::rename(latest + ".tmp", latest);
     fsync_path(dir_);
-    // Keep the newest keep_ checkpoints.
-    std::vector<std::string> all;
-    for (const auto& e : fs::directory_iterator(dir_)) {
-      const std::string n = e.path().filename().string();
-      if (n.rfind("ckpt-", 0) == 0 && n.size() > 3 && n.substr(n.size() - 3) == ".h5") all.push_back(n);
-    }
-    std::sort(all.begin(), all.end());
+    // checkpoint.overwrite: another run's checkpoints go once this run has one of its own.
+    for (const std::string& n : replaced_)
+      if (n != checkpoint_name(meta.step)) fs::remove(dir_ + "/" + n);
+    replaced_.clear();
+    // Keep the newest keep_ checkpoints (all finite: save refuses any other).
+    const std::vector<std::string> all = checkpoint_files(dir_);
     for (size_t i = 0; i + size_t(keep_) < all.size(); ++i) fs::remove(dir_ + "/" + all[i]);
   });
 }
@@ -299,11 +379,6 @@ CheckpointMeta Checkpointer::load(const std::string& path,
   CheckpointMeta meta;
   collectively(world_, [&] {
     H5Handle fapl(parallel_access(world_.raw()), H5Pclose);
-    // A truncated or foreign file fails here; silence HDF5's own error stack print.
-    H5E_auto2_t func;
-    void* data;
-    H5Eget_auto2(H5E_DEFAULT, &func, &data);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.id), H5Fclose);
     TESSERA_REQUIRE_LOCAL(file.id >= 0, "cannot open checkpoint '", path,
                           "': not an HDF5 file, or truncated");
@@ -323,6 +398,28 @@ CheckpointMeta Checkpointer::load(const std::string& path,
       meta.loss_scale = read_double_attr(file.id, "loss_scale", where);
       meta.loss_scale_good = read_int_attr(file.id, "loss_scale_good", where);
     }
+    // Files written before the root checksum existed have none; every newer one is checked.
+    if (H5Aexists(file.id, "meta_checksum") > 0)
+      TESSERA_REQUIRE_LOCAL(read_string_attr(file.id, "meta_checksum", where) ==
+                                meta_checksum(meta),
+                            "checkpoint '", path, "': its root attributes (step, samples, seed, "
+                            "deck, layout) are damaged (checksum mismatch); use an earlier "
+                            "checkpoint");
+    TESSERA_REQUIRE_LOCAL(meta.step >= 0 && meta.samples >= 0, "checkpoint '", path,
+                          "' has step ", meta.step, " and samples ", meta.samples,
+                          ": damaged; use an earlier checkpoint");
+    require_same_model(path, meta.deck_json, run_.model);
+    // Every parameter in the file belongs to this model (a deeper model's extra blocks or an
+    // untied head would otherwise be ignored).
+    std::vector<std::string> expected;
+    for (const CheckpointTensor& ct : tensors)
+      if (ct.path.rfind("params/", 0) == 0) expected.push_back(ct.path.substr(7));
+    std::sort(expected.begin(), expected.end());
+    for (const std::string& name : group_members(file.id, "params"))
+      TESSERA_REQUIRE_LOCAL(std::binary_search(expected.begin(), expected.end(), name),
+                            "checkpoint '", path, "' holds the parameter '", printable(name),
+                            "', which this model does not have: it was written for another "
+                            "model definition");
 
     for (const CheckpointTensor& ct : tensors) {
       TESSERA_REQUIRE_LOCAL(H5Lexists(file.id, ct.path.c_str(), H5P_DEFAULT) > 0, "checkpoint '",
@@ -346,12 +443,15 @@ CheckpointMeta Checkpointer::load(const std::string& path,
           read_uint_attr(set.id, "checksum", where + ", dataset '" + ct.path + "'");
       // The same split as the writer's; every rank read the elements it checks.
       const auto [c0, c1] = responsible(ct);
-      int64_t sum = c1 > c0 ? int64_t(block_checksum(ct, ct.data + (c0 - h0), c0, c1)) : 0;
-      world_.all_reduce(&sum, 1);
-      TESSERA_REQUIRE_LOCAL(uint64_t(sum) == expected, "checkpoint '", path, "': dataset '", ct.path,
-                            "' is damaged (checksum mismatch); use an earlier checkpoint");
+      int64_t sums[2] = {0, count_nonfinite(ct.data + (c0 - h0), c1 - c0)};
+      if (c1 > c0) sums[0] = int64_t(block_checksum(ct, ct.data + (c0 - h0), c0, c1));
+      world_.all_reduce(sums, 2);
+      TESSERA_REQUIRE_LOCAL(uint64_t(sums[0]) == expected, "checkpoint '", path, "': dataset '",
+                            ct.path, "' is damaged (checksum mismatch); use an earlier checkpoint");
+      TESSERA_REQUIRE_LOCAL(sums[1] == 0, "checkpoint '", path, "': dataset '", ct.path,
+                            "' holds ", sums[1], " non-finite values (NaN or Inf): the run that "
+                            "wrote it had diverged; resume from an earlier checkpoint");
     }
-    H5Eset_auto2(H5E_DEFAULT, func, data);
   });
   return meta;
 }

@@ -58,21 +58,30 @@ class Checkpointer {
   // True when a checkpoint is due after step (every N steps, and after the last unless
   // checkpoint.at_end = false).
   bool due(int64_t step, int64_t last_step) const;
-  // The file checkpoint.resume names: "" to start fresh. Collective error when a named file
-  // is missing.
-  std::string resume_path() const;
+  // The file checkpoint.resume names: "" to start fresh. Collective errors (decided by rank
+  // 0): a named file missing or a directory; `latest` empty, garbage or naming a missing
+  // file; a fresh start into a directory holding checkpoints without checkpoint.overwrite.
+  std::string resume_path();
+  // Before step 1: the checkpoint directory can be created and written, and has room for one
+  // checkpoint of these tensors (collective error otherwise, so no step is trained in vain).
+  void require_writable(const std::vector<CheckpointTensor>& tensors);
 
+  // Refuses (collective error, nothing written) a state holding a non-finite value.
   void save(const CheckpointMeta& meta, const std::vector<CheckpointTensor>& tensors);
-  // Reads into the tensors and verifies each dataset's checksum; collective errors name the
-  // file and the damaged or missing dataset. Nothing on disk is modified.
+  // Reads into the tensors and verifies the root attributes' checksum, the model definition
+  // against the deck, each dataset's shape and checksum, and that every value is finite;
+  // collective errors name the file and the problem. Nothing on disk is modified.
   CheckpointMeta load(const std::string& path, const std::vector<CheckpointTensor>& tensors);
 
  private:
+  const RunConfig& run_;
   Communicator& world_;
   std::string dir_;
   int64_t every_, keep_;
-  bool at_end_;
+  bool at_end_, overwrite_;
   std::string resume_;
+  // checkpoint.overwrite: another run's checkpoints, deleted once this run has published one.
+  std::vector<std::string> replaced_;
 };
 
 // Checksum of elements [begin, end) of a tensor: a position-keyed hash summed with

@@ -40,6 +40,14 @@ class TokenDataset {
   // Validation sample k (fixed order, k < samples(validation)).
   void validation_sample(int64_t k, int32_t* out) const;
 
+  // Faults found while reading, on this rank only (a token id >= the vocabulary, a failed
+  // read, the file changed since it was opened): the first one's message, "" when none. A
+  // faulty window reads as token 0 so that nothing indexes outside a table; the trainer
+  // drops the step and the caller gathers the message to rank 0 (comm/agree.hpp).
+  const std::string& fault() const { return fault_; }
+  // Records a fault when the file's size or modification time differ from those at open.
+  void check_unchanged() const;
+
  private:
   struct Segment {
     int64_t stream_begin, file_begin, length;  // a run of consecutive documents of one split
@@ -47,7 +55,9 @@ class TokenDataset {
   void read_window(const std::vector<Segment>& segments, int64_t stream_offset, int32_t* out) const;
 
   std::string path_;
-  int64_t seq_len_;
+  int64_t seq_len_, vocab_;
+  int64_t size_ = 0, mtime_ns_ = 0;  // of the file when opened
+  mutable std::string fault_;
   hid_t file_ = -1, tokens_ = -1, type_ = -1;
   std::vector<Segment> segments_[2];
   int64_t stream_tokens_[2] = {0, 0}, docs_[2] = {0, 0};

@@ -3,7 +3,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -33,6 +36,14 @@ std::string human_duration(double s) {
     std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
   else
     std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, int(s) % 3600 / 60);
+  return buf;
+}
+
+// A number for JSON: NaN and Inf (a skipped non-finite step) have no JSON form, so null.
+std::string json_number(double x) {
+  if (!std::isfinite(x)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", x);
   return buf;
 }
 
@@ -138,14 +149,16 @@ void RunLog::step(const StepResult& r) {
   // and the longest wait (skew included) is reported apart; posting and polling are maxima.
   // Phase seconds since the previous record follow (max over ranks).
   const DpSyncTiming& dp = trainer_.data_parallel().last_sync();
-  double m[7 + kPhaseCount] = {r.seconds,  -dp.in_flight, -dp.exposed,
+  double m[8 + kPhaseCount] = {r.seconds,  -dp.in_flight, -dp.exposed,
                                dp.exposed, dp.posting,    dp.polling,
                                double(trainer_.allocator().peak_total())};
   for (int p = 0; p < kPhaseCount; ++p) {
     const double now = trainer_.timer().seconds(Phase(p));
     m[7 + p] = now - phase_seen_[p], phase_seen_[p] = now;
   }
-  grid_.world().all_reduce(m, 7 + kPhaseCount, ReduceOp::max);
+  m[7 + kPhaseCount] = double(write_errno_);  // the previous step's metrics write
+  grid_.world().all_reduce(m, 8 + kPhaseCount, ReduceOp::max);
+  require_written(m[7 + kPhaseCount]);
   const double seconds = m[0];
   DpSyncTiming dp_step = dp;
   dp_step.in_flight = -m[1], dp_step.exposed = -m[2], dp_step.posting = m[4];
@@ -201,13 +214,21 @@ void RunLog::step(const StepResult& r) {
     std::snprintf(scale, sizeof scale, ", \"loss_scale\": %.9g, \"skipped\": %s", r.loss_scale,
                   r.skipped ? "true" : "false");
   std::fprintf(metrics_,
-               "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+               "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
                "\"step_time\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g, \"hfu\": %.6g, "
                "\"mem_peak_bytes\": %.0f%s%s%s, \"phase_max_s\": {%s}}\n",
-               (long long)r.step, r.loss, r.lr, r.grad_norm, seconds, tokens / seconds, mfu,
+               (long long)r.step, json_number(r.loss).c_str(), r.lr,
+               json_number(r.grad_norm).c_str(), seconds, tokens / seconds, mfu,
                hardware_flops_per_step_ / (seconds * peak_total_), mem_peak, val, dpt, scale,
                phases.c_str());
-  std::fflush(metrics_);
+  if ((std::fflush(metrics_) != 0 || std::ferror(metrics_)) && !write_errno_)
+    write_errno_ = errno ? errno : EIO;
+}
+
+void RunLog::require_written(double write_errno) const {
+  TESSERA_REQUIRE(write_errno == 0, "cannot write '", dir_, "/metrics.jsonl' (output.dir): ",
+                  std::strerror(int(write_errno)), "; the run stops (free space, or choose "
+                  "another output.dir)");
 }
 
 void RunLog::write_memory_json(const double* peak, const double* live) const {
@@ -264,9 +285,11 @@ void RunLog::print_activations(double measured, bool pipeline) const {
 void RunLog::finish() {
   const PhaseTimer& t = trainer_.timer();
   // Phase times: mean and max over ranks.
-  double phase_max[kPhaseCount], phase_sum[kPhaseCount];
+  double phase_max[kPhaseCount + 1], phase_sum[kPhaseCount];
   for (int p = 0; p < kPhaseCount; ++p) phase_max[p] = phase_sum[p] = t.seconds(Phase(p));
-  grid_.world().all_reduce(phase_max, kPhaseCount, ReduceOp::max);
+  phase_max[kPhaseCount] = double(write_errno_);  // the last step's metrics write
+  grid_.world().all_reduce(phase_max, kPhaseCount + 1, ReduceOp::max);
+  require_written(phase_max[kPhaseCount]);
   grid_.world().all_reduce(phase_sum, kPhaseCount, ReduceOp::sum);
   const Allocator& a = trainer_.allocator();
   // Peak and live bytes per category, then the totals: max over ranks.

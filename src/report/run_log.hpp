@@ -53,6 +53,10 @@ class RunLog {
   double dp_waited_all_ = 0, dp_waited_steady_ = 0;  // longest exposed time over ranks
   double phase_seen_[kPhaseCount] = {};              // this rank's phase totals at the last step()
   FILE* metrics_ = nullptr;
+  // errno of a failed metrics.jsonl write on rank 0 (0: none); carried to every rank by the
+  // next step's all-reduce (or finish's), which then stops the run with it.
+  int write_errno_ = 0;
+  void require_written(double write_errno) const;
 };
 
 }  // namespace tessera

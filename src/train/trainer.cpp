@@ -9,6 +9,7 @@
 #include "kernels/kernels.hpp"
 #include "model/tensor_parallel.hpp"
 #include "parallel/pp/stage_layers.hpp"
+#include "train/nonfinite.hpp"
 
 namespace tessera {
 
@@ -303,7 +304,11 @@ StepResult Trainer::step(int64_t s) {
   timer_.enter(Phase::other);
   store_.zero_grads();
   dp_->begin_step();
+  data_.check_unchanged();
   double loss_sum = pipeline_step(s, ctx);
+  // A data fault (a token id out of range, the file changed) on any rank makes the loss NaN
+  // everywhere, so the update is dropped; the caller reports the fault (TokenDataset::fault).
+  if (!data_.fault().empty() || injected_nonfinite(s)) loss_sum = std::nan("");
   timer_.enter(Phase::grad_sync);
   // Tied embeddings over a pipeline: the first stage's table and the last stage's copy each
   // hold part of the gradient; both take the sum, so they stay identical (Megatron-LM). With
@@ -335,8 +340,12 @@ StepResult Trainer::step(int64_t s) {
   r.loss_scale = scaler_.scale;
   r.grad_norm = std::sqrt(squares) / scaler_.scale;
   r.lr = schedule_.at(s);
-  r.skipped = !scaler_.update(std::sqrt(squares));  // every rank decides alike: squares is global
-  if (!r.skipped) {
+  // The loss and the norm are sums over every rank that contributes to them, so every rank
+  // sees the same NaN or Inf and drops the same update. Under fp16 a non-finite norm with a
+  // finite loss is an overflow of the scaled gradients: the loss scaler's to handle.
+  r.finite = std::isfinite(r.loss) && (scaler_.dynamic || std::isfinite(r.grad_norm));
+  r.skipped = r.finite && !scaler_.update(std::sqrt(squares));
+  if (r.finite && !r.skipped) {
     // The gradients carry the loss scale; the update takes them unscaled (fused with clipping).
     optim_->step(r.lr, s, dp_->optimizer_values(), dp_->optimizer_index(), grads,
                  float(clip_factor(r.grad_norm, grad_clip_) / r.loss_scale));
@@ -424,7 +433,7 @@ void Trainer::save(Checkpointer& ckpt, int64_t step) {
   timer_.stop();
 }
 
-int64_t Trainer::restore(Checkpointer& ckpt) {
+int64_t Trainer::restore(Checkpointer& ckpt, bool for_sampling) {
   const std::string path = ckpt.resume_path();
   if (path.empty()) return 0;
   CheckpointMeta meta;
@@ -432,8 +441,8 @@ int64_t Trainer::restore(Checkpointer& ckpt) {
   store_.refresh_compute();
   if (scaler_.dynamic && meta.loss_scale > 0)  // resuming fp16 from fp16: the scaler goes on
     scaler_.scale = meta.loss_scale, scaler_.good = meta.loss_scale_good;
-  TESSERA_REQUIRE(meta.samples == meta.step * geo_.global_batch, "checkpoint '", path,
-                  "' was written with ", meta.samples / std::max<int64_t>(1, meta.step),
+  TESSERA_REQUIRE(for_sampling || meta.samples == meta.step * geo_.global_batch,
+                  "checkpoint '", path, "' was written with ", meta.samples / std::max<int64_t>(1, meta.step),
                   " sequences per step but train.global_batch is ", geo_.global_batch,
                   "; the data position would not line up");
   if (grid_.world().rank() == 0) {

@@ -36,6 +36,9 @@ struct StepResult {
   // was skipped on every rank and the scale halved).
   double loss_scale = 1;
   bool skipped = false;
+  // false: the loss or gradient norm is NaN or Inf (the same on every rank) and the update
+  // was not applied; train/nonfinite.hpp decides what follows.
+  bool finite = true;
 };
 
 // fp16 dynamic loss scaling (train.precision = fp16): the summed token losses are multiplied by
@@ -64,8 +67,8 @@ class Trainer {
   // Writes the state after `step` completed steps (collective).
   void save(Checkpointer& ckpt, int64_t step);
   // Restores the state checkpoint.resume names; returns the steps already completed (0 for a
-  // fresh start).
-  int64_t restore(Checkpointer& ckpt);
+  // fresh start). for_sampling: the data position need not match this deck's batch.
+  int64_t restore(Checkpointer& ckpt, bool for_sampling = false);
   // Mean validation loss over train.eval_samples held-out sequences (collective).
   double evaluate();
   bool eval_due(int64_t step, int64_t last_step) const;

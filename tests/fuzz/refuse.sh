@@ -12,12 +12,16 @@
 #   symlink:NAME=TARGET   a symbolic link to TARGET
 #   hardlink:NAME=TARGET  a second name of the file TARGET
 #   fifo:NAME             a named pipe
+#   copy:NAME=SOURCE      a copy of the file or directory SOURCE (cp -a)
+#   run:COMMAND           runs COMMAND (bash) in WORKDIR, to damage a copy (tamper.py)
+#   mode:new-files        files may be added (a run that fails after starting writes its
+#                         logs), but every entry present before stays byte-identical
 # An argument @EMPTY@ of COMMAND is passed as an empty string (a CMake list cannot hold one).
 # WORKDIR is removed when the test passes and kept for a look when it fails.
 # usage: refuse.sh WORKDIR TIMEOUT_S REGEX [SETUP...] -- COMMAND...
 set -u
 [ $# -ge 5 ] || { echo "usage: refuse.sh WORKDIR TIMEOUT_S REGEX [SETUP...] -- COMMAND..."; exit 2; }
-work=$1 limit=$2 regex=$3
+work=$1 limit=$2 regex=$3 new_files=0
 shift 3
 fail() { echo "fuzz: FAIL: $*"; exit 1; }
 
@@ -35,6 +39,9 @@ while [ $# -gt 0 ] && [ "$1" != -- ]; do
     symlink:*) ln -s "$value" "$name" ;;
     hardlink:*) ln "$value" "$name" ;;
     fifo:*) mkfifo "$name" ;;
+    copy:*) cp -a "$value" "$name" ;;
+    run:*) bash -c "$spec" ;;
+    mode:new-files) new_files=1 ;;
     *) fail "unknown setup item '$item'" ;;
   esac || fail "setup item '$item'"
 done
@@ -65,7 +72,11 @@ line=$(printf '%s\n' "$out" | grep 'error' | head -n 1)
 [ "$status" -lt 124 ] || fail "exit status $status: killed by signal $((status - 128))?"
 [ "$errors" -eq 1 ] || fail "$errors lines containing 'error', expected exactly one"
 printf '%s\n' "$line" | grep -qE -- "$regex" || fail "the error does not match '$regex'"
-if [ "$before" != "$after" ]; then
+if [ "$new_files" -eq 1 ]; then
+  lost=$(LC_ALL=C comm -23 <(printf '%s\n' "$before" | LC_ALL=C sort) \
+    <(printf '%s\n' "$after" | LC_ALL=C sort))
+  [ -z "$lost" ] || { printf '%s\n' "$lost"; fail "an entry present before was removed or altered"; }
+elif [ "$before" != "$after" ]; then
   diff <(printf '%s\n' "$before") <(printf '%s\n' "$after")
   fail "the working directory changed (a file was written, removed or altered)"
 fi

@@ -74,6 +74,7 @@ TEST(RunConfig, EveryChoiceOfTheSchemaParses) {
       {"hardware.device", [](const RunConfig& c) { return to_string(c.hardware.device); }},
       {"train.precision", [](const RunConfig& c) { return to_string(c.train.precision); }},
       {"train.recompute", [](const RunConfig& c) { return to_string(c.train.recompute); }},
+      {"train.on_nonfinite", [](const RunConfig& c) { return to_string(c.train.on_nonfinite); }},
   };
   for (const KeySpec& k : deck_schema()) {
     if (k.type != KeyType::choice) continue;

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Makes what the checkpoint and dataset fuzz cases start from, in BASE: a small corpus and its
+# dataset (data.h5), and two finished runs of tests/fuzz/data/tiny.in: run/ (one block,
+# checkpoints of steps 3 and 6, `latest`) and run2/ (the same with two blocks).
+# usage: make_base.sh BASE TESSERA TESSERA_PREP DECK
+set -euo pipefail
+base=$1 tessera=$2 prep=$3 deck=$4
+rm -rf "$base" && mkdir -p "$base" && cd "$base"
+for i in $(seq 1 400); do
+  echo "line $i: $(( i * 7919 % 1000 )) and the quick brown fox $(( i % 13 )) jumps over $(( i * i % 97 ))"
+done > corpus.txt
+"$prep" --tokenizer byte --split-lines --out data.h5 corpus.txt
+export OMP_NUM_THREADS=1
+"$tessera" "$deck" --data.path=data.h5 --output.dir=run --hardware.peak_flops=1e9
+"$tessera" "$deck" --data.path=data.h5 --output.dir=run2 --model.layers=2 --hardware.peak_flops=1e9
+ls run/checkpoints run2/checkpoints
+echo "base: ready"
