@@ -11,6 +11,7 @@ step 2 on); its losses stay within 1e-2 of the serial run's at every step. Print
 """
 import json
 import os
+import shutil
 import shlex
 import subprocess
 import sys
@@ -18,7 +19,8 @@ import sys
 
 def main():
     work, mpiexec, tessera, deck, extra = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
-    os.makedirs(work, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)  # a fresh run refuses another run's checkpoints
+    os.makedirs(work)
     env = dict(os.environ, OMP_NUM_THREADS="1")
 
     def run(name, launch, *args):

@@ -11,6 +11,7 @@ mixed run ends within 2% of the straight one. Prints 'precision resume: OK'.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -19,7 +20,8 @@ import h5py
 
 def main():
     work, tessera, deck, extra = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-    os.makedirs(work, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)  # a fresh run refuses another run's checkpoints
+    os.makedirs(work)
     env = dict(os.environ, OMP_NUM_THREADS="1")
 
     def run(out, *args):

@@ -73,6 +73,8 @@ TEST(RunConfig, EveryChoiceOfTheSchemaParses) {
       {"parallel.progress", [](const RunConfig& c) { return to_string(c.parallel.progress); }},
       {"hardware.device", [](const RunConfig& c) { return to_string(c.hardware.device); }},
       {"train.precision", [](const RunConfig& c) { return to_string(c.train.precision); }},
+      {"parallel.grad_reduce_dtype",
+       [](const RunConfig& c) { return to_string(c.parallel.grad_reduce_dtype); }},
       {"train.recompute", [](const RunConfig& c) { return to_string(c.train.recompute); }},
       {"train.on_nonfinite", [](const RunConfig& c) { return to_string(c.train.on_nonfinite); }},
   };
