@@ -3,10 +3,10 @@
 // tensors' space; the entries take raw pointers of the dtype they implement, so a backend's
 // code knows nothing of Tensor.
 //
-// Adding a kernel: an entry here, its implementation in cpu/ (and cuda/, or leave the entry null
-// there: calling it then raises an error naming the kernel and the backend), the registration
-// line in that file's register_* function, and the checked public function in kernels.hpp and
-// kernels.cpp.
+// Adding a kernel: an entry here, its implementation once in kokkos/ (a static function of the
+// family's class template, set in its fill(); or, for a kernel that must be specialised, in
+// cpu/ and cuda/, where a null entry raises an error naming the kernel and the backend), and the
+// checked public function in kernels.hpp and kernels.cpp.
 //
 // Adding a dtype to a kernel: the DType (tensor/tensor.hpp, with its size and name), an entry
 // here for the kernel in that dtype (as matmul_half beside matmul), and the branch in the
@@ -109,30 +109,30 @@ struct Backend {
 const Backend& cpu_backend();
 const Backend& cuda_backend();
 
-// Each implementation file fills its family's entries.
+// The specialised implementations, each filling its family's entries: the GEMMs (oneDNN,
+// cuBLAS) and attention (cpu/attention.cpp, cuda/attention.cu).
 namespace cpu {
 void register_gemm(Backend& b);
-void register_elementwise(Backend& b);
-void register_cast(Backend& b);
-void register_norm(Backend& b);
-void register_activation(Backend& b);
-void register_rope(Backend& b);
 void register_attention(Backend& b);
-void register_embedding(Backend& b);
-void register_cross_entropy(Backend& b);
-void register_adamw(Backend& b);
 }  // namespace cpu
+
+// The Kokkos kernels (kernels/kokkos/, doc/kokkos.md): every other entry, one source for both
+// tables; each family fills its entries with the instances of one target space.
+namespace kokkos {
+enum class Target { host, cuda };
+void register_elementwise(Backend& b, Target t);
+void register_cast(Backend& b, Target t);
+void register_norm(Backend& b, Target t);
+void register_activation(Backend& b, Target t);
+void register_rope(Backend& b, Target t);
+void register_embedding(Backend& b, Target t);
+void register_cross_entropy(Backend& b, Target t);
+void register_adamw(Backend& b, Target t);
+}  // namespace kokkos
 
 namespace cuda {
 void register_gemm(Backend& b);
-void register_elementwise(Backend& b);
-void register_norm(Backend& b);
-void register_activation(Backend& b);
-void register_rope(Backend& b);
 void register_attention(Backend& b);
-void register_embedding(Backend& b);
-void register_cross_entropy(Backend& b);
-void register_adamw(Backend& b);
 }  // namespace cuda
 
 }  // namespace tessera::kernels

@@ -1,27 +1,25 @@
 // Scalar conversions between f32 and the 16-bit floating types, rounding to nearest even like
 // the hardware instructions (and the CUDA backend's __float2bfloat16_rn / __float2half_rn),
 // written on the bit patterns so the result does not depend on the compiler's half-precision
-// support. The CPU kernels (kernels/cpu) and the bf16 reduction operator of comm/ use them.
+// support. constexpr, so that device code may call them too (nvcc --expt-relaxed-constexpr):
+// the Kokkos cast kernels (kernels/kokkos), the CPU GEMM's widening and the bf16 reduction
+// operator of comm/ use them.
 #pragma once
 
 #include <cstdint>
-#include <cstring>
+#include <bit>
 
 namespace tessera::half {
 
-inline uint32_t bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
+constexpr uint32_t bits(float x) {
+  return std::bit_cast<uint32_t>(x);
 }
 
-inline float from_bits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
+constexpr float from_bits(uint32_t u) {
+  return std::bit_cast<float>(u);
 }
 
-inline uint16_t to_bf16(float x) {
+constexpr uint16_t to_bf16(float x) {
   const uint32_t u = bits(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);  // NaN stays quiet NaN
   return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
@@ -29,7 +27,7 @@ inline uint16_t to_bf16(float x) {
 
 // The normal range is rebiased and rounded on the bits; below 2^-14 a float addition of 0.5
 // does the subnormal rounding, since the ulp of 0.5 is 2^-24, the smallest half subnormal.
-inline uint16_t to_f16(float x) {
+constexpr uint16_t to_f16(float x) {
   uint32_t u = bits(x);
   const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
   u &= 0x7fffffffu;
@@ -44,7 +42,7 @@ inline uint16_t to_f16(float x) {
   return sign | uint16_t(u >> 13);
 }
 
-inline float from_f16(uint16_t h) {
+constexpr float from_f16(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
   if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in float
@@ -55,7 +53,7 @@ inline float from_f16(uint16_t h) {
   return from_bits(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
-inline float from_bf16(uint16_t h) {
+constexpr float from_bf16(uint16_t h) {
   return from_bits(uint32_t(h) << 16);
 }
 

@@ -1,5 +1,7 @@
 #include "train/device.hpp"
 
+#include <mpi.h>
+
 #include <cstdio>
 
 #include "comm/agree.hpp"
@@ -20,9 +22,20 @@ void require_device(const HardwareSection& hardware, Communicator& world) {
                  cat("hardware.device = cuda: no CUDA device is visible to rank ", world.rank(),
                      "; check the node's GPUs, driver and CUDA_VISIBLE_DEVICES, or set "
                      "hardware.device = cpu"));
+  // One rank per GPU: the ranks sharing a node take its devices by their order on the node.
+  MPI_Comm node;
+  MPI_Comm_split_type(world.raw(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &node);
+  int on_node = 1;
+  MPI_Comm_size(node, &on_node);
+  MPI_Comm_free(&node);
+  const int devices = kernels::cuda_device_count();
+  agree_or_throw(world, on_node <= devices,
+                 cat("hardware.device = cuda: ", on_node, " ranks share the node of rank ",
+                     world.rank(), " but it sees ", devices, " GPU(s); tessera runs one rank per "
+                     "GPU (Slurm: --ntasks-per-node and --gpus-per-task=1, jobscripts/README.md)"));
   TESSERA_REQUIRE(false,
                   "hardware.device = cuda: the GPU training path is not built yet (the "
-                  "CUDA kernels are, doc/cuda.md); set hardware.device = cpu");
+                  "kernels are, doc/kokkos.md, doc/cuda.md); set hardware.device = cpu");
 }
 
 void warn_precision_cost(const RunConfig& run, Communicator& world) {

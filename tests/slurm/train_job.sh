@@ -81,4 +81,18 @@ grep -q "train.sbatch: mpirun -np 4 --map-by ppr:4:node:PE=1 " "$log" || fail "n
 grep -q "dp (1 x 4)" "$log" || fail "tessera did not run on 4 ranks under mpirun"
 grep -qx "step 10" "$run/out-mpirun/COMPLETED" || fail "mpirun run not complete"
 echo "mpirun job: PASS"
+# A GPU-node job (TESSERA_NODE_KIND=gpu; this node has no GPU, so no --gpu-bind): the script
+# asks tessera for the GPUs, which stops before any work with one line from rank 0, and the job
+# fails without a requeue or a checkpoint.
+id4=$(sbatch --parsable -n 2 --output="$run/job-%j.out" \
+        --export=ALL,TESSERA_BIN="$tessera",TESSERA_NODE_KIND=gpu,TESSERA_GPU_BIND=none \
+        "$script" "$deck" "$@" --train.steps=4 --hardware.peak_flops=1e9 \
+        --output.echo_deck=false --output.dir="$run/out-gpu")
+log=$run/job-$id4.out
+state=$(job_wait "$id4" 120) || { cat "$log" || true; fail "job $id4: $state"; }
+[ "$state" = FAILED ] || { cat "$log"; fail "gpu-node job $id4 ended $state, expected FAILED"; }
+grep -q -- "--hardware.device=cuda" "$log" || { cat "$log"; fail "gpu-node job not given hardware.device=cuda"; }
+[ "$(grep -c "error: hardware.device = cuda" "$log")" = 1 ] || { cat "$log"; fail "gpu-node job: not one device error"; }
+[ ! -e "$run/out-gpu/checkpoints" ] || fail "gpu-node job wrote checkpoints"
+echo "gpu-node job without a GPU: one error, FAILED: PASS"
 echo "slurm train job: PASS"

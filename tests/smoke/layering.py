@@ -20,7 +20,7 @@ CASES = {
     "core": ("src/core/deck.cpp", "core/error.hpp", "tensor/tensor.hpp"),
     "config": ("src/config/run_config.cpp", "core/deck.hpp", "tensor/tensor.hpp"),
     "tensor": ("src/tensor/tensor.cpp", "core/error.hpp", "kernels/kernels.hpp"),
-    "kernels": ("src/kernels/cpu/elementwise.cpp", "tensor/tensor.hpp", "model/param.hpp"),
+    "kernels": ("src/kernels/cpu/backend.cpp", "tensor/tensor.hpp", "model/param.hpp"),
     "comm": ("src/comm/communicator.cpp", "tensor/tensor.hpp", "model/param.hpp"),
     "io": ("src/io/checkpoint.cpp", "config/run_config.hpp", "train/trainer.hpp"),
     "model": ("src/model/linear.cpp", "kernels/kernels.hpp", "parallel/dp/grad_buckets.hpp"),

@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
-#include "kernels/cpu/half.hpp"
 
 namespace tessera::kernels::cpu {
 
@@ -73,8 +72,9 @@ void matmul_half(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType 
   if (ab == DType::f16) {
     if (c_dtype != DType::f32) throw std::runtime_error("matmul: f16 operands need an f32 C");
     std::vector<float> a(size_t(M * K)), b(size_t(K * N));
-    f16_to_f32(A, a.data(), M * K);
-    f16_to_f32(B, b.data(), K * N);
+    const Backend& cpu = cpu_backend();  // the casts of the table (kernels/kokkos)
+    cpu.f16_to_f32(A, a.data(), M * K);
+    cpu.f16_to_f32(B, b.data(), K * N);
     return matmul(a.data(), b.data(), static_cast<float*>(C), M, N, K, trans_a, trans_b, alpha,
                   beta);
   }

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
-#include "kernels/cpu/half.hpp"
 
 namespace tessera::kernels::cpu {
 
@@ -31,7 +30,8 @@ void matmul_half(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType 
                  int64_t N, int64_t K, bool trans_a, bool trans_b, float alpha, float beta) {
   if (c_dtype != DType::f32) throw std::runtime_error("matmul: 16-bit operands need an f32 C here");
   std::vector<float> a(size_t(M * K)), b(size_t(K * N));
-  auto widen = ab == DType::bf16 ? bf16_to_f32 : f16_to_f32;
+  const Backend& cpu = cpu_backend();  // the casts of the table (kernels/kokkos)
+  auto widen = ab == DType::bf16 ? cpu.bf16_to_f32 : cpu.f16_to_f32;
   widen(A, a.data(), M * K);
   widen(B, b.data(), K * N);
   matmul(a.data(), b.data(), static_cast<float*>(C), M, N, K, trans_a, trans_b, alpha, beta);

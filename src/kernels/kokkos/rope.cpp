@@ -1,0 +1,36 @@
+// Rotary position embedding, Llama's interleaved-pair convention: one thread per (token, pair),
+// the angle in double, all heads of the token rotated by it.
+#include "kernels/kokkos/kokkos.hpp"
+
+namespace tessera::kernels::kokkos {
+
+template <class E>
+struct Rope {
+  static void rope(float* x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t pos0, float theta,
+                   bool inverse) {
+    const int64_t half = D / 2;
+    Kokkos::parallel_for(
+        "rope", range<E>(B * T * half), KOKKOS_LAMBDA(int64_t i) {
+          const int64_t j = i % half, bt = i / half, t = bt % T;
+          float* row = x + bt * H * D;
+          const double pos = double(pos0 + t);
+          const double angle = pos * Kokkos::pow(double(theta), -2.0 * double(j) / double(D));
+          const float c = float(Kokkos::cos(angle));
+          const float s = inverse ? -float(Kokkos::sin(angle)) : float(Kokkos::sin(angle));
+          for (int64_t h = 0; h < H; ++h) {
+            float* p = row + h * D + 2 * j;
+            const float a = p[0], b = p[1];
+            p[0] = a * c - b * s;
+            p[1] = a * s + b * c;
+          }
+        });
+  }
+
+  static void fill(Backend& b) { b.rope = rope; }
+};
+
+void register_rope(Backend& b, Target t) {
+  register_for<Rope>(b, t);
+}
+
+}  // namespace tessera::kernels::kokkos
