@@ -41,6 +41,8 @@ struct Backend {
   void (*sum_squares_accumulate)(const float* x, int64_t n, double* total) = nullptr;
   void (*bias_backward)(const float* dy, float* db, int64_t N, int64_t C) = nullptr;
   void (*bias_add)(float* y, const float* b, int64_t N, int64_t C) = nullptr;
+  void (*copy_rows)(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows,
+                    int64_t cols) = nullptr;
 
   // casts between f32 and the 16-bit floating types (round to nearest even)
   void (*f32_to_bf16)(const float* x, uint16_t* y, int64_t n) = nullptr;

@@ -169,6 +169,16 @@ void bias_add(const Tensor& y, const Tensor& bias, int64_t N, int64_t C) {
   TESSERA_KERNEL(b, bias_add)(f(y), f(bias), N, C);
 }
 
+void copy_rows(const Tensor& x, int64_t ldx, const Tensor& y, int64_t ldy, int64_t rows,
+               int64_t cols) {
+  TESSERA_REQUIRE_LOCAL(cols <= ldx && cols <= ldy, "kernels::copy_rows: ", cols,
+                        " columns do not fit rows of ", ldx, " and ", ldy);
+  const int64_t nx = rows > 0 ? (rows - 1) * ldx + cols : 0;
+  const int64_t ny = rows > 0 ? (rows - 1) * ldy + cols : 0;
+  const Backend& b = check("copy_rows", {{"x", x, nx}, {"y", y, ny}});
+  TESSERA_KERNEL(b, copy_rows)(f(x), ldx, f(y), ldy, rows, cols);
+}
+
 void cast(const Tensor& x, const Tensor& y, int64_t n) {
   const DType from = x.dtype, to = y.dtype;
   const bool half_to = to == DType::bf16 || to == DType::f16;

@@ -48,6 +48,10 @@ void sum_squares_accumulate(const Tensor& x, int64_t n, const Tensor& total);
 void bias_backward(const Tensor& dy, const Tensor& db, int64_t N, int64_t C);
 // y[N,C] += b[C]
 void bias_add(const Tensor& y, const Tensor& b, int64_t N, int64_t C);
+// y[r, c] = x[r, c] for r < rows, c < cols, rows ldx apart in x and ldy apart in y (cols <=
+// both): a block of a wider matrix in one call.
+void copy_rows(const Tensor& x, int64_t ldx, const Tensor& y, int64_t ldy, int64_t rows,
+               int64_t cols);
 
 // ---- casts -----------------------------------------------------------------------------
 // y = x converted to y's dtype: f32 -> bf16 / f16 with round to nearest even (NaN stays NaN,

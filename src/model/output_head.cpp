@@ -99,7 +99,7 @@ void OutputHead::logits(StepContext& ctx, const Tensor& x, const Tensor& out) {
   kernels::matmul(gemm_operand(ctx, xn, w.dtype, ScratchId::gemm_x), w, full, N, Vp, C, false,
                   true);
   rows_of(out, V, "OutputHead::logits out");  // out.rows(n, 1) is row n of [N, V]
-  for (int64_t n = 0; n < N; ++n) kernels::copy(full.rows(n, 1), out.rows(n, 1), V);
+  kernels::copy_rows(full, Vp, out, V, N, V);
 }
 
 }  // namespace tessera

@@ -1,5 +1,6 @@
 // Tests every CPU kernel of kernels/kernels.hpp except attention (see test_attention.cpp)
-// against naive loops in double precision. Backward kernels are checked against central
+// against naive loops in double precision: the GEMM (oneDNN) and, in the Kokkos* suites, the
+// Kokkos kernels of kernels/kokkos/ in the host space, whose source the CUDA space shares. Backward kernels are checked against central
 // differences of the double-precision forward, so the reference gradients do not share a
 // derivation with the code under test. fp32 results must agree to a relative ~1e-5.
 #include <gtest/gtest.h>
@@ -145,7 +146,7 @@ TEST(KernelMatmul, EmptyOutputIsANoOp) {
 
 // ---- elementwise and reductions -----------------------------------------------------------
 
-TEST(KernelElementwise, FillCopyAddScale) {
+TEST(KokkosElementwise, FillCopyAddScale) {
   const int64_t n = 1003;  // not a multiple of any vector width
   FVec x(n, kNaN);
   fill(host(x), 2.5f, n);
@@ -168,7 +169,7 @@ TEST(KernelElementwise, FillCopyAddScale) {
   EXPECT_EQ(x[0], 2.5f);
 }
 
-TEST(KernelElementwise, SumSquaresIsAccumulatedInDouble) {
+TEST(KokkosElementwise, SumSquaresIsAccumulatedInDouble) {
   const int64_t n = 100003;
   FVec x = randn(n, 5, 3.0);
   x[17] = 1e4f;  // one large value next to many small ones: fp32 accumulation would lose digits
@@ -178,7 +179,7 @@ TEST(KernelElementwise, SumSquaresIsAccumulatedInDouble) {
   EXPECT_EQ(sum_squares(host(x), 0), 0.0);
 }
 
-TEST(KernelElementwise, BiasAdd) {
+TEST(KokkosElementwise, BiasAdd) {
   for (int64_t C : {1, 19, 64}) {
     const int64_t N = 37;
     const FVec y0 = randn(N * C, 6), b = randn(C, 7);
@@ -189,7 +190,7 @@ TEST(KernelElementwise, BiasAdd) {
   }
 }
 
-TEST(KernelElementwise, BiasBackwardAccumulatesColumnSums) {
+TEST(KokkosElementwise, BiasBackwardAccumulatesColumnSums) {
   for (int64_t C : {1, 19, 64}) {
     const int64_t N = 37;
     const FVec dy = randn(N * C, 8);
@@ -200,6 +201,21 @@ TEST(KernelElementwise, BiasBackwardAccumulatesColumnSums) {
     bias_backward(host(dy), host(db), N, C);
     expect_close(db, want, kRel, -1, "db C=" + std::to_string(C));
   }
+}
+
+TEST(KokkosElementwise, CopyRowsCopiesABlockOfAWiderMatrix) {
+  const int64_t rows = 7, ldx = 13, ldy = 9, cols = 9;
+  const FVec x = randn(rows * ldx, 10);
+  FVec y(rows * ldy, kNaN);
+  copy_rows(host(x), ldx, host(y), ldy, rows, cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(y[r * ldy + c], x[r * ldx + c]) << r << "," << c;
+  // Fewer columns than the destination's stride leave the rest of each row alone.
+  FVec z(rows * ldy, 5.0f);
+  copy_rows(host(x), ldx, host(z), ldy, rows, 4);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < ldy; ++c)
+      ASSERT_EQ(z[r * ldy + c], c < 4 ? x[r * ldx + c] : 5.0f) << r << "," << c;
 }
 
 // ---- normalisation -----------------------------------------------------------------------
@@ -238,7 +254,7 @@ DVec layernorm_ref(const DVec& x, const DVec& w, const DVec& b, int64_t N, int64
   return y;
 }
 
-TEST(KernelNorm, RmsnormForwardAndBackward) {
+TEST(KokkosNorm, RmsnormForwardAndBackward) {
   const int64_t N = 6, C = 37;
   const FVec x = randn(N * C, 11, 1.5), w = randn(C, 12, 0.5, 1.0), dy = randn(N * C, 13);
   FVec y(N * C, kNaN), rstd(N, kNaN);
@@ -258,7 +274,7 @@ TEST(KernelNorm, RmsnormForwardAndBackward) {
   expect_close(dw, dw_ref, kRel, -1, "rmsnorm dw");
 }
 
-TEST(KernelNorm, LayernormForwardAndBackward) {
+TEST(KokkosNorm, LayernormForwardAndBackward) {
   const int64_t N = 6, C = 37;
   // A common offset per row: the variance must not be computed as E[x^2] - E[x]^2 in fp32.
   const FVec x = randn(N * C, 21, 1.5, 10.0), w = randn(C, 22, 0.5, 1.0), b = randn(C, 23);
@@ -312,7 +328,7 @@ double derivative(double (*f)(double), double x) {
   return (f(x + h) - f(x - h)) / (2 * h);
 }
 
-TEST(KernelActivation, SwigluForwardAndBackward) {
+TEST(KokkosActivation, SwigluForwardAndBackward) {
   const FVec gate = activation_inputs();
   const int64_t n = int64_t(gate.size());
   const FVec up = randn(n, 32), dout = randn(n, 33);
@@ -331,7 +347,7 @@ TEST(KernelActivation, SwigluForwardAndBackward) {
   expect_close(dgate, dgate_ref, kRel, 1e-8, "swiglu dgate");
 }
 
-TEST(KernelActivation, GeluTanhForwardAndBackward) {
+TEST(KokkosActivation, GeluTanhForwardAndBackward) {
   const FVec x = activation_inputs();
   const int64_t n = int64_t(x.size());
   const FVec dy = randn(n, 34);
@@ -374,7 +390,7 @@ DVec rope_ref(const FVec& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t
   return y;
 }
 
-TEST(KernelRope, MatchesTheLlamaRotation) {
+TEST(KokkosRope, MatchesTheLlamaRotation) {
   const int64_t B = 2, T = 7, H = 3, D = 8;
   for (double theta : {10000.0, 50.0}) {
     const FVec x0 = randn(B * T * H * D, 41);
@@ -389,7 +405,7 @@ TEST(KernelRope, MatchesTheLlamaRotation) {
   }
 }
 
-TEST(KernelRope, InverseUndoesForwardAndIsTheTranspose) {
+TEST(KokkosRope, InverseUndoesForwardAndIsTheTranspose) {
   const int64_t B = 2, T = 9, H = 2, D = 6;
   const FVec x0 = randn(B * T * H * D, 42), g = randn(B * T * H * D, 43);
   FVec x = x0;
@@ -409,7 +425,7 @@ TEST(KernelRope, InverseUndoesForwardAndIsTheTranspose) {
   EXPECT_NEAR(lhs, rhs, kRel * mag);
 }
 
-TEST(KernelRope, PositionOffset) {
+TEST(KokkosRope, PositionOffset) {
   // Rotating tokens [pos0, pos0 + T) equals the tail of rotating [0, pos0 + T).
   const int64_t B = 2, T = 4, H = 2, D = 8, pos0 = 5, Tfull = pos0 + T;
   const FVec full0 = randn(B * Tfull * H * D, 44);
@@ -429,7 +445,7 @@ TEST(KernelRope, PositionOffset) {
 
 // ---- embedding ---------------------------------------------------------------------------
 
-TEST(KernelEmbedding, ForwardGathersRows) {
+TEST(KokkosEmbedding, ForwardGathersRows) {
   const int64_t V = 10, C = 37, N = 8;
   const FVec table = randn(V * C, 51);
   const std::vector<int32_t> ids = {3, 0, 9, 3, 3, 7, 0, 1};
@@ -439,7 +455,7 @@ TEST(KernelEmbedding, ForwardGathersRows) {
     for (int64_t c = 0; c < C; ++c) ASSERT_EQ(out[n * C + c], table[ids[n] * C + c]);
 }
 
-TEST(KernelEmbedding, BackwardScatterAddsRepeatedIds) {
+TEST(KokkosEmbedding, BackwardScatterAddsRepeatedIds) {
   const int64_t V = 10, C = 37, N = 8;  // C: two full blocks of 16 columns and a partial one
   const std::vector<int32_t> ids = {3, 0, 9, 3, 3, 7, 0, 1};
   const FVec dout = randn(N * C, 52);
@@ -488,7 +504,7 @@ void check_cross_entropy(const FVec& logits0, const std::vector<int32_t>& target
       ASSERT_EQ(logits[n * V + v], 0.0f) << what << ": padding column " << v << " of row " << n;
 }
 
-TEST(KernelCrossEntropy, LossAndGradient) {
+TEST(KokkosCrossEntropy, LossAndGradient) {
   const int64_t N = 6, V = 11;
   const FVec logits = randn(N * V, 61, 2.0);
   const std::vector<int32_t> targets = {0, 10, 5, 5, 3, 7};
@@ -504,7 +520,7 @@ TEST(KernelCrossEntropy, LossAndGradient) {
   }
 }
 
-TEST(KernelCrossEntropy, PaddingColumnsDoNotChangeTheLoss) {
+TEST(KokkosCrossEntropy, PaddingColumnsDoNotChangeTheLoss) {
   const int64_t N = 5, V = 16, V_valid = 11;
   FVec logits = randn(N * V, 62, 2.0);
   const std::vector<int32_t> targets = {10, 0, 4, 4, 9};
@@ -525,7 +541,7 @@ TEST(KernelCrossEntropy, PaddingColumnsDoNotChangeTheLoss) {
   }
 }
 
-TEST(KernelCrossEntropy, LargeLogitsAreStable) {
+TEST(KokkosCrossEntropy, LargeLogitsAreStable) {
   const int64_t N = 4, V = 9;
   FVec logits = randn(N * V, 63, 3.0);
   // exp of these overflows fp32 (and fp64 for the last) unless the row maximum is subtracted.
@@ -545,7 +561,7 @@ TEST(KernelCrossEntropy, LargeLogitsAreStable) {
 
 // ---- AdamW -------------------------------------------------------------------------------
 
-TEST(KernelAdamW, MatchesTorchOverThreeSteps) {
+TEST(KokkosAdamW, MatchesTorchOverThreeSteps) {
   const int64_t n = 1001;
   const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
   FVec p = randn(n, 71), m(n, 0.0f), v(n, 0.0f);
@@ -586,7 +602,7 @@ TEST(KernelAdamW, MatchesTorchOverThreeSteps) {
   EXPECT_NEAR(p[2], p0 * d * d * d - lr * (d * d + d + 1), 1e-6);
 }
 
-TEST(KernelAdamW, GradScaleMultipliesTheGradient) {
+TEST(KokkosAdamW, GradScaleMultipliesTheGradient) {
   // grad_scale (fused clipping) is exactly a step on grad_scale * g.
   const int64_t n = 257;
   const float scale = 0.3f;

@@ -55,6 +55,18 @@ struct Elementwise {
         });
   }
 
+  static void copy_rows(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows_,
+                        int64_t cols) {
+    Kokkos::parallel_for(
+        "copy_rows", rows<E>(rows_), KOKKOS_LAMBDA(const Team<E>& team) {
+          const int64_t r = team.league_rank();
+          const float* src = x + r * ldx;
+          float* dst = y + r * ldy;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols),
+                               [&](int64_t c) { dst[c] = src[c]; });
+        });
+  }
+
   // db[c] += sum over rows of dy[r, c]: parallel over blocks of columns, rows in order.
   static void bias_backward(const float* dy, float* db, int64_t N, int64_t C) {
     constexpr int64_t W = column_block<E>;
@@ -76,6 +88,7 @@ struct Elementwise {
     b.sum_squares = sum_squares;
     b.sum_squares_accumulate = sum_squares_accumulate;
     b.bias_add = bias_add;
+    b.copy_rows = copy_rows;
     b.bias_backward = bias_backward;
   }
 };
