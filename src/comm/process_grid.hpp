@@ -52,6 +52,7 @@ struct ParallelContext {
   Communicator& dp;
   Communicator& tp;
   bool sequence_parallel = false;
+  Communicator* cp = nullptr;  // context parallelism (null: none)
 };
 
 }  // namespace tessera
