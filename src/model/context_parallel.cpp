@@ -1,8 +1,10 @@
 #include "model/context_parallel.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "kernels/kernels.hpp"
 
@@ -47,6 +49,43 @@ struct Ring {
 
 Tensor flat(const Tensor& t, int64_t begin, int64_t n) { return t.slice(begin, n); }
 
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The transfers of one ring step, posted before its blocks are attended to: poll() between
+// blocks lets MPI progress them and notes when they are all complete; finish() waits for
+// them after the compute and adds in-flight and exposed time to the layer's OverlapTiming.
+class StepTransfers {
+ public:
+  explicit StepTransfers(OverlapTiming* timing) : timing_(timing), posted_(now()) {}
+  void add(Request r) { reqs_.push_back(std::move(r)); }
+  void poll() {
+    if (done_ > 0 || reqs_.empty()) return;
+    bool all = true;
+    for (Request& r : reqs_) all = r.test() && all;
+    if (all) done_ = now();
+  }
+  void finish() {
+    if (reqs_.empty()) return;
+    const double t0 = now();
+    for (Request& r : reqs_) r.wait();
+    const double t1 = now();
+    if (timing_) {
+      timing_->in_flight += (done_ > 0 ? done_ : t1) - posted_;
+      timing_->exposed += t1 - t0;
+      timing_->transfers += int64_t(reqs_.size());
+    }
+    reqs_.clear();
+  }
+
+ private:
+  OverlapTiming* timing_;
+  double posted_, done_ = 0;
+  std::vector<Request> reqs_;
+};
+
 void ring_forward(StepContext& ctx, const ModelConfig& cfg, const Tensor& q, const Tensor& k,
                   const Tensor& v, const Tensor& att, const Tensor& lse) {
   Communicator& comm = *ctx.par.cp;
@@ -60,10 +99,10 @@ void ring_forward(StepContext& ctx, const ModelConfig& cfg, const Tensor& q, con
   bool started[2] = {false, false};
   for (int i = 0; i < R.P; ++i) {
     const int src = (R.r - i + R.P) % R.P;
-    Request send, recv;
+    StepTransfers kv(ctx.par.cp_timing);
     if (i < R.P - 1) {  // the next block travels while this one is attended to
-      recv = comm.irecv(nxt.f32(), R.block(), R.prev, kTagKv);
-      send = comm.isend(cur.f32(), R.block(), R.next, kTagKv);
+      kv.add(comm.irecv(nxt.f32(), R.block(), R.prev, kTagKv));
+      kv.add(comm.isend(cur.f32(), R.block(), R.next, kTagKv));
     }
     for (int qj = 0; qj < 2; ++qj)
       for (int kj = 0; kj < 2; ++kj) {
@@ -80,13 +119,10 @@ void ring_forward(StepContext& ctx, const ModelConfig& cfg, const Tensor& q, con
           kernels::attention_forward(qc, kc, vc, part, part_lse, s);
           kernels::attention_merge(oc, lc, part, part_lse, R.B, R.c, R.Hq, R.D);
         }
-        if (i < R.P - 1) recv.test(), send.test();  // let MPI progress the transfer
+        kv.poll();  // let MPI progress the transfer
       }
-    if (i < R.P - 1) {
-      recv.wait();
-      send.wait();
-      std::swap(cur, nxt);
-    }
+    kv.finish();
+    std::swap(cur, nxt);
   }
 }
 
@@ -113,12 +149,12 @@ void ring_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_att
   for (int i = 0; i < R.P; ++i) {
     const int src = (R.r - i + R.P) % R.P;
     const Tensor& acc = dkv[i % 2];
-    Request kv_send, kv_recv, dkv_recv;
+    StepTransfers xfer(ctx.par.cp_timing);
     if (i < R.P - 1) {
-      kv_recv = comm.irecv(nxt.f32(), R.block(), R.prev, kTagKv);
-      kv_send = comm.isend(cur.f32(), R.block(), R.next, kTagKv);
+      xfer.add(comm.irecv(nxt.f32(), R.block(), R.prev, kTagKv));
+      xfer.add(comm.isend(cur.f32(), R.block(), R.next, kTagKv));
     }
-    if (i > 0) dkv_recv = comm.irecv(acc.f32(), R.block(), R.prev, kTagDkv);
+    if (i > 0) xfer.add(comm.irecv(acc.f32(), R.block(), R.prev, kTagDkv));
     kernels::fill(local, 0.0f, R.block());
     for (int qj = 0; qj < 2; ++qj)
       for (int kj = 0; kj < 2; ++kj) {
@@ -132,21 +168,14 @@ void ring_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_att
         kernels::add_inplace(flat(dq, qj * R.nq, R.nq), dq_part, R.nq);
         kernels::add_inplace(flat(local, R.k_at(kj), R.nkv), dk_part, R.nkv);
         kernels::add_inplace(flat(local, R.v_at(kj), R.nkv), dv_part, R.nkv);
-        if (i < R.P - 1) kv_recv.test(), kv_send.test();
+        xfer.poll();
       }
-    if (i > 0) {
-      dkv_recv.wait();
-      kernels::add_inplace(acc, local, R.block());
-    } else {
-      kernels::copy(local, acc, R.block());
-    }
+    xfer.finish();
+    if (i > 0) kernels::add_inplace(acc, local, R.block());
+    else kernels::copy(local, acc, R.block());
     dkv_send.wait();  // the previous step's, from the other buffer
     dkv_send = comm.isend(acc.f32(), R.block(), R.next, kTagDkv);
-    if (i < R.P - 1) {
-      kv_recv.wait();
-      kv_send.wait();
-      std::swap(cur, nxt);
-    }
+    std::swap(cur, nxt);
   }
   // This rank's own block comes home from the previous rank with every contribution.
   const Tensor& home = dkv[R.P % 2];

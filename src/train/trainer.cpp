@@ -75,6 +75,7 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid)
                   "train.eval_every = ", eval_every_, " but the validation split of '",
                   run.data.path, "' is empty; raise data.val_fraction or set "
                   "train.eval_every = 0");
+  par_.cp_timing = &cp_timing_;
   split_tensor_parallel();
   cfg_.split(ContextParallel{grid.group(Group::cp).size(), grid.group(Group::cp).rank(),
                              run.parallel.cp_kind});
