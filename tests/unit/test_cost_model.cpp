@@ -207,7 +207,7 @@ TEST(PlanSearch, LegalityRules) {
             std::string::npos);
   l.micro_batch = 1;
   EXPECT_EQ(layout_problem(w, l, c, Runtime::megatron, 8), "");
-  // tessera runs pipelines (with ZeRO-2/3 too, and layers that do not split evenly), not CP.
+  // tessera runs pipelines (with ZeRO-2/3 too, and layers that do not split evenly) and CP.
   l.precision = ComputeType::fp32;
   EXPECT_EQ(layout_problem(w, l, c, Runtime::tessera, 8), "");
   l.zero = 2;
@@ -217,8 +217,19 @@ TEST(PlanSearch, LegalityRules) {
   l.pp = 2, l.vpp = 8;
   EXPECT_NE(layout_problem(w, l, c, Runtime::tessera, 8).find("without layers"),
             std::string::npos);
+  // Context parallelism: the ring needs seq_len divisible by 2 cp, Ulysses cp dividing the
+  // heads and key/value heads per tensor-parallel rank (parallel.cp_kind).
   l.vpp = 1, l.tp = 2, l.cp = 2;
-  EXPECT_NE(layout_problem(w, l, c, Runtime::tessera, 8).find("not implemented"),
+  EXPECT_EQ(layout_problem(w, l, c, Runtime::tessera, 8), "");
+  Workload odd = w;
+  odd.cfg.seq_len = 2046;
+  EXPECT_NE(layout_problem(odd, l, c, Runtime::tessera, 8).find("zigzag chunks"),
+            std::string::npos);
+  Workload uly = w;
+  uly.cp_kind = CpKind::ulysses;
+  EXPECT_EQ(layout_problem(uly, l, c, Runtime::tessera, 8), "");
+  uly.cfg.heads = uly.cfg.kv_heads = 6;  // 3 per tensor-parallel rank
+  EXPECT_NE(layout_problem(uly, l, c, Runtime::tessera, 8).find("Ulysses needs cp"),
             std::string::npos);
   EXPECT_EQ(divisors(12), (std::vector<int>{1, 2, 3, 4, 6, 12}));
 }
