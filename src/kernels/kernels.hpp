@@ -98,7 +98,7 @@ void rope(const Tensor& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t p
 // The cuda backend takes D <= 128.
 struct AttnShape {
   int64_t B, T, Hq, Hkv, D;
-  float scale;  // usually 1/sqrt(D)
+  float scale;                     // usually 1/sqrt(D)
   int64_t Tk = 0;                  // key rows; 0: T
   int64_t q_pos0 = 0, k_pos0 = 0;  // global positions of the first query and key rows
   int64_t keys() const { return Tk > 0 ? Tk : T; }

@@ -47,11 +47,12 @@ struct Ring {
   int64_t v_at(int j) const { return (2 + j) * nkv; }
 };
 
-Tensor flat(const Tensor& t, int64_t begin, int64_t n) { return t.slice(begin, n); }
+Tensor flat(const Tensor& t, int64_t begin, int64_t n) {
+  return t.slice(begin, n);
+}
 
 double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // The transfers of one ring step, posted before its blocks are attended to: poll() between
@@ -161,18 +162,20 @@ void ring_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_att
         const int64_t gq = R.chunk(R.r, qj), gk = R.chunk(src, kj);
         if (gk > gq) continue;
         const auto s = block_shape(cfg, R.B, R.c, R.c, gq * R.c, gk * R.c, R.Hq, R.Hkv);
-        kernels::attention_backward(
-            flat(d_att, qj * R.nq, R.nq), flat(q, qj * R.nq, R.nq), flat(cur, R.k_at(kj), R.nkv),
-            flat(cur, R.v_at(kj), R.nkv), flat(att, qj * R.nq, R.nq),
-            flat(lse, qj * R.nlse, R.nlse), dq_part, dk_part, dv_part, s);
+        kernels::attention_backward(flat(d_att, qj * R.nq, R.nq), flat(q, qj * R.nq, R.nq),
+                                    flat(cur, R.k_at(kj), R.nkv), flat(cur, R.v_at(kj), R.nkv),
+                                    flat(att, qj * R.nq, R.nq), flat(lse, qj * R.nlse, R.nlse),
+                                    dq_part, dk_part, dv_part, s);
         kernels::add_inplace(flat(dq, qj * R.nq, R.nq), dq_part, R.nq);
         kernels::add_inplace(flat(local, R.k_at(kj), R.nkv), dk_part, R.nkv);
         kernels::add_inplace(flat(local, R.v_at(kj), R.nkv), dv_part, R.nkv);
         xfer.poll();
       }
     xfer.finish();
-    if (i > 0) kernels::add_inplace(acc, local, R.block());
-    else kernels::copy(local, acc, R.block());
+    if (i > 0)
+      kernels::add_inplace(acc, local, R.block());
+    else
+      kernels::copy(local, acc, R.block());
     dkv_send.wait();  // the previous step's, from the other buffer
     dkv_send = comm.isend(acc.f32(), R.block(), R.next, kTagDkv);
     std::swap(cur, nxt);
@@ -189,8 +192,8 @@ void ring_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_att
 
 // x[B, Tl, H, D] (this rank's tokens, every head) -> y[B, T, H/P, D] (every token, this rank's
 // heads), T = P x Tl.
-void to_heads(StepContext& ctx, const Tensor& x, const Tensor& y, int64_t B, int64_t Tl,
-              int64_t H, int64_t D) {
+void to_heads(StepContext& ctx, const Tensor& x, const Tensor& y, int64_t B, int64_t Tl, int64_t H,
+              int64_t D) {
   Communicator& comm = *ctx.par.cp;
   const int64_t P = comm.size(), Hl = H / P, n = B * Tl * Hl * D;
   const Tensor send = ctx.scratch.get(ScratchId::cp_a2a_send, {n * P});

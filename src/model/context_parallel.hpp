@@ -22,7 +22,9 @@
 
 namespace tessera::cp {
 
-inline int64_t size(const StepContext& ctx) { return ctx.par.cp ? ctx.par.cp->size() : 1; }
+inline int64_t size(const StepContext& ctx) {
+  return ctx.par.cp ? ctx.par.cp->size() : 1;
+}
 
 // att[N, Hq*D], lse = attention of this rank's queries q[N, Hq*D] over every key of their
 // sequences (k, v[N, Hkv*D] on each cp rank); N = B x seq_local. lse holds B x Hq x seq_local

@@ -60,15 +60,16 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
   const double R = sp ? N / t : N;
   const double Hq = double(c.heads) / t, Hkv = double(c.kv_heads) / t;
   const double F = double(c.ffn_hidden) / t, Vl = double(c.vocab_padded) / t;
-  double f = 2 * N * Hq * D + 2 * N * Hkv * D;              // d_att, dq; dk, dv
-  f += N * F * (c.arch == Arch::llama ? 3 : 2);             // d_act, d_up (, d_gate)
-  f += 3 * R * C;                                           // d_norm, dh; normed head input
-  f += N * Vl + N;                                          // logits, losses
-  f += 2 * R * C;                                           // the two gradient streams
-  f += 2 * (sp ? N * C : 1);                                // gathered rows and gradients
-  f += R == N ? 1 : N * C;                                  // the head's gathered rows
-  if (split) f += N * C + R * C + N + 2 * N + N;            // partial, sum; CE max, sum, target
-  if (c.cp.size > 1 && c.cp.kind == CpKind::ring)  // model/context_parallel.cpp
+  double f = 2 * N * Hq * D + 2 * N * Hkv * D;    // d_att, dq; dk, dv
+  f += N * F * (c.arch == Arch::llama ? 3 : 2);   // d_act, d_up (, d_gate)
+  f += 3 * R * C;                                 // d_norm, dh; normed head input
+  f += N * Vl + N;                                // logits, losses
+  f += 2 * R * C;                                 // the two gradient streams
+  f += 2 * (sp ? N * C : 1);                      // gathered rows and gradients
+  f += R == N ? 1 : N * C;                        // the head's gathered rows
+  if (split) f += N * C + R * C + N + 2 * N + N;  // partial, sum; CE max, sum, target
+  // Context parallelism's buffers (model/context_parallel.cpp).
+  if (c.cp.size > 1 && c.cp.kind == CpKind::ring)
     f += 5 * 2 * N * Hkv * D      // K/V blocks in hand and arriving, 2 dK/dV, own dK/dV
          + N / 2 * (Hq * D + Hq)  // a block's output (or dq) and lse
          + N * Hkv * D;           // a block's dk and dv

@@ -153,7 +153,8 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
                  " zigzag chunks, which does not divide it");
     if (l.cp > 1 && w.cp_kind == CpKind::ulysses &&
         (c.heads / l.tp % l.cp != 0 || c.kv_heads / l.tp % l.cp != 0))
-      return cat("tessera's Ulysses needs cp (", l.cp, ") to divide the heads and key/value "
+      return cat("tessera's Ulysses needs cp (", l.cp,
+                 ") to divide the heads and key/value "
                  "heads per tensor-parallel rank");
     if (c.kv_heads % l.tp != 0)
       return cat("tessera needs tp (", l.tp, ") to divide the ", c.kv_heads, " key/value heads");

@@ -133,8 +133,7 @@ INSTANTIATE_TEST_SUITE_P(Blocks, CudaAttentionBlocks,
                                            BlockCase{1, 8, 8, 2, 2, 16, 24, 8}),      // zigzag
                          [](const ::testing::TestParamInfo<BlockCase>& info) {
                            std::ostringstream os;
-                           os << "T" << info.param.T << "Tk" << info.param.Tk << "_"
-                              << info.index;
+                           os << "T" << info.param.T << "Tk" << info.param.Tk << "_" << info.index;
                            return os.str();
                          });
 

@@ -272,7 +272,8 @@ std::vector<float> rows_of(const std::vector<float>& x, int64_t B, int64_t T, in
 void add_rows(const std::vector<float>& y, int64_t B, int64_t T, int64_t HD, int64_t start,
               int64_t len, DVec& x) {
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = 0; i < len * HD; ++i) x[size_t((b * T + start) * HD + i)] += y[size_t(b * len * HD + i)];
+    for (int64_t i = 0; i < len * HD; ++i)
+      x[size_t((b * T + start) * HD + i)] += y[size_t(b * len * HD + i)];
 }
 // The [B, H, len] statistics of rows [start, start + len) of a [B, H, T] one.
 std::vector<float> stats_of(const std::vector<float>& x, int64_t B, int64_t H, int64_t T,
@@ -305,8 +306,8 @@ void check_blocks(const Shape& shape, const std::vector<Chunk>& chunks) {
   naive.backward(dout, q, k, v, dq_ref, dk_ref, dv_ref);
 
   const auto qf = to_float(q), kf = to_float(k), vf = to_float(v), doutf = to_float(dout);
-  DVec out_all(q.size(), 0.0), lse_all(lse_ref.size(), 0.0), dq(q.size(), 0.0),
-      dk(k.size(), 0.0), dv(v.size(), 0.0);
+  DVec out_all(q.size(), 0.0), lse_all(lse_ref.size(), 0.0), dq(q.size(), 0.0), dk(k.size(), 0.0),
+      dv(v.size(), 0.0);
   for (const Chunk& qc : chunks) {
     const auto qb = rows_of(qf, B, T, Hq * D, qc.start, qc.len);
     std::vector<float> out(qb.size(), kGarbage), lse(size_t(B * Hq * qc.len), kGarbage);
@@ -318,12 +319,14 @@ void check_blocks(const Shape& shape, const std::vector<Chunk>& chunks) {
       AttnShape s{B, qc.len, Hq, Hkv, D, scale, kc.len, qc.start, kc.start};
       attention_forward(host(qb), host(kb), host(vb), host(first ? out : part),
                         host(first ? lse : part_lse), s);
-      if (!first) attention_merge(host(out), host(lse), host(part), host(part_lse), B, qc.len, Hq, D);
+      if (!first)
+        attention_merge(host(out), host(lse), host(part), host(part_lse), B, qc.len, Hq, D);
       first = false;
     }
     add_rows(out, B, T, Hq * D, qc.start, qc.len, out_all);
     for (int64_t bh = 0; bh < B * Hq; ++bh)
-      for (int64_t i = 0; i < qc.len; ++i) lse_all[size_t(bh * T + qc.start + i)] = lse[size_t(bh * qc.len + i)];
+      for (int64_t i = 0; i < qc.len; ++i)
+        lse_all[size_t(bh * T + qc.start + i)] = lse[size_t(bh * qc.len + i)];
   }
   EXPECT_LE(rel_err(to_float(out_all), out_ref), kTol);
   EXPECT_LE(rel_err(to_float(lse_all), lse_ref), kTol);
@@ -337,7 +340,8 @@ void check_blocks(const Shape& shape, const std::vector<Chunk>& chunks) {
     for (const Chunk& kc : chunks) {
       const auto kb = rows_of(kf, B, T, Hkv * D, kc.start, kc.len);
       const auto vb = rows_of(vf, B, T, Hkv * D, kc.start, kc.len);
-      std::vector<float> dqb(qb.size(), kGarbage), dkb(kb.size(), kGarbage), dvb(vb.size(), kGarbage);
+      std::vector<float> dqb(qb.size(), kGarbage), dkb(kb.size(), kGarbage),
+          dvb(vb.size(), kGarbage);
       AttnShape s{B, qc.len, Hq, Hkv, D, scale, kc.len, qc.start, kc.start};
       attention_backward(host(db), host(qb), host(kb), host(vb), host(ob), host(lb), host(dqb),
                          host(dkb), host(dvb), s);
@@ -382,7 +386,8 @@ TEST(AttentionBlocks, BlockWhollyInTheFutureIsEmpty) {
 TEST(AttentionBlocks, MergeMatchesTheWholeSoftmax) {
   // Two halves of a key set: merging their (out, lse) equals attention over the union.
   const int64_t B = 1, T = 3, H = 1, D = 2;
-  std::vector<float> out = {1, 2, 3, 4, 5, 6}, lse = {0.0f, 1.0f, -std::numeric_limits<float>::infinity()};
+  std::vector<float> out = {1, 2, 3, 4, 5, 6},
+                     lse = {0.0f, 1.0f, -std::numeric_limits<float>::infinity()};
   std::vector<float> part = {7, 8, 9, 10, 11, 12}, part_lse = {0.0f, 0.0f, 2.0f};
   attention_merge(host(out), host(lse), host(part), host(part_lse), B, T, H, D);
   EXPECT_NEAR(out[0], 4.0f, 1e-6);

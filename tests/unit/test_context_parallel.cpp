@@ -69,7 +69,7 @@ TEST(ContextParallel, PositionsFollowTheSegmentMajorLayout) {
   EXPECT_EQ(c.seq_local(), 8);
   const int64_t B = 3;  // rows: [chunk 0: 3 sequences x 4][chunk 3: 3 sequences x 4]
   EXPECT_EQ(c.position_of(0, B), 0);
-  EXPECT_EQ(c.position_of(5, B), 1);   // sequence 1, token 1 of chunk 0
+  EXPECT_EQ(c.position_of(5, B), 1);    // sequence 1, token 1 of chunk 0
   EXPECT_EQ(c.position_of(12, B), 12);  // sequence 0, token 0 of chunk 3
   EXPECT_EQ(c.position_of(23, B), 15);
 }

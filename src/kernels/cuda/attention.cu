@@ -227,8 +227,7 @@ __global__ void __launch_bounds__(kThreads)
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // no key seen: out = 0, lse = -inf
 #pragma unroll
     for (int c = 0; c < kD / 16; ++c) o[i][c] *= inv;
-    if (qi < G.T && tx() == 0)
-      lse[G.stat_at(b, h, qi)] = sum > 0.0f ? m[i] + logf(sum) : -INFINITY;
+    if (qi < G.T && tx() == 0) lse[G.stat_at(b, h, qi)] = sum > 0.0f ? m[i] + logf(sum) : -INFINITY;
   }
   store_rows<kD>(out + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, 1.0f, o);
 }
@@ -290,7 +289,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t ib = 0; ib < nt; ++ib) {
       const int64_t q0 = ib * kTile;
       if (!G.tiles_meet(q0, k0)) continue;  // the same for the whole block
-      __syncthreads();  // the previous products are done with Qs, dOs, St
+      __syncthreads();                      // the previous products are done with Qs, dOs, St
       load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, scale);
       load_tile<kD>(dOs, dout + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, 1.0f);
       load_row_stats(lse_s, dvec_s, lse, dvec, G, b, h, q0);
@@ -416,8 +415,9 @@ void forward_impl(const float* q, const float* k, const float* v, float* out, fl
   const int64_t nt = num_tiles(s.T), nkt = num_tiles(s.keys());
   const size_t bytes = forward_smem<kD>();
   allow_shared(attention_forward_kernel<kD>, bytes, "attention_forward_kernel");
-  attention_forward_kernel<kD><<<dim3(unsigned(nt), unsigned(s.B * s.Hq)), kThreads, bytes,
-                                 stream()>>>(q, k, v, out, lse, G, s.scale, nt, nkt);
+  attention_forward_kernel<kD>
+      <<<dim3(unsigned(nt), unsigned(s.B * s.Hq)), kThreads, bytes, stream()>>>(
+          q, k, v, out, lse, G, s.scale, nt, nkt);
   TESSERA_CUDA_LAUNCHED("attention_forward_kernel");
 }
 
