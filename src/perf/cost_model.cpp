@@ -333,6 +333,7 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   const double tp =
       per_layer([&](const Layout& x) { return tp_seconds_per_layer(w, x, e.links.tp); });
   const double cp = per_layer([&](const Layout& x) {
+    if (w.cp_kind == CpKind::ulysses) return cp_seconds_per_layer(w, x, e.links.cp);
     const double attn =
         lc.attn_fwd + lc.attn_bwd + (x.recompute != Recompute::none ? lc.attn_fwd : 0);
     return std::max(0.0, cp_seconds_per_layer(w, x, e.links.cp) - attn);

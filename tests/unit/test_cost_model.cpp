@@ -185,6 +185,23 @@ TEST(PlanLayout, ParsesAndPrints) {
   EXPECT_THROW(parse_layout("rc=partial"), Error);
 }
 
+// Context parallelism per layer: the ring sends (cp - 1) K/V blocks in forward and twice
+// that in backward; tessera's Ulysses does 4 all-to-alls forward and 8 backward (4 more with
+// recompute), each of what one rank holds of q, k, v or the output.
+TEST(PlanCollectives, ContextParallelRingAndUlysses) {
+  const Link link{1e9, 0, "x"};
+  Workload w = gpt(4, 64);  // 32 heads of 128, seq_len 2048, fp32 activations
+  Layout l;
+  l.cp = 4, l.micro_batch = 1;
+  const double a = activation_element_bytes(l), T = 2048.0 / 4, hd = 32.0 * 128;
+  EXPECT_DOUBLE_EQ(cp_seconds_per_layer(w, l, link), 3 * 3 * (2 * a * T * hd / 1e9));
+  w.cp_kind = CpKind::ulysses;
+  const double one = all_to_all_seconds(a * T * hd, 4, link);  // q, k, v and out alike here
+  EXPECT_DOUBLE_EQ(cp_seconds_per_layer(w, l, link), 12 * one);
+  l.recompute = Recompute::selective;
+  EXPECT_DOUBLE_EQ(cp_seconds_per_layer(w, l, link), 16 * one);
+}
+
 TEST(PlanSearch, LegalityRules) {
   const Cluster c = Cluster::from_text(kCluster);
   const Workload w = gpt(8, 64);
