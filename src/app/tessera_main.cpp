@@ -52,7 +52,7 @@ void require_implemented(const tessera::GridDegrees& d) {
     const char* key;
     int degree;
     const char* what;
-  } dims[] = {{"cp", d.cp, "context parallelism"}, {"ep", d.ep, "expert parallelism"}};
+  } dims[] = {{"ep", d.ep, "expert parallelism"}};
   for (const auto& x : dims)
     TESSERA_REQUIRE(x.degree == 1, "parallel.", x.key, " = ", x.degree, ": ", x.what,
                     " is not available in this version; the layout above is what it would use. "
@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
     tessera::warn_precision_cost(run, grid.world());
     TESSERA_REQUIRE(!run.output.dir.empty(), "output.dir is empty; name the directory for "
                     "this run's metrics, report and checkpoints (say --output.dir=run1)");
-    if (d.cp > 1 || d.ep > 1) {
+    if (d.ep > 1) {
       if (rank == 0) std::printf("%s\n", grid.describe().c_str());
       std::fflush(stdout);
     }

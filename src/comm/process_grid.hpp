@@ -47,11 +47,22 @@ class ProcessGrid {
   bool emulated_nodes_ = false;
 };
 
+// How much of a layer's point-to-point traffic was hidden behind its compute (context
+// parallelism's ring): in_flight sums, per transfer, the time from posting to the first test
+// that found it complete (or to the end of its wait); exposed sums the time blocked waiting
+// after the compute it overlapped. hidden = 1 - exposed / in_flight.
+struct OverlapTiming {
+  double in_flight = 0, exposed = 0;
+  int64_t transfers = 0;
+};
+
 // What a layer needs to know about parallelism: its groups. Passed explicitly, never global.
 struct ParallelContext {
   Communicator& dp;
   Communicator& tp;
   bool sequence_parallel = false;
+  Communicator* cp = nullptr;  // context parallelism (null: none)
+  OverlapTiming* cp_timing = nullptr;  // the ring's overlap, when someone keeps it
 };
 
 }  // namespace tessera

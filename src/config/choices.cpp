@@ -58,6 +58,10 @@ const char* to_string(PipeSchedule s) {
   return "?";
 }
 
+const char* to_string(CpKind k) {
+  return k == CpKind::ulysses ? "ulysses" : "ring";
+}
+
 const char* to_string(DpProgress p) {
   return p == DpProgress::poll ? "poll" : "none";
 }
@@ -110,6 +114,10 @@ TokenizerKind parse_tokenizer_kind(std::string_view name) {
 PipeSchedule parse_pipe_schedule(std::string_view name) {
   return parse_choice("pipeline schedule", name,
                       {PipeSchedule::gpipe, PipeSchedule::one_f_one_b, PipeSchedule::interleaved});
+}
+
+CpKind parse_cp_kind(std::string_view name) {
+  return parse_choice("parallel.cp_kind", name, {CpKind::ring, CpKind::ulysses});
 }
 
 DpProgress dp_progress_from(const std::string& name) {

@@ -17,6 +17,10 @@ enum class TokenizerKind { byte, gpt2 };
 // parallel.pp_schedule. interleaved is Megatron-LM's virtual pipeline (1F1B over
 // parallel.pp_virtual >= 2 chunks per stage).
 enum class PipeSchedule { gpipe, one_f_one_b, interleaved };
+// parallel.cp_kind: how context parallelism splits attention (doc/parallelism.md): ring
+// (zigzag sequence chunks, K/V blocks passed around the cp ring) or ulysses (all-to-all from
+// sequence-sharded to head-sharded and back).
+enum class CpKind { ring, ulysses };
 // parallel.progress: how data-parallel buckets in flight are driven during backward.
 enum class DpProgress { poll, none };
 // hardware.device
@@ -37,6 +41,7 @@ const char* to_string(Arch a);
 const char* to_string(TieEmbeddings t);
 const char* to_string(TokenizerKind t);
 const char* to_string(PipeSchedule s);  // "gpipe", "1f1b", "interleaved"
+const char* to_string(CpKind k);        // "ring", "ulysses"
 const char* to_string(DpProgress p);
 const char* to_string(DeviceKind d);
 const char* to_string(TrainPrecision p);  // "fp32", "bf16", "fp16"
@@ -51,6 +56,7 @@ Arch parse_arch(std::string_view name);
 TieEmbeddings parse_tie_embeddings(std::string_view name);
 TokenizerKind parse_tokenizer_kind(std::string_view name);
 PipeSchedule parse_pipe_schedule(std::string_view name);
+CpKind parse_cp_kind(std::string_view name);
 DpProgress dp_progress_from(const std::string& name);
 DeviceKind parse_device_kind(std::string_view name);
 TrainPrecision parse_precision(std::string_view name);

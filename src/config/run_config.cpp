@@ -96,6 +96,7 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   p.cp = r.narrow("parallel.cp");
   p.pp = r.narrow("parallel.pp");
   p.pp_schedule = parse_pipe_schedule(r.str("parallel.pp_schedule"));
+  p.cp_kind = parse_cp_kind(r.str("parallel.cp_kind"));
   p.pp_virtual = r.narrow("parallel.pp_virtual");
   p.pp_layers = r.str("parallel.pp_layers");
   p.dp = r.narrow("parallel.dp");

@@ -60,6 +60,7 @@ struct ParallelSection {
   int tp = 1;
   bool sequence_parallel = false;
   int cp = 1, pp = 1;
+  CpKind cp_kind = CpKind::ring;
   PipeSchedule pp_schedule = PipeSchedule::one_f_one_b;
   int pp_virtual = 1;
   std::string pp_layers;  // balanced, even, or a list of layers per model chunk

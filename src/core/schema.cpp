@@ -129,8 +129,16 @@ std::vector<KeySpec> build_schema() {
               "over the tensor-parallel ranks (all-gather before each column-parallel block, "
               "reduce-scatter after each row-parallel one)."),
       integer("parallel", "cp", "1", 1, 1 << 20,
-              "Context-parallel degree. Not available yet: above 1 the layout is printed and the "
-              "run stops."),
+              "Context-parallel degree: each sequence is split over cp ranks (long context); "
+              "parallel.cp_kind says how attention crosses the split. Gradients are reduced "
+              "over dp x cp ranks (doc/parallelism.md)."),
+      choice("parallel", "cp_kind", "ring", {"ring", "ulysses"},
+             "Context parallelism with parallel.cp > 1: ring (each rank holds 2 zigzag chunks "
+             "of every sequence, a head and a tail one, so causal work is equal; K/V blocks go "
+             "round the cp ring, overlapped with attention; needs model.seq_len divisible by "
+             "2 x cp) or ulysses (all-to-all to whole sequences of heads / cp heads and back; "
+             "needs seq_len, the heads and the key/value heads per tensor-parallel rank "
+             "divisible by cp)."),
       integer("parallel", "pp", "1", 1, 1 << 20,
               "Pipeline-parallel degree (stages). The layers are cut into pp x pp_virtual "
               "model chunks; the micro-batches of a step (train.global_batch / (micro_batch x "

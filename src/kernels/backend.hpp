@@ -78,6 +78,8 @@ struct Backend {
   void (*attention_backward)(const float* dout, const float* q, const float* k, const float* v,
                              const float* out, const float* lse, float* dq, float* dk, float* dv,
                              const AttnShape& s) = nullptr;
+  void (*attention_merge)(float* out, float* lse, const float* out_part, const float* lse_part,
+                          int64_t B, int64_t T, int64_t H, int64_t D) = nullptr;
 
   // embedding
   void (*embedding_forward)(const int32_t* ids, const float* table, float* out, int64_t N,

@@ -270,7 +270,7 @@ void rope(const Tensor& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t p
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                        const Tensor& lse, const AttnShape& s) {
-  const int64_t nq = s.B * s.T * s.Hq * s.D, nkv = s.B * s.T * s.Hkv * s.D;
+  const int64_t nq = s.B * s.T * s.Hq * s.D, nkv = s.B * s.keys() * s.Hkv * s.D;
   const Backend& b = check("attention_forward", {{"q", q, nq},
                                                  {"k", k, nkv},
                                                  {"v", v, nkv},
@@ -282,7 +282,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, const AttnShape& s) {
-  const int64_t nq = s.B * s.T * s.Hq * s.D, nkv = s.B * s.T * s.Hkv * s.D;
+  const int64_t nq = s.B * s.T * s.Hq * s.D, nkv = s.B * s.keys() * s.Hkv * s.D;
   const Backend& b = check("attention_backward", {{"dout", dout, nq},
                                                   {"q", q, nq},
                                                   {"k", k, nkv},
@@ -294,6 +294,16 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                                                   {"dv", dv, nkv}});
   TESSERA_KERNEL(b, attention_backward)
   (f(dout), f(q), f(k), f(v), f(out), f(lse), f(dq), f(dk), f(dv), s);
+}
+
+void attention_merge(const Tensor& out, const Tensor& lse, const Tensor& out_part,
+                     const Tensor& lse_part, int64_t B, int64_t T, int64_t H, int64_t D) {
+  const int64_t n = B * T * H * D, rows = B * H * T;
+  const Backend& b = check("attention_merge", {{"out", out, n},
+                                               {"lse", lse, rows},
+                                               {"out_part", out_part, n},
+                                               {"lse_part", lse_part, rows}});
+  TESSERA_KERNEL(b, attention_merge)(f(out), f(lse), f(out_part), f(lse_part), B, T, H, D);
 }
 
 // The table's rows are not checked against the ids (the kernels do not range-check them either);

@@ -91,20 +91,37 @@ void rope(const Tensor& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t p
           bool inverse);
 
 // ---- causal attention -----------------------------------------------------------------
-// q[B,T,Hq,D], k,v[B,T,Hkv,D], out[B,T,Hq,D], lse[B,Hq,T] (log-sum-exp of the scaled
+// q[B,T,Hq,D], k,v[B,Tk,Hkv,D], out[B,T,Hq,D], lse[B,Hq,T] (log-sum-exp of the scaled
 // scores of each query row, saved for backward). Hq % Hkv == 0: query head h reads
-// key/value head h / (Hq/Hkv). Computed blockwise with an online softmax; no TxT matrix.
+// key/value head h / (Hq/Hkv). Computed blockwise with an online softmax; no TxTk matrix.
+// Positions: query row i is at q_pos0 + i, key row j at k_pos0 + j, and query i sees key j
+// when k_pos0 + j <= q_pos0 + i (the causal mask in global positions). Tk = 0 means Tk = T.
+// With the defaults (Tk = T, both offsets 0) this is plain causal self-attention; with other
+// offsets it is one block of a longer sequence (context parallelism): a query row that sees
+// no key of the block gets out = 0 and lse = -inf, and blocks combine with attention_merge.
 // The cuda backend takes D <= 128.
 struct AttnShape {
   int64_t B, T, Hq, Hkv, D;
-  float scale;  // usually 1/sqrt(D)
+  float scale;                     // usually 1/sqrt(D)
+  int64_t Tk = 0;                  // key rows; 0: T
+  int64_t q_pos0 = 0, k_pos0 = 0;  // global positions of the first query and key rows
+  int64_t keys() const { return Tk > 0 ? Tk : T; }
 };
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                        const Tensor& lse, const AttnShape& s);
-// dq, dk, dv are overwritten.
+// dq, dk, dv are overwritten. out and lse are those of the whole attention the block is part
+// of (the merged result), so the backward of each block uses the final softmax
+// normalisation; the blocks' dq (and, per key block, dk and dv) contributions add up.
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, const AttnShape& s);
+// Online-softmax merge of one block's partial result into a running one, both over the
+// same query rows: out[B,T,H,D], lse[B,H,T] become those of the union of the keys,
+//   lse' = log(exp(lse) + exp(lse_part)),
+//   out' = exp(lse - lse') out + exp(lse_part - lse') out_part.
+// A -inf lse (no key seen yet) takes the other side as it is.
+void attention_merge(const Tensor& out, const Tensor& lse, const Tensor& out_part,
+                     const Tensor& lse_part, int64_t B, int64_t T, int64_t H, int64_t D);
 
 // ---- embedding -----------------------------------------------------------------------
 // ids are i32. out[N,C] = table[ids[n], :]

@@ -3,9 +3,25 @@
 #include <cmath>
 
 #include "kernels/kernels.hpp"
+#include "model/context_parallel.hpp"
 #include "model/tensor_parallel.hpp"
 
 namespace tessera {
+namespace {
+
+// RoPE at each token's global position: this rank's tokens are segments of [B, len] rows
+// with contiguous positions (ContextParallel::segments).
+void rope_global(const ModelConfig& cfg, const Tensor& x, int64_t B, int64_t H, bool inverse) {
+  int64_t row = 0;
+  for (const ContextParallel::Segment& g : cfg.cp.segments(cfg.seq_len)) {
+    kernels::rope(x.rows(row, B * g.len), B, g.len, H, cfg.head_dim, g.pos0, cfg.rope_theta,
+                  inverse);
+    row += B * g.len;
+  }
+}
+
+}  // namespace
+
 Attention::Attention(ParamStore& store, const std::string& name, const ModelConfig& cfg)
     : cfg_(cfg) {
   const int64_t C = cfg.d_model, qd = cfg.heads * cfg.head_dim, kvd = cfg.kv_heads * cfg.head_dim;
@@ -21,7 +37,7 @@ Attention::Attention(ParamStore& store, const std::string& name, const ModelConf
 
 Attention::Saved& Attention::kept(const StepContext& ctx) {
   Saved& s = mode_ == Recompute::full ? *shared_ : slots_.at(ctx.slot);
-  const int64_t N = ctx.batch * cfg_.seq_len, D = cfg_.head_dim;
+  const int64_t N = ctx.batch * cfg_.seq_local(), D = cfg_.head_dim;
   const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local();
   if (s.q.numel() != N * Hq * D) {
     s.q = Buffer(ctx.alloc, Shape{N, Hq * D}, DType::f32, Charge::activations);
@@ -33,7 +49,7 @@ Attention::Saved& Attention::kept(const StepContext& ctx) {
 
 Attention::Saved& Attention::core(const StepContext& ctx) {
   Saved& s = mode_ == Recompute::none ? slots_.at(ctx.slot) : *shared_;
-  const int64_t B = ctx.batch, T = cfg_.seq_len, Hq = cfg_.heads_local();
+  const int64_t B = ctx.batch, T = cfg_.seq_local(), Hq = cfg_.heads_local();
   if (s.att.numel() != B * T * Hq * cfg_.head_dim) {
     s.att = Buffer(ctx.alloc, Shape{B * T, Hq * cfg_.head_dim}, DType::f32, Charge::activations);
     s.lse = Buffer(ctx.alloc, Shape{B * Hq, T}, DType::f32, Charge::activations);
@@ -41,16 +57,19 @@ Attention::Saved& Attention::core(const StepContext& ctx) {
   return s;
 }
 
-void Attention::attend(const StepContext& ctx, Saved& qkv, Saved& out) {
-  const int64_t B = ctx.batch, T = cfg_.seq_len, D = cfg_.head_dim;
+void Attention::attend(StepContext& ctx, Saved& qkv, Saved& out) {
+  const int64_t B = ctx.batch, T = cfg_.seq_local(), D = cfg_.head_dim;
   const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local();
+  if (cp::size(ctx) > 1)
+    return cp::attention_forward(ctx, cfg_, qkv.q.view(), qkv.k.view(), qkv.v.view(),
+                                 out.att.view(), out.lse.view());
   const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
   kernels::attention_forward(qkv.q.view(), qkv.k.view(), qkv.v.view(), out.att.view(),
                              out.lse.view(), shape);
 }
 
 void Attention::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
-  const int64_t B = ctx.batch, T = cfg_.seq_len, N = B * T, D = cfg_.head_dim;
+  const int64_t B = ctx.batch, T = cfg_.seq_local(), N = B * T;
   const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local(), C = cfg_.d_model;
   Saved& s = kept(ctx);
   Saved& c = core(ctx);
@@ -59,8 +78,8 @@ void Attention::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
   k_.forward(ctx, xc, s.k.view());
   v_.forward(ctx, xc, s.v.view());
   if (cfg_.arch == Arch::llama) {
-    kernels::rope(s.q.view(), B, T, Hq, D, 0, cfg_.rope_theta, false);
-    kernels::rope(s.k.view(), B, T, Hkv, D, 0, cfg_.rope_theta, false);
+    rope_global(cfg_, s.q.view(), B, Hq, false);
+    rope_global(cfg_, s.k.view(), B, Hkv, false);
   }
   attend(ctx, s, c);
   if (tp::size(ctx) == 1) return o_.forward(ctx, c.att.view(), y, /*accumulate=*/true);
@@ -71,7 +90,7 @@ void Attention::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
 }
 
 void Attention::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx) {
-  const int64_t B = ctx.batch, T = cfg_.seq_len, N = B * T, D = cfg_.head_dim;
+  const int64_t B = ctx.batch, T = cfg_.seq_local(), N = B * T, D = cfg_.head_dim;
   const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local(), C = cfg_.d_model;
   Saved& s = kept(ctx);
   Saved& c = core(ctx);
@@ -83,12 +102,17 @@ void Attention::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, co
   const Tensor dv = ctx.scratch.get(ScratchId::attn_dv, {N, Hkv * D});
 
   o_.backward(ctx, c.att.view(), dy, d_att);
-  const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
-  kernels::attention_backward(d_att, s.q.view(), s.k.view(), s.v.view(), c.att.view(), c.lse.view(),
-                              dq, dk, dv, shape);
+  if (cp::size(ctx) > 1) {
+    cp::attention_backward(ctx, cfg_, d_att, s.q.view(), s.k.view(), s.v.view(), c.att.view(),
+                           c.lse.view(), dq, dk, dv);
+  } else {
+    const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
+    kernels::attention_backward(d_att, s.q.view(), s.k.view(), s.v.view(), c.att.view(),
+                                c.lse.view(), dq, dk, dv, shape);
+  }
   if (cfg_.arch == Arch::llama) {
-    kernels::rope(dq, B, T, Hq, D, 0, cfg_.rope_theta, true);
-    kernels::rope(dk, B, T, Hkv, D, 0, cfg_.rope_theta, true);
+    rope_global(cfg_, dq, B, Hq, true);
+    rope_global(cfg_, dk, B, Hkv, true);
   }
   // The input gradient sums over the ranks' heads.
   const Tensor dxp =

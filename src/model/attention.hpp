@@ -36,7 +36,7 @@ class Attention {
   Saved& kept(const StepContext& ctx);
   Saved& core(const StepContext& ctx);
   // att, lse = attention(q, k, v): the forward's call, rerun by selective recompute.
-  void attend(const StepContext& ctx, Saved& qkv, Saved& out);
+  void attend(StepContext& ctx, Saved& qkv, Saved& out);
 
   const ModelConfig& cfg_;
   Linear q_, k_, v_, o_;

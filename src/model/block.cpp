@@ -24,7 +24,7 @@ Block::Block(ParamStore& store, const std::string& name, const ModelConfig& cfg,
 
 Block::Saved& Block::kept(const StepContext& ctx) {
   Saved& s = slots_.at(ctx.slot);
-  const int64_t R = tp::rows(ctx, ctx.batch * cfg_.seq_len), C = cfg_.d_model;
+  const int64_t R = tp::rows(ctx, ctx.batch * cfg_.seq_local()), C = cfg_.d_model;
   if (s.out.numel() != R * C)
     s.out = Buffer(ctx.alloc, Shape{R, C}, DType::f32, Charge::activations);
   return s;
@@ -32,7 +32,7 @@ Block::Saved& Block::kept(const StepContext& ctx) {
 
 Block::Saved& Block::inner(const StepContext& ctx) {
   Saved& s = full_ ? shared_->block : slots_.at(ctx.slot);
-  const int64_t R = tp::rows(ctx, ctx.batch * cfg_.seq_len), C = cfg_.d_model;
+  const int64_t R = tp::rows(ctx, ctx.batch * cfg_.seq_local()), C = cfg_.d_model;
   if (s.n1.numel() != R * C) {
     auto act = [&](Shape shape) {
       return Buffer(ctx.alloc, shape, DType::f32, Charge::activations);
@@ -48,7 +48,7 @@ Block::Saved& Block::inner(const StepContext& ctx) {
 // normed input is all-gathered before each sublayer (and again in backward: only the rows
 // are kept) and each sublayer reduce-scatters its output. Without it R = N.
 void Block::run(StepContext& ctx, const Tensor& x, Saved& s, const Tensor& out) {
-  const int64_t N = ctx.batch * cfg_.seq_len, C = cfg_.d_model, R = tp::rows(ctx, N);
+  const int64_t N = ctx.batch * cfg_.seq_local(), C = cfg_.d_model, R = tp::rows(ctx, N);
   const Tensor full =
       ctx.scratch.get(ScratchId::sp_gathered, {tp::sequence_parallel(ctx) ? N * C : 1});
   attn_norm_.forward(x, s.n1.view(), s.mean1.view(), s.rstd1.view());
@@ -70,14 +70,14 @@ Tensor Block::forward(StepContext& ctx, const Tensor& x) {
 // kernels and collectives, so backward reads the same bits it would have kept. The output
 // goes to the shared set: the slot's output may still be the next block's kept input.
 void Block::rebuild(StepContext& ctx, const Tensor& x, Saved& s) {
-  const int64_t R = tp::rows(ctx, ctx.batch * cfg_.seq_len), C = cfg_.d_model;
+  const int64_t R = tp::rows(ctx, ctx.batch * cfg_.seq_local()), C = cfg_.d_model;
   if (s.out.numel() != R * C)
     s.out = Buffer(ctx.alloc, Shape{R, C}, DType::f32, Charge::activations);
   run(ctx, x, s, s.out.view());
 }
 
 void Block::backward(StepContext& ctx, const Tensor& dy, const Tensor& dx) {
-  const int64_t N = ctx.batch * cfg_.seq_len, C = cfg_.d_model, R = tp::rows(ctx, N);
+  const int64_t N = ctx.batch * cfg_.seq_local(), C = cfg_.d_model, R = tp::rows(ctx, N);
   const Tensor x = kept(ctx).x;
   Saved& s = inner(ctx);
   if (full_) rebuild(ctx, x, s);

@@ -73,6 +73,28 @@ void ModelConfig::split(const TensorParallel& t) {
   tp = t;
 }
 
+void ModelConfig::split(const ContextParallel& c) {
+  const int64_t n = c.size;
+  if (n > 1 && c.kind == CpKind::ring)
+    TESSERA_REQUIRE(seq_len % (2 * n) == 0, "parallel.cp = ", n, " with cp_kind = ring cuts ",
+                    "each sequence into 2 x cp = ", 2 * n, " zigzag chunks, which does not divide "
+                    "model.seq_len = ", seq_len, "; use a seq_len that is a multiple of ", 2 * n);
+  if (n > 1 && c.kind == CpKind::ulysses) {
+    TESSERA_REQUIRE(seq_len % n == 0, "parallel.cp = ", n, " with cp_kind = ulysses does not "
+                    "divide model.seq_len = ", seq_len, "; use a seq_len that is a multiple of ", n);
+    TESSERA_REQUIRE(heads_local() % n == 0, "parallel.cp = ", n, " with cp_kind = ulysses gives "
+                    "each rank heads / (tp x cp) attention heads, but the ", heads_local(),
+                    " heads per tensor-parallel rank (model.heads = ", heads, ", parallel.tp = ",
+                    tp.size, ") do not divide by cp; use cp_kind = ring or a cp that divides them");
+    TESSERA_REQUIRE(kv_heads_local() % n == 0, "parallel.cp = ", n, " with cp_kind = ulysses ",
+                    "gives each rank kv_heads / (tp x cp) key/value heads, but the ",
+                    kv_heads_local(), " key/value heads per tensor-parallel rank (model.kv_heads = ",
+                    kv_heads, ", parallel.tp = ", tp.size, ") do not divide by cp; use "
+                    "cp_kind = ring or a cp that divides them");
+  }
+  cp = c;
+}
+
 int64_t ModelConfig::param_count() const {
   const int64_t C = d_model, F = ffn_hidden, qd = heads * head_dim, kvd = kv_heads * head_dim;
   const bool b = has_bias();

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "config/choices.hpp"  // Arch, Recompute
 
@@ -19,6 +20,27 @@ struct TensorParallel {
   bool sequence_parallel = false;
 };
 
+// How each sequence is split by context parallelism: `size` ranks share every sequence, this
+// one is number `rank`. ring: the sequence is cut into 2 x size chunks and this rank holds
+// chunks rank and 2 x size - 1 - rank (zigzag, so every rank does the same causal work);
+// ulysses: it holds chunk rank of size. A rank's tokens of a micro-batch are laid out
+// segment by segment ([segment][sequence][token of the segment]), so each segment is a dense
+// [B, len] block with contiguous global positions.
+struct ContextParallel {
+  int64_t size = 1, rank = 0;
+  CpKind kind = CpKind::ring;
+  struct Segment {
+    int64_t pos0, len;  // global position of the first token, tokens
+  };
+  // This rank's segments of a sequence of seq_len tokens (one segment without cp).
+  std::vector<Segment> segments(int64_t seq_len) const {
+    if (size == 1) return {{0, seq_len}};
+    if (kind == CpKind::ulysses) return {{rank * (seq_len / size), seq_len / size}};
+    const int64_t c = seq_len / (2 * size);
+    return {{rank * c, c}, {(2 * size - 1 - rank) * c, c}};
+  }
+};
+
 struct ModelConfig {
   Arch arch = Arch::llama;
   int64_t layers = 0, d_model = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn_hidden = 0;
@@ -26,6 +48,7 @@ struct ModelConfig {
   float norm_eps = 1e-5f, rope_theta = 10000.0f, init_std = 0.02f;
   bool tie_embeddings = false;
   TensorParallel tp;
+  ContextParallel cp;
   // Activation recompute (train.recompute, doc/recompute.md): with full, the first
   // recompute_layers blocks of each model chunk (0: all) keep only their input.
   Recompute recompute = Recompute::none;
@@ -45,6 +68,18 @@ struct ModelConfig {
   // Splits the model over tp ranks; a collective error names the dimension that does not
   // divide (heads, key/value heads, MLP width, padded vocabulary).
   void split(const TensorParallel& t);
+  // Splits each sequence over cp ranks; a collective error names what does not divide.
+  void split(const ContextParallel& c);
+  // Tokens of one sequence this rank holds (seq_len without context parallelism).
+  int64_t seq_local() const { return seq_len / cp.size; }
+  // Global position of row n of a micro-batch of B sequences as this rank lays them out.
+  int64_t position_of(int64_t n, int64_t B) const {
+    for (const ContextParallel::Segment& s : cp.segments(seq_len)) {
+      if (n < B * s.len) return s.pos0 + n % s.len;
+      n -= B * s.len;
+    }
+    return -1;
+  }
   int64_t heads_local() const { return heads / tp.size; }
   int64_t kv_heads_local() const { return kv_heads / tp.size; }
   int64_t ffn_local() const { return ffn_hidden / tp.size; }

@@ -19,7 +19,7 @@ Embedding::Embedding(ParamStore& store, const ModelConfig& cfg) : cfg_(cfg) {
 }
 
 Tensor Embedding::forward(StepContext& ctx, const Tensor& ids) {
-  const int64_t T = cfg_.seq_len, N = ctx.batch * T, C = cfg_.d_model, R = tp::rows(ctx, N);
+  const int64_t T = cfg_.seq_local(), N = ctx.batch * T, C = cfg_.d_model, R = tp::rows(ctx, N);
   Saved& s = slots_.at(ctx.slot);
   if (s.x.numel() != R * C) s.x = Buffer(ctx.alloc, Shape{R, C}, DType::f32, Charge::activations);
   s.ids = ids;
@@ -32,19 +32,26 @@ Tensor Embedding::forward(StepContext& ctx, const Tensor& ids) {
     if (pos_) {
       const int64_t first = tp::first_row(ctx, N);
       for (int64_t i = 0; i < R; ++i)
-        kernels::add_inplace(s.x.view().rows(i, 1), pos_->value.rows((first + i) % T, 1), C);
+        kernels::add_inplace(s.x.view().rows(i, 1),
+                             pos_->value.rows(cfg_.position_of(first + i, ctx.batch), 1), C);
     }
     return s.x.view();
   }
   kernels::embedding_forward(ids, tok_->value, s.x.view(), N, C);
-  if (pos_)
-    for (int64_t b = 0; b < ctx.batch; ++b)
-      kernels::add_inplace(s.x.view().rows(b * T, T), pos_->value, T * C);
+  // Each segment of this rank's tokens (context parallelism) is a [B, len] block at global
+  // positions [pos0, pos0 + len).
+  if (pos_) {
+    int64_t row = 0;
+    for (const ContextParallel::Segment& g : cfg_.cp.segments(cfg_.seq_len))
+      for (int64_t b = 0; b < ctx.batch; ++b, row += g.len)
+        kernels::add_inplace(s.x.view().rows(row, g.len), pos_->value.rows(g.pos0, g.len),
+                             g.len * C);
+  }
   return s.x.view();
 }
 
 void Embedding::backward(StepContext& ctx, const Tensor& dx) {
-  const int64_t T = cfg_.seq_len, N = ctx.batch * T, C = cfg_.d_model;
+  const int64_t T = cfg_.seq_local(), N = ctx.batch * T, C = cfg_.d_model;
   Saved& s = slots_.at(ctx.slot);
   Tensor d = dx;  // [N, C]: every token's gradient
   if (tp::size(ctx) > 1) {
@@ -55,9 +62,12 @@ void Embedding::backward(StepContext& ctx, const Tensor& dx) {
   } else {
     kernels::embedding_backward(s.ids, d, tok_->grad, N, C);
   }
-  if (pos_)
-    for (int64_t b = 0; b < ctx.batch; ++b)
-      kernels::add_inplace(pos_->grad, d.rows(b * T, T), T * C);
+  if (pos_) {
+    int64_t row = 0;
+    for (const ContextParallel::Segment& g : cfg_.cp.segments(cfg_.seq_len))
+      for (int64_t b = 0; b < ctx.batch; ++b, row += g.len)
+        kernels::add_inplace(pos_->grad.rows(g.pos0, g.len), d.rows(row, g.len), g.len * C);
+  }
 }
 
 }  // namespace tessera

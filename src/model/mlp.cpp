@@ -21,7 +21,7 @@ Mlp::Mlp(ParamStore& store, const std::string& name, const ModelConfig& cfg)
 
 Mlp::Saved& Mlp::kept(const StepContext& ctx) {
   Saved& s = mode_ == Recompute::full ? *shared_ : slots_.at(ctx.slot);
-  const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_local();
+  const int64_t N = ctx.batch * cfg_.seq_local(), F = cfg_.ffn_local();
   if (s.up.numel() != N * F) {
     if (swiglu_) s.gate = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
     s.up = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
@@ -31,7 +31,7 @@ Mlp::Saved& Mlp::kept(const StepContext& ctx) {
 
 Mlp::Saved& Mlp::activated(const StepContext& ctx) {
   Saved& s = mode_ == Recompute::none ? slots_.at(ctx.slot) : *shared_;
-  const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_local();
+  const int64_t N = ctx.batch * cfg_.seq_local(), F = cfg_.ffn_local();
   if (s.act.numel() != N * F)
     s.act = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
   return s;
@@ -45,7 +45,7 @@ void Mlp::activate(int64_t n, Saved& in, Saved& out) const {
 }
 
 void Mlp::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
-  const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_local(), C = cfg_.d_model;
+  const int64_t N = ctx.batch * cfg_.seq_local(), F = cfg_.ffn_local(), C = cfg_.d_model;
   Saved& s = kept(ctx);
   Saved& a = activated(ctx);
   const Tensor xc = up_.operand(ctx, x);  // cast once for both maps
@@ -60,7 +60,7 @@ void Mlp::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
 }
 
 void Mlp::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx) {
-  const int64_t N = ctx.batch * cfg_.seq_len, F = cfg_.ffn_local(), C = cfg_.d_model;
+  const int64_t N = ctx.batch * cfg_.seq_local(), F = cfg_.ffn_local(), C = cfg_.d_model;
   const Tensor dxp =
       tp::sequence_parallel(ctx) ? ctx.scratch.get(ScratchId::tp_partial, {N, C}) : dx;
   Saved& s = kept(ctx);

@@ -40,7 +40,7 @@ void OutputHead::parallel_cross_entropy(StepContext& ctx, const Tensor& logits,
 }
 
 double OutputHead::forward(StepContext& ctx, const Tensor& x, const Tensor& targets) {
-  const int64_t N = ctx.batch * cfg_.seq_len, C = cfg_.d_model, Vl = cfg_.vocab_local();
+  const int64_t N = ctx.batch * cfg_.seq_local(), C = cfg_.d_model, Vl = cfg_.vocab_local();
   const int64_t R = tp::rows(ctx, N);
   Saved& s = slots_.at(ctx.slot);
   if (s.rstd.numel() != R) {
@@ -88,7 +88,7 @@ void OutputHead::backward(StepContext& ctx, const Tensor& dx) {
 
 void OutputHead::logits(StepContext& ctx, const Tensor& x, const Tensor& out) {
   if (tp::size(ctx) > 1) throw std::logic_error("OutputHead::logits needs the whole vocabulary");
-  const int64_t N = ctx.batch * cfg_.seq_len, C = cfg_.d_model, Vp = cfg_.vocab_padded;
+  const int64_t N = ctx.batch * cfg_.seq_local(), C = cfg_.d_model, Vp = cfg_.vocab_padded;
   const int64_t V = cfg_.vocab;
   const Tensor xn = ctx.scratch.get(ScratchId::head_normed, {N, C});
   const Tensor full = ctx.scratch.get(ScratchId::head_logits, {N, Vp});

@@ -54,6 +54,29 @@ enum class ScratchId : int {
   // (Linear::operand).
   gemm_x,
   gemm_dy,
+  // Context parallelism (model/context_parallel.cpp), inside one attention call. Ring: the
+  // K/V block in hand and the one arriving, the dK/dV accumulators travelling with them (two,
+  // alternating) and this rank's contribution, one block's partial output (or dq) and lse.
+  cp_kv_a,
+  cp_kv_b,
+  cp_dkv_a,
+  cp_dkv_b,
+  cp_dkv_local,
+  cp_part,
+  cp_part_lse,
+  cp_part_dk,
+  cp_part_dv,
+  // Ulysses: q, k, v, out, dout, dq, dk, dv sharded by heads, and the all-to-all buffers.
+  cp_heads_q,
+  cp_heads_k,
+  cp_heads_v,
+  cp_heads_out,
+  cp_heads_dout,
+  cp_heads_dq,
+  cp_heads_dk,
+  cp_heads_dv,
+  cp_a2a_send,
+  cp_a2a_recv,
   count
 };
 

@@ -76,7 +76,7 @@ Tensor Transformer::forward_chunk(StepContext& ctx, int k, const Tensor& ids, Te
 
 Tensor Transformer::backward_chunk(StepContext& ctx, int k, const Tensor& dy) {
   const ChunkLayers& c = chunks_[size_t(k)];
-  const int64_t R = tp::rows(ctx, ctx.batch * cfg_.seq_len), C = cfg_.d_model;
+  const int64_t R = tp::rows(ctx, ctx.batch * cfg_.seq_local()), C = cfg_.d_model;
   Tensor grad = ctx.scratch.get(ScratchId::grad_a, {R, C});
   Tensor next = ctx.scratch.get(ScratchId::grad_b, {R, C});
   if (c.head) around(ctx, head_part(), Pass::backward, [&] { return (head_->backward(ctx, grad), 0); });

@@ -54,21 +54,29 @@ double inflight_layer_equivalents(const Layout& l, int64_t layers, int64_t m) {
 }
 
 double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool half) {
-  const double t = double(c.tp.size), B = double(micro_batch), N = B * double(c.seq_len);
+  const double t = double(c.tp.size), B = double(micro_batch), N = B * double(c.seq_local());
   const double C = double(c.d_model), D = double(c.head_dim);
   const bool sp = c.tp.sequence_parallel && c.tp.size > 1, split = c.tp.size > 1;
   const double R = sp ? N / t : N;
   const double Hq = double(c.heads) / t, Hkv = double(c.kv_heads) / t;
   const double F = double(c.ffn_hidden) / t, Vl = double(c.vocab_padded) / t;
-  double f = 2 * N * Hq * D + 2 * N * Hkv * D;              // d_att, dq; dk, dv
-  f += N * F * (c.arch == Arch::llama ? 3 : 2);             // d_act, d_up (, d_gate)
-  f += 3 * R * C;                                           // d_norm, dh; normed head input
-  f += N * Vl + N;                                          // logits, losses
-  f += 2 * R * C;                                           // the two gradient streams
-  f += 2 * (sp ? N * C : 1);                                // gathered rows and gradients
-  f += R == N ? 1 : N * C;                                  // the head's gathered rows
-  if (split) f += N * C + R * C + N + 2 * N + N;            // partial, sum; CE max, sum, target
-  const double tokens = B * double(c.seq_len + 1) + 2 * N;  // int32 tokens, inputs, targets
+  double f = 2 * N * Hq * D + 2 * N * Hkv * D;    // d_att, dq; dk, dv
+  f += N * F * (c.arch == Arch::llama ? 3 : 2);   // d_act, d_up (, d_gate)
+  f += 3 * R * C;                                 // d_norm, dh; normed head input
+  f += N * Vl + N;                                // logits, losses
+  f += 2 * R * C;                                 // the two gradient streams
+  f += 2 * (sp ? N * C : 1);                      // gathered rows and gradients
+  f += R == N ? 1 : N * C;                        // the head's gathered rows
+  if (split) f += N * C + R * C + N + 2 * N + N;  // partial, sum; CE max, sum, target
+  // Context parallelism's buffers (model/context_parallel.cpp).
+  if (c.cp.size > 1 && c.cp.kind == CpKind::ring)
+    f += 5 * 2 * N * Hkv * D      // K/V blocks in hand and arriving, 2 dK/dV, own dK/dV
+         + N / 2 * (Hq * D + Hq)  // a block's output (or dq) and lse
+         + N * Hkv * D;           // a block's dk and dv
+  if (c.cp.size > 1 && c.cp.kind == CpKind::ulysses)
+    f += 4 * N * Hq * D + 4 * N * Hkv * D  // q, out, dout, dq; k, v, dk, dv by heads
+         + 2 * N * std::max(Hq, Hkv) * D;  // the all-to-all's send and receive buffers
+  const double tokens = B * double(c.seq_len + 1) + 2 * N;  // int32 tokens (whole), inputs, targets
   // 16-bit GEMM operands: the widest input (x, the attention output, the MLP activation) and
   // the widest output gradient (of q/k/v, o, the MLP maps, the logits), all of N rows.
   const double x16 = N * std::max({C, Hq * D, F});

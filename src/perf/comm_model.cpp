@@ -87,6 +87,14 @@ double tp_seconds_per_layer(const Workload& w, const Layout& l, const GroupLink&
 double cp_seconds_per_layer(const Workload& w, const Layout& l, const GroupLink& link) {
   if (l.cp == 1) return 0;
   const ModelConfig& c = w.cfg;
+  if (w.cp_kind == CpKind::ulysses) {  // tessera's: 4 all-to-alls forward, 8 backward
+    const double a = activation_element_bytes(l), T = tokens(w, l);
+    const double q = a * T * double(c.heads / l.tp * c.head_dim);
+    const double kv = a * T * double(std::max<int64_t>(1, c.kv_heads / l.tp) * c.head_dim);
+    const double forward = 2 * all_to_all_seconds(q, l.cp, link) +
+                           2 * all_to_all_seconds(kv, l.cp, link);
+    return (3 + (l.recompute == Recompute::none ? 0 : 1)) * forward;
+  }
   const double kv = double(std::max<int64_t>(1, c.kv_heads / l.tp) * c.head_dim);
   const double block = 2 * activation_element_bytes(l) * tokens(w, l) * kv;  // K and V
   const double passes = 3 + (l.recompute == Recompute::none ? 0 : 1);

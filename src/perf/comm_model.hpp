@@ -19,7 +19,9 @@
 //       reduce-scatter plus an all-gather: the same time). Not overlapped.
 //   CP: ring attention passes K and V blocks around the CP ring: (cp-1) steps of
 //       2 a (T) k_rank bytes in forward, twice that in backward (K, V and their gradients);
-//       overlapped with the attention core, the excess is exposed.
+//       overlapped with the attention core, the excess is exposed. With parallel.cp_kind =
+//       ulysses (tessera's): all-to-alls of q, k, v and the output, a T (q + 2k + q) bytes,
+//       forward, twice that backward (tessera repeats the forward's), not overlapped.
 //   EP: per MoE layer, dispatch and combine all-to-alls of a T top_k C bytes, forward and
 //       backward (and again with full recompute).
 //   PP: per micro-batch and model chunk, the activation forward and its gradient backward,

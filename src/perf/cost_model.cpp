@@ -145,9 +145,17 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
     }
   }
   if (rt == Runtime::tessera) {
-    if (l.cp > 1 || l.ep > 1)
-      return "tessera runs data, tensor, sequence and pipeline parallelism and ZeRO today (CP "
-             "and EP are not implemented yet)";
+    if (l.ep > 1)
+      return "tessera runs data, tensor, sequence, context and pipeline parallelism and ZeRO "
+             "today (EP is not implemented yet)";
+    if (l.cp > 1 && w.cp_kind == CpKind::ring && c.seq_len % (2 * l.cp) != 0)
+      return cat("tessera's ring cuts seq_len ", c.seq_len, " into 2 x cp = ", 2 * l.cp,
+                 " zigzag chunks, which does not divide it");
+    if (l.cp > 1 && w.cp_kind == CpKind::ulysses &&
+        (c.heads / l.tp % l.cp != 0 || c.kv_heads / l.tp % l.cp != 0))
+      return cat("tessera's Ulysses needs cp (", l.cp,
+                 ") to divide the heads and key/value "
+                 "heads per tensor-parallel rank");
     if (c.kv_heads % l.tp != 0)
       return cat("tessera needs tp (", l.tp, ") to divide the ", c.kv_heads, " key/value heads");
     if (c.vocab_padded % l.tp != 0)
@@ -230,6 +238,7 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   if (rt == Runtime::tessera && l.pp > 1) {
     ModelConfig tc = c;
     tc.tp = {l.tp, 0, l.seq_parallel};
+    tc.cp = {l.cp, 0, w.cp_kind};
     tc.recompute = l.recompute;  // the layout's mode; recompute_layers from the deck
     const TesseraStageMemory sm = tessera_pipeline_memory(tc, l, m, w.zero_inflight, w.pp_layers);
     e.memory = sm.memory;
@@ -237,6 +246,7 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   } else if (rt == Runtime::tessera) {
     ModelConfig tc = c;
     tc.tp = {l.tp, 0, l.seq_parallel};
+    tc.cp = {l.cp, 0, w.cp_kind};
     tc.recompute = l.recompute;  // the layout's mode; recompute_layers from the deck
     const double psi = tessera_padded_params(tc, l.zero, N);
     const ModelStateBytes s = zero_model_state(l.zero, psi, N, Precision::fp32);
@@ -323,6 +333,7 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   const double tp =
       per_layer([&](const Layout& x) { return tp_seconds_per_layer(w, x, e.links.tp); });
   const double cp = per_layer([&](const Layout& x) {
+    if (w.cp_kind == CpKind::ulysses) return cp_seconds_per_layer(w, x, e.links.cp);
     const double attn =
         lc.attn_fwd + lc.attn_bwd + (x.recompute != Recompute::none ? lc.attn_fwd : 0);
     return std::max(0.0, cp_seconds_per_layer(w, x, e.links.cp) - attn);

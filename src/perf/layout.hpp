@@ -82,6 +82,7 @@ struct Workload {
   bool dropout = false;                // dropout layers (and their masks) as in GPT-3/Megatron
   int zero_inflight = 2;               // runtime tessera: parallel.zero_inflight
   std::string pp_layers = "balanced";  // runtime tessera: parallel.pp_layers
+  CpKind cp_kind = CpKind::ring;       // runtime tessera: parallel.cp_kind
 };
 
 // Sequences per model replica per step and micro-batches per step for a layout; 0 when the

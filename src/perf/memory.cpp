@@ -23,12 +23,13 @@ const char* zero_formula(int stage, Precision precision) {
 }
 
 double activation_bytes_per_block(const ModelConfig& cfg, int64_t batch) {
-  const double t = double(cfg.tp.size), N = double(batch * cfg.seq_len), C = double(cfg.d_model);
+  // Tokens this rank holds: a context-parallel rank holds seq_len / cp of each sequence.
+  const double t = double(cfg.tp.size), N = double(batch * cfg.seq_local()), C = double(cfg.d_model);
   const double R = cfg.tp.sequence_parallel && cfg.tp.size > 1 ? N / t : N;
   const bool layernorm = cfg.arch == Arch::gpt2;
   double e = 4 * R * C + (layernorm ? 4 : 2) * R;
   e += (2 * double(cfg.heads) + 2 * double(cfg.kv_heads)) / t * double(cfg.head_dim) * N;
-  e += double(batch) * double(cfg.heads) / t * double(cfg.seq_len);
+  e += double(batch) * double(cfg.heads) / t * double(cfg.seq_local());  // lse
   e += (cfg.arch == Arch::llama ? 3 : 2) * double(cfg.ffn_hidden) / t * N;
   return 4 * e;
 }
@@ -37,14 +38,14 @@ namespace {
 
 // Elements of the pieces selective recompute drops: attention output, lse, MLP activation.
 double selective_dropped(const ModelConfig& cfg, int64_t batch) {
-  const double t = double(cfg.tp.size), N = double(batch * cfg.seq_len);
+  const double t = double(cfg.tp.size), N = double(batch * cfg.seq_local());
   return double(cfg.heads) / t * double(cfg.head_dim) * N +
-         double(batch) * double(cfg.heads) / t * double(cfg.seq_len) +
+         double(batch) * double(cfg.heads) / t * double(cfg.seq_local()) +
          double(cfg.ffn_hidden) / t * N;
 }
 
 double residual_rows(const ModelConfig& cfg, int64_t batch) {
-  const double N = double(batch * cfg.seq_len);
+  const double N = double(batch * cfg.seq_local());
   return cfg.tp.sequence_parallel && cfg.tp.size > 1 ? N / double(cfg.tp.size) : N;
 }
 

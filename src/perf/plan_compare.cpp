@@ -55,6 +55,8 @@ std::string plan_comparison(const RunFacts& run) {
   Workload w;
   w.cfg = run.cfg;
   w.cfg.tp = TensorParallel{};
+  w.cfg.cp = ContextParallel{};
+  w.cp_kind = run.cfg.cp.kind;
   w.global_batch = run.global_batch;
   w.zero_inflight = run.zero_inflight;
   w.pp_layers = run.pp_layers;
@@ -64,7 +66,8 @@ std::string plan_comparison(const RunFacts& run) {
   l.pp = run.pp, l.vpp = run.pp_virtual;
   l.schedule =
       run.schedule == PipeSchedule::gpipe ? PipeSchedule::gpipe : PipeSchedule::one_f_one_b;
-  l.dp = run.ranks / (l.tp * l.pp);
+  l.cp = int(run.cfg.cp.size);
+  l.dp = run.ranks / (l.tp * l.pp * l.cp);
   l.zero = run.zero;
   l.shard_group = run.zero > 0 && run.shard_ranks != l.dp ? run.shard_ranks : 0;
   l.micro_batch = int(run.micro_batch);

@@ -135,7 +135,7 @@ TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l
   const double align = l.zero >= 1 ? 16.0 * N : 16.0;
   const double copy = std::ceil(round16(double(c.vocab_padded) / c.tp.size * double(c.d_model)) /
                                 align) * align;  // the last stage's tied token table
-  const double rows = double(l.micro_batch * c.seq_len) /
+  const double rows = double(l.micro_batch * c.seq_local()) /
                       (c.tp.sequence_parallel && c.tp.size > 1 ? c.tp.size : 1);
   const double message = rows * double(c.d_model);  // floats per activation message
   const double embed_act = 4 * rows * double(c.d_model);
@@ -204,7 +204,7 @@ TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l
     // Scratch as the whole model's (the last stage runs blocks and the head), plus every
     // micro-batch's inputs and targets (int32) held for the step.
     mb.workspace = tessera_workspace_bytes(c, l.micro_batch, tessera_half(l)) +
-                   4 * 2 * double(m) * double(l.micro_batch * c.seq_len);
+                   4 * 2 * double(m) * double(l.micro_batch * c.seq_local());
     peak.params = std::max(peak.params, mb.params);
     peak.grads = std::max(peak.grads, mb.grads);
     peak.optimizer = std::max(peak.optimizer, mb.optimizer);

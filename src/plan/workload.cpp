@@ -30,6 +30,7 @@ Workload workload_from(const RunConfig& run) {
   w.global_batch = run.train.global_batch;
   w.zero_inflight = run.parallel.zero_inflight;
   w.pp_layers = run.parallel.pp_layers;
+  w.cp_kind = run.parallel.cp_kind;
   TESSERA_REQUIRE(w.global_batch > 0, "train.global_batch is 0 in '", run.origin(),
                   "'; the planner needs the sequences per optimizer step (set it in the deck "
                   "or pass --train.global_batch=N)");

@@ -366,6 +366,13 @@ void RunLog::finish() {
   print_activations(mem[int(Charge::activations)], pipe != nullptr);
   std::printf("\n%s", grid_.traffic_table(trainer_.own_groups()).c_str());
   std::printf("%s", trainer_.data_parallel().summary().c_str());
+  if (const ContextParallel& cp = trainer_.config().cp; cp.size > 1 && cp.kind == CpKind::ring) {
+    const OverlapTiming& t = trainer_.cp_timing();
+    std::printf("cp ring: %lld K/V and dK/dV transfers, in flight %.1f ms, exposed %.1f ms "
+                "(hidden %.0f%% behind attention; rank 0, all steps)\n",
+                (long long)t.transfers, 1e3 * t.in_flight, 1e3 * t.exposed,
+                100 * std::max(0.0, 1 - t.exposed / std::max(t.in_flight, 1e-12)));
+  }
   if (pipe) {
     const pp::ScheduleShape& sh = pipe->shape();
     const pp::Ratio f = pp::bubble_formula(sh);

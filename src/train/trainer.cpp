@@ -61,7 +61,7 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid)
       cfg_(ModelConfig::from(run.model, run.train)),
       geo_(BatchGeometry::from(run.train, grid.dp().size())),
       grid_(grid),
-      par_{grid.dp(), grid.group(Group::tp), run.parallel.sequence_parallel},
+      par_{grid.dp(), grid.group(Group::tp), run.parallel.sequence_parallel, &grid.group(Group::cp)},
       scratch_(alloc_),
       seed_(uint64_t(run.train.seed)),
       steps_(run.train.steps),
@@ -75,12 +75,18 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid)
                   "train.eval_every = ", eval_every_, " but the validation split of '",
                   run.data.path, "' is empty; raise data.val_fraction or set "
                   "train.eval_every = 0");
+  par_.cp_timing = &cp_timing_;
   split_tensor_parallel();
+  cfg_.split(ContextParallel{grid.group(Group::cp).size(), grid.group(Group::cp).rank(),
+                             run.parallel.cp_kind});
   const int stages = grid.group(Group::pp).size();
   if (stages > 1) model_ = std::make_unique<Transformer>(cfg_, store_, pipeline_stage());
   else model_ = std::make_unique<Transformer>(cfg_, store_);
   index_whole_model();
-  store_.finalize(alloc_, DataParallel::store_layout(run.parallel, *model_, geo_.dp),
+  // Gradients are summed, and ZeRO shards the model state, over the data- and
+  // context-parallel ranks together (dp_cp; the dp group when cp = 1).
+  Communicator& dp_cp = grid.group(Group::dp_cp);
+  store_.finalize(alloc_, DataParallel::store_layout(run.parallel, *model_, dp_cp.size()),
                   dtype_of(run.train.precision));
   if (run.train.precision == TrainPrecision::fp16) {
     scaler_.dynamic = true;
@@ -94,16 +100,15 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid)
   oc.eps = float(run.optim.eps);
   oc.weight_decay = float(run.optim.weight_decay);
   oc.decay_embeddings = run.optim.decay_embeddings;
-  dp_ = make_data_parallel(run.parallel, store_, *model_, grid.dp(), grid.group(Group::dp_cp),
-                           alloc_);
+  dp_ = make_data_parallel(run.parallel, store_, *model_, dp_cp, dp_cp, alloc_);
   if (tied_over_pipeline()) dp_->defer(0);  // summed over the embedding group first
   dp_->initialize(seed_);
   store_.refresh_compute();
   optim_ = std::make_unique<AdamW>(store_, alloc_, oc, dp_->segments());
   schedule_ = {run.optim.lr, run.optim.min_lr, run.optim.warmup, steps_};
   grad_clip_ = run.optim.grad_clip;
-  const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
-  tokens_ = Buffer(alloc_, Shape{B, T + 1}, DType::i32, Charge::workspace);
+  const int64_t T = cfg_.seq_local(), B = geo_.micro_batch;
+  tokens_ = Buffer(alloc_, Shape{B, cfg_.seq_len + 1}, DType::i32, Charge::workspace);
   inputs_ = Buffer(alloc_, Shape{B, T}, DType::i32, Charge::workspace);
   targets_ = Buffer(alloc_, Shape{B, T}, DType::i32, Charge::workspace);
   // Every step runs through the pipeline executor; with one stage its schedule is one
@@ -142,9 +147,10 @@ void Trainer::split_tensor_parallel() {
   const bool sp = run_.parallel.sequence_parallel;
   cfg_.split({tp.size(), tp.rank(), sp});
   if (tp.size() == 1) return;
-  const int64_t tokens = geo_.micro_batch * cfg_.seq_len;
+  const int64_t tokens = geo_.micro_batch * cfg_.seq_len / grid_.group(Group::cp).size();
   TESSERA_REQUIRE(!sp || tokens % tp.size() == 0, "parallel.sequence_parallel shards the ",
-                  tokens, " tokens of a micro-batch (train.micro_batch x model.seq_len) over "
+                  tokens, " tokens of a micro-batch (train.micro_batch x model.seq_len / "
+                  "parallel.cp) over "
                   "parallel.tp = ", tp.size(), " ranks, which does not divide them");
   // A tensor-parallel group across nodes puts 4 all-reduces of every layer's activations
   // (2 forward, 2 backward) on the inter-node network (seed 002, case A).
@@ -191,15 +197,19 @@ std::vector<const Communicator*> Trainer::own_groups() const {
 }
 
 void Trainer::load_micro_batch(const std::function<void(int64_t, int32_t*)>& sample_row) {
-  const int64_t T = cfg_.seq_len;
-  for (int64_t b = 0; b < geo_.micro_batch; ++b) {
-    int32_t* row = tokens_.i32() + b * (T + 1);
-    sample_row(b, row);
-    for (int64_t t = 0; t < T; ++t) {
-      inputs_.i32()[b * T + t] = row[t];
-      targets_.i32()[b * T + t] = row[t + 1];
+  const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
+  for (int64_t b = 0; b < B; ++b) sample_row(b, tokens_.i32() + b * (T + 1));
+  // This rank's segments of each sequence (all of it without context parallelism), laid out
+  // segment by segment: [segment][sequence][token of the segment].
+  int64_t n = 0;
+  for (const ContextParallel::Segment& g : cfg_.cp.segments(T))
+    for (int64_t b = 0; b < B; ++b) {
+      const int32_t* row = tokens_.i32() + b * (T + 1) + g.pos0;
+      for (int64_t t = 0; t < g.len; ++t, ++n) {
+        inputs_.i32()[n] = row[t];
+        targets_.i32()[n] = row[t + 1];
+      }
     }
-  }
 }
 
 bool Trainer::eval_due(int64_t step, int64_t last_step) const {
@@ -207,7 +217,7 @@ bool Trainer::eval_due(int64_t step, int64_t last_step) const {
 }
 
 double Trainer::pipeline_step(int64_t s, StepContext& ctx) {
-  const int64_t T = cfg_.seq_len, B = geo_.micro_batch, n = B * T;
+  const int64_t T = cfg_.seq_local(), B = geo_.micro_batch, n = B * T;
   Communicator& pp = grid_.group(Group::pp);
   const int stage = pp.rank(), last = pp.size() - 1;
   const bool serial = pp.size() == 1;  // one stage: each micro-batch loaded just before it runs
@@ -266,7 +276,7 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx) {
 // Forward only, one micro-batch at a time through the model chunks in order (each stage
 // receives its chunk's input, runs it and sends the output on); the last stage has the loss.
 double Trainer::pipeline_evaluate() {
-  const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
+  const int64_t T = cfg_.seq_local(), B = geo_.micro_batch;
   Communicator& pp = grid_.group(Group::pp);
   const pp::ScheduleShape& shape = pipeline_->shape();
   const int stage = pp.rank(), C = shape.model_chunks();
@@ -285,9 +295,9 @@ double Trainer::pipeline_evaluate() {
       if (c < C - 1) pp.isend(out.f32(), n, shape.stage_of(c + 1), 0).wait();
     }
   }
-  grid_.dp().all_reduce(&loss_sum, 1);
+  grid_.group(Group::dp_cp).all_reduce(&loss_sum, 1);
   pp.all_reduce(&loss_sum, 1);
-  return loss_sum / double(eval_samples_ * T);
+  return loss_sum / double(eval_samples_ * cfg_.seq_len);
 }
 
 double Trainer::evaluate() {
@@ -327,7 +337,7 @@ StepResult Trainer::step(int64_t s) {
   grid_.group(Group::tp).all_reduce(&sq.split, 1);
   double squares = sq.split + sq.replicated;
   dp_->sum_over_shards(&squares, 1);
-  grid_.dp().all_reduce(&loss_sum, 1);
+  grid_.group(Group::dp_cp).all_reduce(&loss_sum, 1);
   if (pipeline()) {  // the loss is the last stage's; the norm sums every stage's
     double both[2] = {squares, loss_sum};
     grid_.group(Group::pp).all_reduce(both, 2);

@@ -109,6 +109,8 @@ class Trainer {
   // the grid's groups.
   void set_trace(Trace* trace);
   int64_t steps() const { return steps_; }
+  // Context parallelism's ring: how much of its K/V (and dK/dV) traffic attention hid.
+  const OverlapTiming& cp_timing() const { return cp_timing_; }
   // Blocks per model chunk of the pipeline (parallel.pp_layers; empty with one stage).
   const std::vector<int64_t>& chunk_layers() const { return chunk_layers_; }
 
@@ -158,6 +160,7 @@ class Trainer {
   std::vector<WholeParam> whole_model_;
   PhaseTimer timer_;
   Trace* trace_ = nullptr;
+  OverlapTiming cp_timing_;
 };
 
 }  // namespace tessera

@@ -86,6 +86,69 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                            return os.str();
                          });
 
+// Blocks of a longer sequence (context parallelism): a key length and position offsets
+// (AttnShape::Tk, q_pos0, k_pos0), against the CPU on the same inputs; every query row of
+// these blocks sees at least one key, so lse is finite.
+struct BlockCase {
+  int64_t B, T, Tk, Hq, Hkv, D, q_pos0, k_pos0;
+  AttnShape shape() const {
+    return {B, T, Hq, Hkv, D, float(1.0 / std::sqrt(double(D))), Tk, q_pos0, k_pos0};
+  }
+};
+
+class CudaAttentionBlocks : public CudaTest, public ::testing::WithParamInterface<BlockCase> {};
+
+TEST_P(CudaAttentionBlocks, ForwardAndBackwardMatchCpu) {
+  const BlockCase c = GetParam();
+  const AttnShape s = c.shape();
+  const int64_t nq = c.B * c.T * c.Hq * c.D, nkv = c.B * c.Tk * c.Hkv * c.D, nl = c.B * c.Hq * c.T;
+  const FVec q = randn(nq, 11), k = randn(nkv, 12), v = randn(nkv, 13), dout = randn(nq, 14);
+  FVec out(nq), lse(nl), dq(nq), dk(nkv), dv(nkv);
+  attention_forward(host(q), host(k), host(v), host(out), host(lse), s);
+  attention_backward(host(dout), host(q), host(k), host(v), host(out), host(lse), host(dq),
+                     host(dk), host(dv), s);
+  const float nan = std::nanf("");
+  Dev<float> dQ(q), dK(k), dV(v), dO(dout), dOut(FVec(nq, nan)), dLse(FVec(nl, nan));
+  Dev<float> gQ(FVec(nq, nan)), gK(FVec(nkv, nan)), gV(FVec(nkv, nan));
+  attention_forward(dQ, dK, dV, dOut, dLse, s);
+  attention_backward(dO, dQ, dK, dV, dOut, dLse, gQ, gK, gV, s);
+  expect_normwise(dOut.host(), out, kRel, "out");
+  expect_normwise(dLse.host(), lse, kRel, "lse");
+  expect_normwise(gQ.host(), dq, kRel, "dq");
+  expect_normwise(gK.host(), dk, kRel, "dk");
+  expect_normwise(gV.host(), dv, kRel, "dv");
+  // Merged with itself, a block is unchanged and its lse grows by log 2.
+  Dev<float> mOut(out), mLse(lse), pOut(out), pLse(lse);
+  attention_merge(mOut, mLse, pOut, pLse, c.B, c.T, c.Hq, c.D);
+  FVec lse2 = lse;
+  for (float& x : lse2) x += std::log(2.0f);
+  expect_normwise(mOut.host(), out, kRel, "merged out");
+  expect_normwise(mLse.host(), lse2, kRel, "merged lse");
+}
+
+INSTANTIATE_TEST_SUITE_P(Blocks, CudaAttentionBlocks,
+                         ::testing::Values(BlockCase{2, 70, 130, 4, 2, 32, 130, 0},   // all visible
+                                           BlockCase{2, 64, 64, 2, 2, 64, 64, 64},    // diagonal
+                                           BlockCase{1, 90, 150, 2, 1, 64, 100, 70},  // ragged
+                                           BlockCase{1, 8, 8, 2, 2, 16, 24, 8}),      // zigzag
+                         [](const ::testing::TestParamInfo<BlockCase>& info) {
+                           std::ostringstream os;
+                           os << "T" << info.param.T << "Tk" << info.param.Tk << "_" << info.index;
+                           return os.str();
+                         });
+
+class CudaAttentionFuture : public CudaTest {};
+
+TEST_F(CudaAttentionFuture, BlockInTheFutureIsEmpty) {
+  const BlockCase c{1, 5, 5, 2, 2, 16, 0, 5};  // every key after every query
+  const int64_t n = c.B * c.T * c.Hq * c.D, nl = c.B * c.Hq * c.T;
+  const float nan = std::nanf("");
+  Dev<float> x(randn(n, 21)), out(FVec(n, nan)), lse(FVec(nl, nan));
+  attention_forward(x, x, x, out, lse, c.shape());
+  for (float e : out.host()) EXPECT_EQ(e, 0.0f);
+  for (float e : lse.host()) EXPECT_EQ(e, -INFINITY);
+}
+
 class CudaAttentionLimits : public CudaTest {};
 
 TEST_F(CudaAttentionLimits, LongSequenceNeedsNoTxTMemory) {

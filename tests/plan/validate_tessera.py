@@ -5,7 +5,9 @@ usage: validate_tessera.py WORKDIR "MPIEXEC... -np" TESSERA TESSERA_PLAN CLUSTER
 
 For each case (data parallelism, ZeRO 0-3, HSDP, tensor and sequence parallelism, pipelines
 with every schedule and with ZeRO, both architectures, with and without gradient
-accumulation, each activation recompute mode, bf16 and fp16: the layouts tessera implements today; CP and EP do not exist yet) it runs tessera for 2 steps on the CPU, reads output.dir/memory.json (peak bytes per
+accumulation, each activation recompute mode, bf16 and fp16, context parallelism (ring and
+Ulysses, alone and with TP+SP, ZeRO and PP): the layouts tessera implements today; EP does
+not exist yet) it runs tessera for 2 steps on the CPU, reads output.dir/memory.json (peak bytes per
 category, max over ranks) and asks `tessera-plan --runtime tessera --explain LAYOUT --json -`
 for its prediction. Checks:
   * params, grads, optimizer, activations, workspace: within 5% of the measured peak;
@@ -58,6 +60,12 @@ CASES = [
     ("tp2_sp_fp16_gpt2", 2, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=4"], "tp=2 sp=1 zero=0 mb=2 prec=fp16"),
     ("dp4_grad_bf16_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=0 mb=2 prec=bf16 grad=bf16"),
     ("pp2_v2_zero3_bf16", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=8"], "pp=2 v=2 zero=3 mb=1 prec=bf16 rc=full"),
+    # Context parallelism (parallel.cp_kind from the deck overrides): seq_len / cp tokens per
+    # rank and the ring's or Ulysses' scratch (model/context_parallel.cpp).
+    ("cp2_ring_llama", 2, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=4"], "cp=2 zero=0 mb=2"),
+    ("cp4_ulysses_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=4", "--parallel.cp_kind=ulysses"], "cp=4 zero=0 mb=2"),
+    ("cp2_tp2_sp_zero1", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=4"], "cp=2 tp=2 sp=1 zero=1 mb=2"),
+    ("cp2_pp2_sel_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=4"], "cp=2 pp=2 zero=0 mb=1 rc=selective"),
 ]
 EXACT = ["params", "grads", "optimizer", "activations", "workspace"]
 
@@ -74,7 +82,7 @@ def main():
         keys = dict(item.split("=") for item in layout.split())
         common = [deck_path, *MODEL, *overrides, f"--parallel.zero={keys.get('zero', '0')}",
                   f"--parallel.shard_group={keys.get('hsdp', '0')}",
-                  f"--parallel.tp={keys.get('tp', '1')}",
+                  f"--parallel.tp={keys.get('tp', '1')}", f"--parallel.cp={keys.get('cp', '1')}",
                   f"--parallel.sequence_parallel={'true' if keys.get('sp') == '1' else 'false'}",
                   f"--parallel.pp={keys.get('pp', '1')}", f"--parallel.pp_virtual={keys.get('v', '1')}",
                   "--parallel.pp_schedule=" + ("gpipe" if keys.get("sched") == "gpipe" else

@@ -185,6 +185,23 @@ TEST(PlanLayout, ParsesAndPrints) {
   EXPECT_THROW(parse_layout("rc=partial"), Error);
 }
 
+// Context parallelism per layer: the ring sends (cp - 1) K/V blocks in forward and twice
+// that in backward; tessera's Ulysses does 4 all-to-alls forward and 8 backward (4 more with
+// recompute), each of what one rank holds of q, k, v or the output.
+TEST(PlanCollectives, ContextParallelRingAndUlysses) {
+  const Link link{1e9, 0, "x"};
+  Workload w = gpt(4, 64);  // 32 heads of 128, seq_len 2048, fp32 activations
+  Layout l;
+  l.cp = 4, l.micro_batch = 1;
+  const double a = activation_element_bytes(l), T = 2048.0 / 4, hd = 32.0 * 128;
+  EXPECT_DOUBLE_EQ(cp_seconds_per_layer(w, l, link), 3 * 3 * (2 * a * T * hd / 1e9));
+  w.cp_kind = CpKind::ulysses;
+  const double one = all_to_all_seconds(a * T * hd, 4, link);  // q, k, v and out alike here
+  EXPECT_DOUBLE_EQ(cp_seconds_per_layer(w, l, link), 12 * one);
+  l.recompute = Recompute::selective;
+  EXPECT_DOUBLE_EQ(cp_seconds_per_layer(w, l, link), 16 * one);
+}
+
 TEST(PlanSearch, LegalityRules) {
   const Cluster c = Cluster::from_text(kCluster);
   const Workload w = gpt(8, 64);
@@ -207,7 +224,7 @@ TEST(PlanSearch, LegalityRules) {
             std::string::npos);
   l.micro_batch = 1;
   EXPECT_EQ(layout_problem(w, l, c, Runtime::megatron, 8), "");
-  // tessera runs pipelines (with ZeRO-2/3 too, and layers that do not split evenly), not CP.
+  // tessera runs pipelines (with ZeRO-2/3 too, and layers that do not split evenly) and CP.
   l.precision = ComputeType::fp32;
   EXPECT_EQ(layout_problem(w, l, c, Runtime::tessera, 8), "");
   l.zero = 2;
@@ -217,8 +234,19 @@ TEST(PlanSearch, LegalityRules) {
   l.pp = 2, l.vpp = 8;
   EXPECT_NE(layout_problem(w, l, c, Runtime::tessera, 8).find("without layers"),
             std::string::npos);
+  // Context parallelism: the ring needs seq_len divisible by 2 cp, Ulysses cp dividing the
+  // heads and key/value heads per tensor-parallel rank (parallel.cp_kind).
   l.vpp = 1, l.tp = 2, l.cp = 2;
-  EXPECT_NE(layout_problem(w, l, c, Runtime::tessera, 8).find("not implemented"),
+  EXPECT_EQ(layout_problem(w, l, c, Runtime::tessera, 8), "");
+  Workload odd = w;
+  odd.cfg.seq_len = 2046;
+  EXPECT_NE(layout_problem(odd, l, c, Runtime::tessera, 8).find("zigzag chunks"),
+            std::string::npos);
+  Workload uly = w;
+  uly.cp_kind = CpKind::ulysses;
+  EXPECT_EQ(layout_problem(uly, l, c, Runtime::tessera, 8), "");
+  uly.cfg.heads = uly.cfg.kv_heads = 6;  // 3 per tensor-parallel rank
+  EXPECT_NE(layout_problem(uly, l, c, Runtime::tessera, 8).find("Ulysses needs cp"),
             std::string::npos);
   EXPECT_EQ(divisors(12), (std::vector<int>{1, 2, 3, 4, 6, 12}));
 }

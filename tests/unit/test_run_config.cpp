@@ -71,6 +71,7 @@ TEST(RunConfig, EveryChoiceOfTheSchemaParses) {
       {"parallel.pp_schedule",
        [](const RunConfig& c) { return to_string(c.parallel.pp_schedule); }},
       {"parallel.progress", [](const RunConfig& c) { return to_string(c.parallel.progress); }},
+      {"parallel.cp_kind", [](const RunConfig& c) { return to_string(c.parallel.cp_kind); }},
       {"hardware.device", [](const RunConfig& c) { return to_string(c.hardware.device); }},
       {"train.precision", [](const RunConfig& c) { return to_string(c.train.precision); }},
       {"parallel.grad_reduce_dtype",

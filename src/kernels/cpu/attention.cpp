@@ -1,5 +1,5 @@
 // CPU causal attention, flash-attention style. For query row i of head h (kv head g):
-//   s_ij = scale * q_i . k_j (j <= i),  lse_i = log sum_j exp(s_ij),
+//   s_ij = scale * q_i . k_j (k_pos0 + j <= q_pos0 + i),  lse_i = log sum_j exp(s_ij),
 //   out_i = sum_j exp(s_ij - lse_i) v_j.
 // The forward walks 64x64 query/key tiles with an online softmax and saves only out and lse.
 // The backward recomputes each probability tile P = exp(S - lse) and applies
@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "kernels/backend.hpp"
@@ -57,14 +58,22 @@ int64_t num_tiles(int64_t T) {
   return (T + kTile - 1) / kTile;
 }
 
-// Index helpers for the [B,T,H,D] tensors and the [B,Hq,T] row statistics. Dp is D padded to
-// the register block width: the row stride of the local tile buffers.
+// Index helpers for the [B,T,Hq,D] queries, [B,Tk,Hkv,D] keys and the [B,Hq,T] row statistics.
+// Dp is D padded to the register block width: the row stride of the local tile buffers.
+// shift = q_pos0 - k_pos0: query row i sees key row j when j <= i + shift.
 struct Geometry {
-  int64_t T, Hq, Hkv, D, Dp, group;
+  int64_t T, Tk, Hq, Hkv, D, Dp, group, shift;
   explicit Geometry(const AttnShape& s)
-      : T(s.T), Hq(s.Hq), Hkv(s.Hkv), D(s.D), Dp(round_up(s.D, kNR)), group(s.Hq / s.Hkv) {}
+      : T(s.T),
+        Tk(s.keys()),
+        Hq(s.Hq),
+        Hkv(s.Hkv),
+        D(s.D),
+        Dp(round_up(s.D, kNR)),
+        group(s.Hq / s.Hkv),
+        shift(s.q_pos0 - s.k_pos0) {}
   int64_t q_at(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * Hq + h) * D; }
-  int64_t kv_at(int64_t b, int64_t t, int64_t g) const { return ((b * T + t) * Hkv + g) * D; }
+  int64_t kv_at(int64_t b, int64_t t, int64_t g) const { return ((b * Tk + t) * Hkv + g) * D; }
   int64_t stat_at(int64_t b, int64_t h, int64_t t) const { return (b * Hq + h) * T + t; }
 };
 
@@ -78,9 +87,15 @@ struct TileRange {
         n_cols(round_up(n, kNR)) {}
 };
 
-// Number of keys of the tile starting at j0 (nk keys) visible to query i; >= 1 for j0 <= i.
-int64_t causal_count(int64_t i, int64_t j0, int64_t nk) {
-  return std::min(nk, i - j0 + 1);
+// Number of keys of the tile starting at key row j0 (nk keys) visible to query row i, for
+// shift = q_pos0 - k_pos0; 0 when the whole tile is in the query's future.
+int64_t causal_count(int64_t i, int64_t j0, int64_t nk, int64_t shift) {
+  return std::max<int64_t>(0, std::min(nk, i + shift - j0 + 1));
+}
+
+// Whether any query row of tile Q sees any key of tile K.
+bool tiles_meet(const TileRange& Q, const TileRange& K, int64_t shift) {
+  return K.start <= Q.start + Q.n - 1 + shift;
 }
 
 // dst[r * Dp + d] = alpha * src[r * ld + d] for r < n, d < D; zero up to padded_n rows, Dp.
@@ -163,23 +178,32 @@ void forward_tile(const float* q, const float* k, const float* v, float* out, fl
   load_rows(q + G.q_at(b, Q.start, h), G.Hq * D, Q.n, Q.n_rows, D, Dp, scale, ws.Qs.data());
   std::fill(ws.O.begin(), ws.O.end(), 0.0f);
   std::fill(ws.l.begin(), ws.l.end(), 0.0f);
-  for (int64_t jb = 0; jb <= ib; ++jb) {
-    const TileRange K(G.T, jb);
+  constexpr float kNoKey = -std::numeric_limits<float>::infinity();
+  std::fill(ws.m.begin(), ws.m.end(), kNoKey);  // running max; -inf: no key seen yet
+  const int64_t nkt = num_tiles(G.Tk);
+  for (int64_t jb = 0; jb < nkt; ++jb) {
+    const TileRange K(G.Tk, jb);
+    if (!tiles_meet(Q, K, G.shift)) break;  // later key tiles are later still
     load_transposed(k + G.kv_at(b, K.start, g), G.Hkv * D, K.n, K.n_cols, D, Dp, ws.KT.data());
     load_rows(v + G.kv_at(b, K.start, g), G.Hkv * D, K.n, K.n_cols, D, Dp, 1.0f, ws.Vs.data());
     gemm_tile<false, false>(Q.n_rows, K.n_cols, Dp, ws.Qs.data(), Dp, ws.KT.data(), kTile,
                             ws.S.data(), kTile);
     // S becomes P (unnormalised, relative to the running max); padding rows of S are zero.
     for (int64_t r = 0; r < Q.n; ++r) {
-      const int64_t nc = causal_count(Q.start + r, K.start, K.n);
+      const int64_t nc = causal_count(Q.start + r, K.start, K.n, G.shift);
       float* s = ws.S.data() + r * kTile;
-      vfloat vmx = vsplat(jb == 0 ? s[0] : ws.m[r]);  // running max; nc >= 1
+      if (nc == 0) {  // the row sees none of this tile: it adds nothing to O
+        std::fill(s, s + K.n_cols, 0.0f);
+        continue;
+      }
+      vfloat vmx = vsplat(ws.m[r]);
       for (int64_t c0 = 0; c0 < K.n_cols; c0 += kLanes) {
         const vfloat x = vload(s + c0);
         vmx = vselect(lanes_below(c0, nc) & (x > vmx), x, vmx);
       }
       const float mx = hmax(vmx);
-      const float corr = jb == 0 ? 0.0f : std::exp(ws.m[r] - mx);
+      const bool first = ws.m[r] == kNoKey;
+      const float corr = first ? 0.0f : std::exp(ws.m[r] - mx);
       vfloat sum = {};
       for (int64_t c0 = 0; c0 < K.n_cols; c0 += kLanes) {
         const vfloat e = vselect(lanes_below(c0, nc), vexp(vload(s + c0) - mx), vfloat{});
@@ -188,7 +212,7 @@ void forward_tile(const float* q, const float* k, const float* v, float* out, fl
       }
       ws.l[r] = ws.l[r] * corr + hsum(sum);
       ws.m[r] = mx;
-      if (jb > 0 && corr != 1.0f) {
+      if (!first && corr != 1.0f) {
         float* o = ws.O.data() + r * Dp;
 #pragma omp simd
         for (int64_t d = 0; d < Dp; ++d) o[d] *= corr;
@@ -198,9 +222,14 @@ void forward_tile(const float* q, const float* k, const float* v, float* out, fl
                            ws.O.data(), Dp);
   }
   for (int64_t r = 0; r < Q.n; ++r) {
+    float* dst = out + G.q_at(b, Q.start + r, h);
+    if (ws.m[r] == kNoKey) {  // no key of the block is visible to this row
+      std::fill(dst, dst + D, 0.0f);
+      lse[G.stat_at(b, h, Q.start + r)] = kNoKey;
+      continue;
+    }
     const float inv = 1.0f / ws.l[r];
     const float* o = ws.O.data() + r * Dp;
-    float* dst = out + G.q_at(b, Q.start + r, h);
 #pragma omp simd
     for (int64_t d = 0; d < D; ++d) dst[d] = o[d] * inv;
     lse[G.stat_at(b, h, Q.start + r)] = ws.m[r] + std::log(ws.l[r]);
@@ -262,7 +291,7 @@ void probs_and_dscores(const BackwardArgs& a, int64_t b, int64_t h, const TileRa
                           ws.dS.data(), kTile);
   // Padding rows (r >= Q.n) are zero already: their Qs and dOs rows are zero.
   for (int64_t r = 0; r < Q.n; ++r) {
-    const int64_t i = Q.start + r, nc = causal_count(i, K.start, K.n);
+    const int64_t i = Q.start + r, nc = causal_count(i, K.start, K.n, G.shift);
     const float L = a.lse[G.stat_at(b, h, i)], Di = a.dvec[G.stat_at(b, h, i)];
     float* p = ws.P.data() + r * kTile;
     float* ds = ws.dS.data() + r * kTile;
@@ -313,6 +342,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
                        const AttnShape& s) {
   const Geometry G(s);
   const int64_t nt = num_tiles(s.T), B = s.B, Hq = s.Hq;
+  if (B == 0 || s.T == 0) return;
 #pragma omp parallel
   {
     ForwardScratch ws(G.Dp);
@@ -329,7 +359,9 @@ void attention_backward(const float* dout, const float* q, const float* k, const
                         const float* out, const float* lse, float* dq, float* dk, float* dv,
                         const AttnShape& s) {
   const Geometry G(s);
-  const int64_t B = s.B, T = s.T, Hq = s.Hq, Hkv = s.Hkv, D = s.D, nt = num_tiles(T);
+  const int64_t B = s.B, T = s.T, Tk = s.keys(), Hq = s.Hq, Hkv = s.Hkv, D = s.D;
+  const int64_t nt = num_tiles(T), nkt = num_tiles(Tk);
+  if (B == 0) return;
   const int64_t q_ld = Hq * D, kv_ld = Hkv * D;
 
   std::vector<float> dvec(B * Hq * T);
@@ -367,14 +399,15 @@ void attention_backward(const float* dout, const float* q, const float* k, const
           const int64_t h_begin = g * G.group, h_end = h_begin + G.group;
           for (int64_t t = 0; t < T; ++t)
             std::fill_n(dq + G.q_at(b, t, h_begin), G.group * D, 0.0f);
-          for (int64_t jb = 0; jb < nt; ++jb) {
-            const TileRange K(T, jb);
+          for (int64_t jb = 0; jb < nkt; ++jb) {
+            const TileRange K(Tk, jb);
             load_key_tile(a, b, g, K, ws);
             std::fill(ws.dK.begin(), ws.dK.end(), 0.0f);
             std::fill(ws.dV.begin(), ws.dV.end(), 0.0f);
             for (int64_t h = h_begin; h < h_end; ++h)
-              for (int64_t ib = jb; ib < nt; ++ib) {
+              for (int64_t ib = 0; ib < nt; ++ib) {
                 const TileRange Q(T, ib);
+                if (!tiles_meet(Q, K, G.shift)) continue;
                 load_query_tile(a, b, h, Q, ws);
                 probs_and_dscores(a, b, h, Q, K, ws);
                 accumulate_dkdv(a, Q, K, ws);
@@ -395,16 +428,17 @@ void attention_backward(const float* dout, const float* q, const float* k, const
     BackwardScratch ws(G.Dp);
     // dk, dv: one work item per key tile; earlier key tiles are seen by more queries.
 #pragma omp for collapse(3) schedule(dynamic, 1)
-    for (int64_t jb = 0; jb < nt; ++jb)
+    for (int64_t jb = 0; jb < nkt; ++jb)
       for (int64_t b = 0; b < B; ++b)
         for (int64_t g = 0; g < Hkv; ++g) {
-          const TileRange K(T, jb);
+          const TileRange K(Tk, jb);
           load_key_tile(a, b, g, K, ws);
           std::fill(ws.dK.begin(), ws.dK.end(), 0.0f);
           std::fill(ws.dV.begin(), ws.dV.end(), 0.0f);
           for (int64_t h = g * G.group; h < (g + 1) * G.group; ++h)
-            for (int64_t ib = jb; ib < nt; ++ib) {
+            for (int64_t ib = 0; ib < nt; ++ib) {
               const TileRange Q(T, ib);
+              if (!tiles_meet(Q, K, G.shift)) continue;
               load_query_tile(a, b, h, Q, ws);
               probs_and_dscores(a, b, h, Q, K, ws);
               accumulate_dkdv(a, Q, K, ws);
@@ -422,8 +456,9 @@ void attention_backward(const float* dout, const float* q, const float* k, const
           const TileRange Q(T, ib);
           load_query_tile(a, b, h, Q, ws);
           std::fill(ws.dQ.begin(), ws.dQ.end(), 0.0f);
-          for (int64_t jb = 0; jb <= ib; ++jb) {
-            const TileRange K(T, jb);
+          for (int64_t jb = 0; jb < nkt; ++jb) {
+            const TileRange K(Tk, jb);
+            if (!tiles_meet(Q, K, G.shift)) break;
             load_key_tile(a, b, g, K, ws);
             probs_and_dscores(a, b, h, Q, K, ws);
             product_dq<true>(a, Q, K, ws);
@@ -433,9 +468,36 @@ void attention_backward(const float* dout, const float* q, const float* k, const
   }
 }
 
+void attention_merge(float* out, float* lse, const float* out_part, const float* lse_part,
+                     int64_t B, int64_t T, int64_t H, int64_t D) {
+  constexpr float kNoKey = -std::numeric_limits<float>::infinity();
+#pragma omp parallel for collapse(3) schedule(static)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t st = (b * H + h) * T + t, at = ((b * T + t) * H + h) * D;
+        const float la = lse[st], lb = lse_part[st];
+        if (lb == kNoKey) continue;  // the block adds nothing to this row
+        float* o = out + at;
+        const float* p = out_part + at;
+        if (la == kNoKey) {
+          std::copy(p, p + D, o);
+          lse[st] = lb;
+          continue;
+        }
+        const float m = std::max(la, lb);
+        const float wa = std::exp(la - m), wb = std::exp(lb - m), sum = wa + wb;
+        const float ca = wa / sum, cb = wb / sum;
+#pragma omp simd
+        for (int64_t d = 0; d < D; ++d) o[d] = ca * o[d] + cb * p[d];
+        lse[st] = m + std::log(sum);
+      }
+}
+
 void register_attention(Backend& b) {
   b.attention_forward = attention_forward;
   b.attention_backward = attention_backward;
+  b.attention_merge = attention_merge;
 }
 
 }  // namespace tessera::kernels::cpu

@@ -40,13 +40,19 @@ constexpr int kTile = 64;        // query and key tile length
 constexpr int kThreads = 256;    // 16 x 16
 constexpr int kLdp = kTile + 1;  // row stride of the score tiles in shared memory
 
+// T query rows, Tk key rows; query row i sees key row j when j <= i + shift
+// (shift = q_pos0 - k_pos0, AttnShape).
 struct Geometry {
-  int64_t T, Hq, Hkv, D, group;
+  int64_t T, Tk, Hq, Hkv, D, group, shift;
   __host__ __device__ int64_t q_at(int64_t b, int64_t t, int64_t h) const {
     return ((b * T + t) * Hq + h) * D;
   }
   __host__ __device__ int64_t kv_at(int64_t b, int64_t t, int64_t g) const {
-    return ((b * T + t) * Hkv + g) * D;
+    return ((b * Tk + t) * Hkv + g) * D;
+  }
+  // Whether any query row of the tile at q0 sees any key of the tile at k0.
+  __host__ __device__ bool tiles_meet(int64_t q0, int64_t k0) const {
+    return k0 <= q0 + kTile - 1 + shift;
   }
   __host__ __device__ int64_t stat_at(int64_t b, int64_t h, int64_t t) const {
     return (b * Hq + h) * T + t;
@@ -157,7 +163,7 @@ __device__ void store_rows(float* dst, int64_t ld, int64_t t0, int64_t T, int64_
 template <int kD>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(const float* q, const float* k, const float* v, float* out, float* lse,
-                             Geometry G, float scale, int64_t nt) {
+                             Geometry G, float scale, int64_t nt, int64_t nkt) {
   constexpr int kLd = kD + 1;
   extern __shared__ float smem[];
   float* Qs = smem;
@@ -175,11 +181,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < 4; ++i) m[i] = -INFINITY, l[i] = 0.0f;
 
-  for (int64_t jb = 0; jb <= ib; ++jb) {
+  for (int64_t jb = 0; jb < nkt && G.tiles_meet(q0, jb * kTile); ++jb) {
     const int64_t k0 = jb * kTile;
     __syncthreads();  // the previous tile's products are done with Ks, Vs, Ps
-    load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.T, G.D, 1.0f);
-    load_tile<kD>(Vs, v + G.kv_at(b, 0, g), kv_ld, k0, G.T, G.D, 1.0f);
+    load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f);
+    load_tile<kD>(Vs, v + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f);
     __syncthreads();
     float s[4][4];
     dot_tile<kD>(Qs, Ks, s);
@@ -190,16 +196,18 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t kj = k0 + tx() + 16 * j;
-        if (kj > qi || kj >= G.T) s[i][j] = -INFINITY;
+        if (kj > qi + G.shift || kj >= G.Tk) s[i][j] = -INFINITY;
         mx = fmaxf(mx, s[i][j]);
       }
-      // Key k0 <= qi is visible to every row of the tile (also padding rows), so mx is finite.
+      // mx is -inf while the row has seen no key (a block of a longer sequence); the
+      // exponentials are then taken against 0 so that they are 0, not NaN.
       mx = row_max16(mx);
-      const float corr = expf(m[i] - mx);  // 0 on the first tile (m = -inf)
+      const float ref = mx == -INFINITY ? 0.0f : mx;
+      const float corr = expf(m[i] - ref);  // 0 on the row's first visible tile (m = -inf)
       float rs = 0.0f;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        s[i][j] = expf(s[i][j] - mx);  // masked: exp(-inf) = 0
+        s[i][j] = expf(s[i][j] - ref);  // masked: exp(-inf) = 0
         rs += s[i][j];
       }
       l[i] = l[i] * corr + rs;  // this thread's columns only; summed over the row at the end
@@ -216,10 +224,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < 4; ++i) {
     const float sum = row_sum16(l[i]);
     const int64_t qi = q0 + ty() * 4 + i;
-    const float inv = 1.0f / sum;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // no key seen: out = 0, lse = -inf
 #pragma unroll
     for (int c = 0; c < kD / 16; ++c) o[i][c] *= inv;
-    if (qi < G.T && tx() == 0) lse[G.stat_at(b, h, qi)] = m[i] + logf(sum);
+    if (qi < G.T && tx() == 0) lse[G.stat_at(b, h, qi)] = sum > 0.0f ? m[i] + logf(sum) : -INFINITY;
   }
   store_rows<kD>(out + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, 1.0f, o);
 }
@@ -259,7 +267,7 @@ template <int kD>
 __global__ void __launch_bounds__(kThreads)
     attention_dkdv_kernel(const float* dout, const float* q, const float* k, const float* v,
                           const float* lse, const float* dvec, float* dk, float* dv, Geometry G,
-                          float scale, int64_t nt) {
+                          float scale, int64_t nt) {  // nt: query tiles
   constexpr int kLd = kD + 1;
   extern __shared__ float smem[];
   float* Ks = smem;
@@ -273,14 +281,15 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t b = blockIdx.y / G.Hkv, g = blockIdx.y % G.Hkv;
   const int64_t k0 = jb * kTile, q_ld = G.Hq * G.D, kv_ld = G.Hkv * G.D;
 
-  load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.T, G.D, 1.0f);
-  load_tile<kD>(Vs, v + G.kv_at(b, 0, g), kv_ld, k0, G.T, G.D, 1.0f);
+  load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f);
+  load_tile<kD>(Vs, v + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f);
   float dk_acc[4][kD / 16] = {}, dv_acc[4][kD / 16] = {};
 
   for (int64_t h = g * G.group; h < (g + 1) * G.group; ++h)
-    for (int64_t ib = jb; ib < nt; ++ib) {
+    for (int64_t ib = 0; ib < nt; ++ib) {
       const int64_t q0 = ib * kTile;
-      __syncthreads();  // the previous products are done with Qs, dOs, St
+      if (!G.tiles_meet(q0, k0)) continue;  // the same for the whole block
+      __syncthreads();                      // the previous products are done with Qs, dOs, St
       load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, scale);
       load_tile<kD>(dOs, dout + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, 1.0f);
       load_row_stats(lse_s, dvec_s, lse, dvec, G, b, h, q0);
@@ -296,7 +305,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int j = 0; j < 4; ++j) {
           const int r = tx() + 16 * j;
           const int64_t qr = q0 + r;
-          const bool keep = kc <= qr && qr < G.T && kc < G.T;
+          const bool keep = kc <= qr + G.shift && qr < G.T && kc < G.Tk;
           p[i][j] = keep ? expf(p[i][j] - lse_s[r]) : 0.0f;
           ds[i][j] = p[i][j] * (ds[i][j] - dvec_s[r]);
         }
@@ -309,8 +318,8 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       acc_product<kD>(St, Qs, dk_acc);  // dK += dS^T (scale Q)
     }
-  store_rows<kD>(dk + G.kv_at(b, 0, g), kv_ld, k0, G.T, G.D, 1.0f, dk_acc);
-  store_rows<kD>(dv + G.kv_at(b, 0, g), kv_ld, k0, G.T, G.D, 1.0f, dv_acc);
+  store_rows<kD>(dk + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f, dk_acc);
+  store_rows<kD>(dv + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f, dv_acc);
 }
 
 // One block per (query tile, b, h): dQ of its 64 queries.
@@ -318,7 +327,7 @@ template <int kD>
 __global__ void __launch_bounds__(kThreads)
     attention_dq_kernel(const float* dout, const float* q, const float* k, const float* v,
                         const float* lse, const float* dvec, float* dq, Geometry G, float scale,
-                        int64_t nt) {
+                        int64_t nt, int64_t nkt) {
   constexpr int kLd = kD + 1;
   extern __shared__ float smem[];
   float* Qs = smem;
@@ -337,11 +346,11 @@ __global__ void __launch_bounds__(kThreads)
   load_row_stats(lse_s, dvec_s, lse, dvec, G, b, h, q0);
   float dq_acc[4][kD / 16] = {};
 
-  for (int64_t jb = 0; jb <= ib; ++jb) {
+  for (int64_t jb = 0; jb < nkt && G.tiles_meet(q0, jb * kTile); ++jb) {
     const int64_t k0 = jb * kTile;
     __syncthreads();  // the previous product is done with Ks, Ss
-    load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.T, G.D, 1.0f);
-    load_tile<kD>(Vs, v + G.kv_at(b, 0, g), kv_ld, k0, G.T, G.D, 1.0f);
+    load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f);
+    load_tile<kD>(Vs, v + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f);
     __syncthreads();
     float p[4][4], ds[4][4];
     dot_tile<kD>(Qs, Ks, p);
@@ -353,7 +362,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t kc = k0 + tx() + 16 * j;
-        const bool keep = kc <= qr && qr < G.T && kc < G.T;
+        const bool keep = kc <= qr + G.shift && qr < G.T && kc < G.Tk;
         const float e = keep ? expf(p[i][j] - lse_s[r]) : 0.0f;
         ds[i][j] = e * (ds[i][j] - dvec_s[r]);
       }
@@ -393,7 +402,7 @@ Geometry geometry(const AttnShape& s) {
                         " is not supported by the CUDA kernel (1..128)");
   TESSERA_REQUIRE_LOCAL(s.B * s.Hq <= 65535, "attention: B * Hq = ", s.B * s.Hq,
                         " exceeds the grid limit 65535");
-  return Geometry{s.T, s.Hq, s.Hkv, s.D, s.Hq / s.Hkv};
+  return Geometry{s.T, s.keys(), s.Hq, s.Hkv, s.D, s.Hq / s.Hkv, s.q_pos0 - s.k_pos0};
 }
 
 int64_t num_tiles(int64_t T) {
@@ -403,12 +412,12 @@ int64_t num_tiles(int64_t T) {
 template <int kD>
 void forward_impl(const float* q, const float* k, const float* v, float* out, float* lse,
                   const AttnShape& s, const Geometry& G) {
-  const int64_t nt = num_tiles(s.T);
+  const int64_t nt = num_tiles(s.T), nkt = num_tiles(s.keys());
   const size_t bytes = forward_smem<kD>();
   allow_shared(attention_forward_kernel<kD>, bytes, "attention_forward_kernel");
   attention_forward_kernel<kD>
-      <<<dim3(unsigned(nt), unsigned(s.B * s.Hq)), kThreads, bytes, stream()>>>(q, k, v, out, lse,
-                                                                                G, s.scale, nt);
+      <<<dim3(unsigned(nt), unsigned(s.B * s.Hq)), kThreads, bytes, stream()>>>(
+          q, k, v, out, lse, G, s.scale, nt, nkt);
   TESSERA_CUDA_LAUNCHED("attention_forward_kernel");
 }
 
@@ -416,16 +425,16 @@ template <int kD>
 void backward_impl(const float* dout, const float* q, const float* k, const float* v,
                    const float* dvec, const float* lse, float* dq, float* dk, float* dv,
                    const AttnShape& s, const Geometry& G) {
-  const int64_t nt = num_tiles(s.T);
+  const int64_t nt = num_tiles(s.T), nkt = num_tiles(s.keys());
   const size_t bytes = backward_smem<kD>();
   allow_shared(attention_dkdv_kernel<kD>, bytes, "attention_dkdv_kernel");
   allow_shared(attention_dq_kernel<kD>, bytes, "attention_dq_kernel");
   attention_dkdv_kernel<kD>
-      <<<dim3(unsigned(nt), unsigned(s.B * s.Hkv)), kThreads, bytes, stream()>>>(
+      <<<dim3(unsigned(nkt), unsigned(s.B * s.Hkv)), kThreads, bytes, stream()>>>(
           dout, q, k, v, lse, dvec, dk, dv, G, s.scale, nt);
   TESSERA_CUDA_LAUNCHED("attention_dkdv_kernel");
   attention_dq_kernel<kD><<<dim3(unsigned(nt), unsigned(s.B * s.Hq)), kThreads, bytes, stream()>>>(
-      dout, q, k, v, lse, dvec, dq, G, s.scale, nt);
+      dout, q, k, v, lse, dvec, dq, G, s.scale, nt, nkt);
   TESSERA_CUDA_LAUNCHED("attention_dq_kernel");
 }
 
@@ -461,9 +470,44 @@ void attention_backward(const float* dout, const float* q, const float* k, const
     backward_impl<128>(dout, q, k, v, dvec, lse, dq, dk, dv, s, G);
 }
 
+// One thread per query row: the online-softmax merge of a block's (out, lse) into the running.
+__global__ void attention_merge_kernel(float* out, float* lse, const float* out_part,
+                                       const float* lse_part, int64_t B, int64_t T, int64_t H,
+                                       int64_t D) {
+  const int64_t rows = B * T * H;
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows;
+       r += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t h = r % H, bt = r / H, t = bt % T, b = bt / T;
+    const int64_t st = (b * H + h) * T + t;
+    const float la = lse[st], lb = lse_part[st];
+    if (lb == -INFINITY) continue;
+    float* o = out + r * D;
+    const float* p = out_part + r * D;
+    if (la == -INFINITY) {
+      for (int64_t d = 0; d < D; ++d) o[d] = p[d];
+      lse[st] = lb;
+      continue;
+    }
+    const float m = fmaxf(la, lb), wa = expf(la - m), wb = expf(lb - m), sum = wa + wb;
+    const float ca = wa / sum, cb = wb / sum;
+    for (int64_t d = 0; d < D; ++d) o[d] = ca * o[d] + cb * p[d];
+    lse[st] = m + logf(sum);
+  }
+}
+
+void attention_merge(float* out, float* lse, const float* out_part, const float* lse_part,
+                     int64_t B, int64_t T, int64_t H, int64_t D) {
+  const int64_t rows = B * T * H;
+  if (rows == 0) return;
+  attention_merge_kernel<<<detail::grid_for(rows, 256), 256, 0, stream()>>>(out, lse, out_part,
+                                                                            lse_part, B, T, H, D);
+  TESSERA_CUDA_LAUNCHED("attention_merge_kernel");
+}
+
 void register_attention(Backend& b) {
   b.attention_forward = attention_forward;
   b.attention_backward = attention_backward;
+  b.attention_merge = attention_merge;
 }
 
 }  // namespace tessera::kernels::cuda
