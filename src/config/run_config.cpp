@@ -122,6 +122,7 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   out.trace = r.boolean("output.trace");
   out.trace_steps = r.integer("output.trace_steps");
   out.compare_plan = r.boolean("output.compare_plan");
+  out.comm_warn_share = r.real("output.comm_warn_share");
 
   CheckpointSection& k = c.checkpoint;
   k.every = r.integer("checkpoint.every");

@@ -87,6 +87,7 @@ struct OutputSection {
   bool echo_deck = true, trace = false;
   int64_t trace_steps = 0;
   bool compare_plan = false;
+  double comm_warn_share = 0.3;  // 0: no communication warning
 };
 
 struct CheckpointSection {
