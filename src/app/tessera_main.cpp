@@ -169,8 +169,7 @@ int main(int argc, char** argv) {
     require_implemented(d);
     // output.trace: made first so that it outlives everything that records into it.
     const std::unique_ptr<tessera::TraceFile> trace = tessera::TraceFile::open(run, grid);
-    require_memory(run, grid);
-    tessera::Trainer trainer(run, grid);
+    tessera::Trainer trainer(run, grid, [&] { require_memory(run, grid); });
     if (trace) {
       grid.set_trace(&trace->trace());
       trainer.set_trace(&trace->trace());

@@ -78,6 +78,8 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   t.recompute_layers = r.integer("train.recompute_layers");
   t.on_nonfinite = parse_on_nonfinite(r.str("train.on_nonfinite"));
   t.nonfinite_limit = r.integer("train.nonfinite_limit");
+  t.loss_spike = r.real("train.loss_spike");
+  t.loss_spike_window = r.integer("train.loss_spike_window");
 
   OptimSection& o = c.optim;
   o.lr = r.real("optim.lr");

@@ -106,6 +106,14 @@ std::vector<KeySpec> build_schema() {
              "A step whose loss or gradient norm is NaN or Inf is never applied; stop: the run "
              "stops with an error; skip: the step is dropped and counted, and the run stops "
              "after train.nonfinite_limit such steps in a row."),
+      real("train", "loss_spike", "0", 0, kInf,
+           "Loss-spike rule: a step whose loss exceeds this many times the mean loss of the "
+           "last train.loss_spike_window applied steps is not applied (skipped and counted like "
+           "a non-finite step under train.on_nonfinite = skip; train.nonfinite_limit such steps "
+           "in a row stop the run). 0: off. Active once the window is full (after a resume too)."),
+      integer("train", "loss_spike_window", "20", 1, kMaxInt,
+              "With train.loss_spike: the number of applied steps whose mean loss a step is "
+              "compared with."),
       integer("train", "nonfinite_limit", "5", 1, kMaxInt,
               "With train.on_nonfinite = skip: consecutive non-finite steps that stop the run."),
       // [optim]

@@ -424,8 +424,8 @@ TEST(PipelineSchedule, CheckerRejectsDeadlock) {
 // doc/pipeline.md shows these timelines; this test prints them
 // (--gtest_filter=PipelineSchedule.TimelinesInDoc) and fails if the doc differs.
 TEST(PipelineSchedule, TimelinesInDoc) {
-  // This file is tests/unit/test_pp_schedule.cpp; CMake compiles it by absolute path.
-  const auto root = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  // The repository (not __FILE__: ccache's base_dir makes it a relative path).
+  const auto root = std::filesystem::path(TESSERA_SOURCE_DIR);
   std::ifstream in(root / "doc" / "pipeline.md");
   ASSERT_TRUE(in) << root / "doc" / "pipeline.md";
   std::stringstream doc;
