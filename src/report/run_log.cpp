@@ -108,11 +108,6 @@ RunLog::RunLog(const RunConfig& run, ProcessGrid& grid, Trainer& trainer, int64_
                           "' (output.dir): ",
                           not_dir ? std::string("it exists and is not a directory") : ec.message(),
                           "; choose another output.dir");
-    const std::string path = dir_ + "/metrics.jsonl";
-    metrics_ = std::fopen(path.c_str(), steps_done > 0 ? "a" : "w");
-    TESSERA_REQUIRE_LOCAL(metrics_ != nullptr, "cannot write '", printable(path),
-                          "' (output.dir): ", std::strerror(errno ? errno : EIO),
-                          "; choose a writable output.dir");
     const fs::space_info space = fs::space(dir_, ec);
     TESSERA_REQUIRE_LOCAL(ec || double(space.available) >= need, "the output directory '",
                           printable(dir_), "' has ", double(space.available) / 1e6,
@@ -120,6 +115,12 @@ RunLog::RunLog(const RunConfig& run, ProcessGrid& grid, Trainer& trainer, int64_
                           " MB there before its step ", steps_done + checked_steps(run, steps_done),
                           " (metrics.jsonl, run.json, memory.json); free space or choose "
                           "another output.dir");
+    // Last: a run refused above leaves an existing metrics.jsonl as it was.
+    const std::string path = dir_ + "/metrics.jsonl";
+    metrics_ = std::fopen(path.c_str(), steps_done > 0 ? "a" : "w");
+    TESSERA_REQUIRE_LOCAL(metrics_ != nullptr, "cannot write '", printable(path),
+                          "' (output.dir): ", std::strerror(errno ? errno : EIO),
+                          "; choose a writable output.dir");
   });
 }
 

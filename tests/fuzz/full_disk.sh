@@ -2,7 +2,7 @@
 # A full file system under output.dir, then under checkpoint.dir: each is refused before step 1
 # with one error line naming the directory, its free space and what the run needs. The full
 # file system is a 64 KiB tmpfs mounted by the test in a private temporary directory (root
-# only: skipped, exit 77, otherwise) and unmounted at the end.
+# only: skipped, exit 77, otherwise) and unmounted at the end. Nothing is written there.
 # usage: full_disk.sh WORKDIR BASE TESSERA DECK
 set -uo pipefail
 work=$1 base=$2 tessera=$3 deck=$4
@@ -22,7 +22,7 @@ run() {  # run EXPECTED_REGEX ARGS...: refused with exactly one error line match
   [ "$(grep -c error <<< "$out")" -eq 1 ] || { echo "$out"; echo "full: FAIL (not one error line)"; exit 1; }
   line=$(grep error <<< "$out")
   grep -qE "$regex" <<< "$line" || { echo "$line"; echo "full: FAIL (unexpected message)"; exit 1; }
-  [ -z "$(ls "$small/out" 2>/dev/null | grep -v metrics.jsonl)" ] || { echo "full: FAIL (wrote to the full disk)"; exit 1; }
+  [ -z "$(find "$small" -mindepth 1 -type f)" ] || { echo "full: FAIL (a file on the full disk)"; find "$small"; exit 1; }
 }
 run "error: the output directory '$small/out' has 0\.0[0-9]* MB free, but this run writes about [0-9.]+ MB there before its step 6" \
     --output.dir="$small/out" --checkpoint.dir=ck
