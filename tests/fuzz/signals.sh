@@ -114,13 +114,15 @@ case $case in
     # still names step 6); either way latest names a complete checkpoint.
     intact_and_verified "$(cat ck/latest)"
     echo "signal: pass ($case): exit status 1 (Open MPI), latest $(cat ck/latest) verified" ;;
-  one_rank_sigterm)  # SIGTERM to one rank only: every rank stops after the same step
+  one_rank_sigterm | one_rank_sigint | one_rank_sigusr1)  # one rank only: all stop together
+    sig=${case#one_rank_sig}
+    sig=${sig^^}
     start "${mpiexec[@]}" "${args[@]}"
     rank=$(rank_of "$pid")
     [ -n "$rank" ] || fail "no rank found under mpirun $pid"
-    kill -TERM "$rank"
+    kill -s "$sig" "$rank"
     finish
-    expect_stop SIGTERM ;;
+    expect_stop "SIG$sig" ;;
   serial_ctrl_c)  # a run without mpirun: Ctrl-C reaches tessera itself
     start "${args[@]}"
     kill -INT -- -"$pid"
