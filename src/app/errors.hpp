@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <string>
 
 #include "comm/mpi_env.hpp"
@@ -16,8 +17,7 @@ inline std::string one_line(const std::string& what) {
   constexpr size_t kMax = 2000;
   std::string out;
   for (size_t i = 0; i < what.size(); ++i) {
-    if (out.size() >= kMax)
-      return out + "... (" + std::to_string(what.size() - i) + " more bytes)";
+    if (out.size() >= kMax) return out + "... (" + std::to_string(what.size() - i) + " more bytes)";
     const unsigned char c = static_cast<unsigned char>(what[i]);
     if (c < 0x20 || c == 0x7F) {
       char hex[8];
@@ -47,6 +47,16 @@ int run_reporting_errors(const char* program, Body&& body) {
       return 1;
     }
     std::fprintf(stderr, "%s: error on rank %d: %s\n", program, rank, one_line(e.what()).c_str());
+    std::fflush(stderr);
+    mpi::abort(1);
+  } catch (const std::bad_alloc&) {
+    // An allocation outside tessera's Allocator (which names its bytes): still out of memory,
+    // not an internal error.
+    std::fprintf(stderr,
+                 "%s: error on rank %d: out of memory (an allocation failed: "
+                 "std::bad_alloc); use a smaller model or train.micro_batch, or spread the "
+                 "model over more ranks\n",
+                 program, rank);
     std::fflush(stderr);
     mpi::abort(1);
   } catch (const std::exception& e) {

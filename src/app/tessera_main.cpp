@@ -3,6 +3,7 @@
 //   mpirun -np N tessera [DECK.in] --layout-only [--parallel.key=value ...]
 #include <mpi.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -11,8 +12,11 @@
 #include <vector>
 
 #include "app/errors.hpp"
+#include "comm/agree.hpp"
 #include "config/run_config.hpp"
 #include "core/schema.hpp"
+#include "model/config.hpp"
+#include "perf/memory.hpp"
 #include "report/run_log.hpp"
 #include "report/trace_file.hpp"
 #include "train/device.hpp"
@@ -56,13 +60,74 @@ void require_implemented(const tessera::GridDegrees& d) {
   for (const auto& x : dims)
     TESSERA_REQUIRE(x.degree == 1, "parallel.", x.key, " = ", x.degree, ": ", x.what,
                     " is not available in this version; the layout above is what it would use. "
-                    "Set parallel.", x.key, " = 1 (tessera --layout-only shows layouts of any "
+                    "Set parallel.",
+                    x.key,
+                    " = 1 (tessera --layout-only shows layouts of any "
                     "degrees)");
+}
+
+// Bytes this machine can still give: MemAvailable (/proc/meminfo), else the free pages.
+double available_memory() {
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    long long kb = -1;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    std::fclose(f);
+    if (kb >= 0) return double(kb) * 1024.0;
+  }
+  return double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g GiB", bytes / double(1 << 30));
+  return buf;
+}
+
+// Before anything large is allocated: the model state of this rank (the ZeRO formula of
+// perf/memory.hpp for this rank's share of the parameters) and one micro-batch's
+// activations, summed over the ranks of each node, must fit in what the node has available.
+// A lower bound of what the run allocates, so it never refuses a run that would fit; a model
+// far too big is one error line naming the bytes instead of an allocation failure.
+void require_memory(const tessera::RunConfig& run, tessera::ProcessGrid& grid) {
+  const tessera::ModelConfig c = tessera::ModelConfig::from(run.model, run.train);
+  const tessera::GridDegrees& d = grid.layout().degrees();
+  const double psi = double(c.param_count()) / double(d.tp) / double(d.pp);
+  const int stage = run.parallel.zero;
+  const double n = double(run.parallel.shard_group > 0 ? run.parallel.shard_group : d.dp);
+  const auto precision = run.train.precision == tessera::TrainPrecision::fp32
+                             ? tessera::Precision::fp32
+                             : tessera::Precision::mixed;
+  const double state = tessera::zero_model_state(stage, psi, n, precision).total();
+  tessera::ModelConfig per_rank = c;
+  per_rank.tp.size = d.tp;
+  per_rank.layers = std::max<int64_t>(1, c.layers / d.pp);
+  const double acts = tessera::activation_bytes(per_rank, run.train.micro_batch);
+  const size_t node = size_t(grid.node());
+  std::vector<double> per_node(2 * size_t(grid.nodes()), 0.0);  // bytes, then ranks
+  per_node[node] = state + acts;
+  per_node[size_t(grid.nodes()) + node] = 1;
+  grid.world().all_reduce(per_node.data(), int64_t(per_node.size()));
+  const double need = per_node[node], have = available_memory();
+  tessera::agree_or_throw(
+      grid.world(), need <= have,
+      tessera::cat("out of memory: this model needs at least ", gib(need), " on node ", node, " (",
+                   per_node[size_t(grid.nodes()) + node], " rank(s), each with ", gib(state),
+                   " of model state, ", tessera::zero_formula(stage, precision),
+                   " bytes for Psi = ", psi, " parameters per rank at ZeRO-", stage, ", and ",
+                   gib(acts), " of activations for one micro-batch), but it has ", gib(have),
+                   " available (MemAvailable); use a smaller model or "
+                   "train.micro_batch, or spread the model over more ranks (parallel.zero, "
+                   "tp, pp); tessera-plan --runtime tessera predicts a layout's memory"));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First of all, so that a stop signal that comes while MPI starts is kept for after step 1
+  // instead of ending the process (and so that MPI's own threads block it too).
+  tessera::install_stop_handlers();
   tessera::mpi::init(&argc, &argv);
   const int rank = tessera::mpi::world_rank();
   std::vector<std::string> args(argv, argv + argc);
@@ -82,7 +147,6 @@ int main(int argc, char** argv) {
   }
   int stopped_by = 0;  // the signal that stopped the run early, 0 when none
   const int status = tessera::run_reporting_errors("tessera", [&] {
-    tessera::install_stop_handlers();
     const tessera::RunConfig run = tessera::RunConfig::from_deck(
         layout_only ? layout_deck(args) : tessera::Deck::from_args(args));
     if (run.hardware.threads > 0) omp_set_num_threads(run.hardware.threads);
@@ -95,7 +159,8 @@ int main(int argc, char** argv) {
     }
     tessera::require_device(run.hardware, grid.world());
     tessera::warn_precision_cost(run, grid.world());
-    TESSERA_REQUIRE(!run.output.dir.empty(), "output.dir is empty; name the directory for "
+    TESSERA_REQUIRE(!run.output.dir.empty(),
+                    "output.dir is empty; name the directory for "
                     "this run's metrics, report and checkpoints (say --output.dir=run1)");
     if (d.ep > 1) {
       if (rank == 0) std::printf("%s\n", grid.describe().c_str());
@@ -104,19 +169,21 @@ int main(int argc, char** argv) {
     require_implemented(d);
     // output.trace: made first so that it outlives everything that records into it.
     const std::unique_ptr<tessera::TraceFile> trace = tessera::TraceFile::open(run, grid);
-    tessera::Trainer trainer(run, grid);
+    tessera::Trainer trainer(run, grid, [&] { require_memory(run, grid); });
     if (trace) {
       grid.set_trace(&trace->trace());
       trainer.set_trace(&trace->trace());
       trace->set_layout(trainer.layout_json());
     }
     tessera::Checkpointer checkpoints(run, grid.world());
+    checkpoints.set_write_hook([rank] { tessera::inject_stop_signal("checkpoint-write", rank); });
     const int64_t done = trainer.restore(checkpoints);
     if (done >= trainer.steps()) {  // nothing left: say so instead of an empty summary
       if (rank == 0) {
-        std::printf("the checkpoint is at step %lld and train.steps = %lld: nothing to train "
-                    "(raise train.steps to continue)\n",
-                    (long long)done, (long long)trainer.steps());
+        std::printf(
+            "the checkpoint is at step %lld and train.steps = %lld: nothing to train "
+            "(raise train.steps to continue)\n",
+            (long long)done, (long long)trainer.steps());
         tessera::write_completion_marker(run.output.dir, done);
       }
       return;
@@ -126,9 +193,10 @@ int main(int argc, char** argv) {
     int64_t saved = done;  // the newest step with a checkpoint
     tessera::RunLog log(run, grid, trainer, done);
     log.start();
+    tessera::inject_stop_signal("before-first-step", rank);
     const int64_t exit_after = run.train.exit_after;
-    const int64_t last = exit_after > 0 ? std::min(trainer.steps(), done + exit_after)
-                                        : trainer.steps();
+    const int64_t last =
+        exit_after > 0 ? std::min(trainer.steps(), done + exit_after) : trainer.steps();
     for (int64_t s = done + 1; s <= last; ++s) {
       tessera::StepResult r = trainer.step(s);
       if (trainer.eval_due(s, last)) r.val_loss = trainer.evaluate();

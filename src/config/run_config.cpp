@@ -78,6 +78,8 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   t.recompute_layers = r.integer("train.recompute_layers");
   t.on_nonfinite = parse_on_nonfinite(r.str("train.on_nonfinite"));
   t.nonfinite_limit = r.integer("train.nonfinite_limit");
+  t.loss_spike = r.real("train.loss_spike");
+  t.loss_spike_window = r.integer("train.loss_spike_window");
 
   OptimSection& o = c.optim;
   o.lr = r.real("optim.lr");
@@ -123,6 +125,7 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   out.trace = r.boolean("output.trace");
   out.trace_steps = r.integer("output.trace_steps");
   out.compare_plan = r.boolean("output.compare_plan");
+  out.comm_warn_share = r.real("output.comm_warn_share");
 
   CheckpointSection& k = c.checkpoint;
   k.every = r.integer("checkpoint.every");

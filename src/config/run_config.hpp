@@ -39,6 +39,8 @@ struct TrainSection {
   int64_t exit_after = 0;  // 0: run to steps
   OnNonfinite on_nonfinite = OnNonfinite::stop;
   int64_t nonfinite_limit = 0;
+  double loss_spike = 0;  // 0: no loss-spike rule
+  int64_t loss_spike_window = 20;
   int64_t seed = 0;
   TrainPrecision precision = TrainPrecision::fp32;
   // fp16 dynamic loss scaling: the first scale, steps without overflow before it doubles, and
@@ -88,6 +90,7 @@ struct OutputSection {
   bool echo_deck = true, trace = false;
   int64_t trace_steps = 0;
   bool compare_plan = false;
+  double comm_warn_share = 0.3;  // 0: no communication warning
 };
 
 struct CheckpointSection {

@@ -79,8 +79,7 @@ std::vector<KeySpec> build_schema() {
       integer("train", "exit_after", "0", 0, kMaxInt,
               "Stop after this many steps in this invocation (writing a checkpoint), to be "
               "resumed later; 0: run to train.steps."),
-      integer("train", "seed", "1234", 0, kMaxInt,
-              "Seed of weight initialisation and data order."),
+      integer("train", "seed", "1234", 0, kMaxInt, "Seed of weight initialisation and data order."),
       choice("train", "precision", "fp32", {"fp32", "bf16", "fp16"},
              "Compute precision: GEMMs take operands in this dtype with fp32 accumulation, from a "
              "compute copy of the parameters refreshed once per step; master weights, Adam "
@@ -107,6 +106,14 @@ std::vector<KeySpec> build_schema() {
              "A step whose loss or gradient norm is NaN or Inf is never applied; stop: the run "
              "stops with an error; skip: the step is dropped and counted, and the run stops "
              "after train.nonfinite_limit such steps in a row."),
+      real("train", "loss_spike", "0", 0, kInf,
+           "Loss-spike rule: a step whose loss exceeds this many times the mean loss of the "
+           "last train.loss_spike_window applied steps is not applied (skipped and counted like "
+           "a non-finite step under train.on_nonfinite = skip; train.nonfinite_limit such steps "
+           "in a row stop the run). 0: off. Active once the window is full (after a resume too)."),
+      integer("train", "loss_spike_window", "20", 1, kMaxInt,
+              "With train.loss_spike: the number of applied steps whose mean loss a step is "
+              "compared with."),
       integer("train", "nonfinite_limit", "5", 1, kMaxInt,
               "With train.on_nonfinite = skip: consecutive non-finite steps that stop the run."),
       // [optim]
@@ -152,7 +159,14 @@ std::vector<KeySpec> build_schema() {
       integer("parallel", "pp_virtual", "1", 1, 1 << 10,
               "Model chunks per pipeline stage (v): 1 for gpipe and 1f1b, >= 2 for the "
               "interleaved schedule, whose bubble is (pp - 1) / (v x micro-batches)."),
-      {"parallel", "pp_layers", KeyType::string, "balanced", false, 0, 0, {},
+      {"parallel",
+       "pp_layers",
+       KeyType::string,
+       "balanced",
+       false,
+       0,
+       0,
+       {},
        "How the layers are cut into the pp x pp_virtual model chunks: balanced (by training "
        "FLOPs, the embedding and the head counted: the cut whose most expensive chunk is "
        "cheapest), even (the same number each; model.layers must be a multiple), or a "
@@ -163,7 +177,14 @@ std::vector<KeySpec> build_schema() {
       integer("parallel", "ep", "1", 1, 1 << 20,
               "Expert-parallel degree, folded inside data parallelism: it must divide dp (dp = "
               "ep x edp). Not available yet: above 1 the layout is printed and the run stops."),
-      {"parallel", "order", KeyType::string, "tp-cp-ep-dp-pp", false, 0, 0, {},
+      {"parallel",
+       "order",
+       KeyType::string,
+       "tp-cp-ep-dp-pp",
+       false,
+       0,
+       0,
+       {},
        "Rank order of the process grid: tp, cp, ep, dp, pp each once, separated by '-', the "
        "first varying fastest (consecutive ranks differ in it; \"dp\" here is the data-parallel "
        "axis left once ep is folded out). The default keeps a tensor-parallel group on "
@@ -224,6 +245,11 @@ std::vector<KeySpec> build_schema() {
               "the pipeline from them."),
       integer("output", "trace_steps", "3", 1, kMaxInt,
               "With output.trace: the number of steps traced, from the first step of the run."),
+      real("output", "comm_warn_share", "0.3", 0, 1,
+           "Communication monitor: when collectives (every group but world, mean over ranks) "
+           "take more than this share of the step time over the steady state (the steps after "
+           "a run's first), the progress line and the summary say so and name the group that "
+           "dominates; 0 turns the warning off."),
       boolean("output", "compare_plan", "false",
               "End the summary with tessera-plan's predicted step-time split and memory per "
               "category for this run's layout beside the measured ones (doc/planning.md)."),
@@ -236,7 +262,14 @@ std::vector<KeySpec> build_schema() {
       path("checkpoint", "dir", "", false,
            "Checkpoint directory; empty means OUTPUT_DIR/checkpoints."),
       integer("checkpoint", "keep", "2", 1, 1 << 20, "Most recent checkpoints kept on disk."),
-      {"checkpoint", "resume", KeyType::string, "none", false, 0, 0, {},
+      {"checkpoint",
+       "resume",
+       KeyType::string,
+       "none",
+       false,
+       0,
+       0,
+       {},
        "none, latest (the newest checkpoint in checkpoint.dir, or a fresh start when there is "
        "none), or the path of a checkpoint file."},
       boolean("checkpoint", "overwrite", "false",
@@ -244,7 +277,14 @@ std::vector<KeySpec> build_schema() {
               "refuses to start; true replaces them (deleted once this run has written its "
               "first checkpoint)."),
       // [sample]
-      {"sample", "prompt", KeyType::string, "In the beginning", false, 0, 0, {},
+      {"sample",
+       "prompt",
+       KeyType::string,
+       "In the beginning",
+       false,
+       0,
+       0,
+       {},
        "tessera-sample: text the generation continues."},
       integer("sample", "length", "200", 1, 1 << 20, "tessera-sample: tokens to generate."),
       real("sample", "temperature", "0.8", 0, 100,
@@ -314,7 +354,8 @@ std::string deck_reference_markdown() {
   for (const KeySpec& k : deck_schema()) {
     if (k.section != section) {
       section = k.section;
-      os << "\n## [" << section << "]\n\n| key | default | allowed | meaning |\n|---|---|---|---|\n";
+      os << "\n## [" << section
+         << "]\n\n| key | default | allowed | meaning |\n|---|---|---|---|\n";
     }
     os << "| `" << k.key << "` | " << (k.required ? "**required**" : "`" + k.default_value + "`")
        << " | " << k.allowed() << " | " << k.help << " |\n";

@@ -37,7 +37,9 @@ uint64_t mix(uint64_t x) {  // splitmix64 finaliser
 
 // The block a tensor's holder holds, and the elements of it ([first, second) of the block
 // flattened row-major) it reads ...
-Shape block_of(const CheckpointTensor& ct) { return ct.block.ndim ? ct.block : ct.global; }
+Shape block_of(const CheckpointTensor& ct) {
+  return ct.block.ndim ? ct.block : ct.global;
+}
 std::pair<int64_t, int64_t> held(const CheckpointTensor& ct) {
   const int64_t n = ct.n < 0 ? block_of(ct).numel() : ct.n;
   return {ct.begin, ct.begin + n};
@@ -56,13 +58,13 @@ std::pair<int64_t, int64_t> responsible(const CheckpointTensor& ct) {
 struct Region {
   std::vector<hsize_t> start, count;
 };
-void select_range(hid_t space, const Region& r, size_t d, std::vector<hsize_t>& prefix,
-                  int64_t a, int64_t b, bool& first) {
+void select_range(hid_t space, const Region& r, size_t d, std::vector<hsize_t>& prefix, int64_t a,
+                  int64_t b, bool& first) {
   if (a >= b) return;
   int64_t inner = 1;
   for (size_t i = d + 1; i < r.count.size(); ++i) inner *= int64_t(r.count[i]);
   const int64_t r0 = a / inner, r1 = (b - 1) / inner;  // first and last row touched
-  auto add = [&](int64_t row, int64_t rows) {            // whole rows [row, row + rows)
+  auto add = [&](int64_t row, int64_t rows) {          // whole rows [row, row + rows)
     std::vector<hsize_t> start(prefix), count(prefix.size(), 1);
     start.push_back(r.start[d] + hsize_t(row));
     count.push_back(hsize_t(rows));
@@ -241,7 +243,8 @@ std::string Checkpointer::resume_path() {
     } else {
       std::error_code ec;
       TESSERA_REQUIRE_LOCAL(!fs::is_directory(resume_, ec), "checkpoint.resume = '",
-                            printable(resume_), "' is a directory; name a ckpt-*.h5 file in it, "
+                            printable(resume_),
+                            "' is a directory; name a ckpt-*.h5 file in it, "
                             "or set checkpoint.dir to it and checkpoint.resume = latest");
       TESSERA_REQUIRE_LOCAL(fs::exists(resume_, ec), "checkpoint.resume = '", printable(resume_),
                             "': no such file (use none, latest, or the path of a ckpt-*.h5 "
@@ -296,8 +299,10 @@ void Checkpointer::save(const CheckpointMeta& meta, const std::vector<Checkpoint
   if (!bad.empty()) world_.all_reduce(bad.data(), int64_t(bad.size()));
   for (size_t t = 0; t < tensors.size(); ++t)
     TESSERA_REQUIRE(bad[t] == 0, "not writing the checkpoint of step ", meta.step, ": ",
-                    tensors[t].path, " holds ", bad[t], " non-finite values (NaN or Inf), so "
-                    "the run has diverged; the checkpoints already in '", dir_, "' are kept");
+                    tensors[t].path, " holds ", bad[t],
+                    " non-finite values (NaN or Inf), so "
+                    "the run has diverged; the checkpoints already in '",
+                    dir_, "' are kept");
   collectively(world_, [&] {
     if (world_.rank() == 0) {
       std::error_code ec;
@@ -326,6 +331,7 @@ void Checkpointer::save(const CheckpointMeta& meta, const std::vector<Checkpoint
     H5Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
     H5Pset_dxpl_mpio(dxpl.id, H5FD_MPIO_COLLECTIVE);
     for (size_t t = 0; t < tensors.size(); ++t) {
+      if (write_hook_ && t == tensors.size() / 2) write_hook_();
       if (fault("checkpoint-midwrite") && t == tensors.size() / 2) {
         H5Fflush(file.id, H5F_SCOPE_GLOBAL);
         raise(SIGKILL);
@@ -336,19 +342,24 @@ void Checkpointer::save(const CheckpointMeta& meta, const std::vector<Checkpoint
       H5Handle set(H5Dcreate2(file.id, ct.path.c_str(), H5T_NATIVE_FLOAT, fspace.id, lcpl.id,
                               H5P_DEFAULT, H5P_DEFAULT),
                    H5Dclose);
-      TESSERA_REQUIRE_LOCAL(set.id >= 0, "cannot create dataset '", ct.path, "' in '", tmp_path, "'");
-      // This rank writes the elements it is responsible for.
+      agree_or_throw(world_, set.id >= 0,
+                     cat("cannot create dataset '", ct.path, "' in '", tmp_path, "'"));
+      // This rank writes the elements it is responsible for; a failure on some ranks only is
+      // agreed before the checksum's all-reduce.
       const auto [a, b] = responsible(ct);
       const float* src = ct.data + (a - held(ct).first);
       H5Handle fsel = selection(ct, a, b);
       H5Handle mspace = memory_space(b - a);
-      TESSERA_REQUIRE_LOCAL(H5Dwrite(set.id, H5T_NATIVE_FLOAT, mspace.id, fsel.id, dxpl.id, src) >= 0,
-                            "cannot write dataset '", ct.path, "' to '", tmp_path, "'");
+      agree_or_throw(world_,
+                     H5Dwrite(set.id, H5T_NATIVE_FLOAT, mspace.id, fsel.id, dxpl.id, src) >= 0,
+                     cat("cannot write dataset '", ct.path, "' to '", tmp_path, "' (rank ",
+                         world_.rank(), ")"));
       int64_t sum = int64_t(block_checksum(ct, src, a, b));
       world_.all_reduce(&sum, 1);
       write_attr(set.id, "checksum", H5T_NATIVE_UINT64, uint64_t(sum));
     }
-    TESSERA_REQUIRE_LOCAL(H5Fflush(file.id, H5F_SCOPE_GLOBAL) >= 0, "cannot flush '", tmp_path, "'");
+    TESSERA_REQUIRE_LOCAL(H5Fflush(file.id, H5F_SCOPE_GLOBAL) >= 0, "cannot flush '", tmp_path,
+                          "'");
   });
   // Publish: the complete file under its final name, then the pointer to it.
   collectively(world_, [&] {
@@ -374,83 +385,113 @@ void Checkpointer::save(const CheckpointMeta& meta, const std::vector<Checkpoint
   });
 }
 
+// Every failure of a read is agreed before the next collective call: a rank whose read fails
+// (a hyperslab, an attribute, a checksum it computes) says so at the next agreement point
+// (agree_or_throw), and every rank raises the same error there, instead of the others waiting
+// in a collective it never joins. Test hook: TESSERA_FAULT_INJECT=checkpoint-read-fails-on-
+// rank-R makes world rank R's read of the middle tensor fail.
 CheckpointMeta Checkpointer::load(const std::string& path,
                                   const std::vector<CheckpointTensor>& tensors) {
   CheckpointMeta meta;
+  const std::string r = std::to_string(world_.rank());
+  const bool read_fault = fault(("checkpoint-read-fails-on-rank-" + r).c_str());
+  const bool checksum_fault = fault(("checkpoint-checksum-differs-on-rank-" + r).c_str());
   collectively(world_, [&] {
     H5Handle fapl(parallel_access(world_.raw()), H5Pclose);
+    // H5Fopen is collective: every rank opens, then all agree on whether each could.
     H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.id), H5Fclose);
-    TESSERA_REQUIRE_LOCAL(file.id >= 0, "cannot open checkpoint '", path,
-                          "': not an HDF5 file, or truncated");
-    const std::string where = "checkpoint '" + path + "'";
-    const std::string format = read_string_attr(file.id, "format", where);
-    TESSERA_REQUIRE_LOCAL(format == kFormat, "'", path, "' is not a tessera checkpoint (format '",
-                          format, "')");
-    const int64_t version = read_int_attr(file.id, "version", where);
-    TESSERA_REQUIRE_LOCAL(version == kVersion, "checkpoint '", path, "' has version ", version,
-                          "; this tessera reads version ", kVersion);
-    meta.step = read_int_attr(file.id, "step", where);
-    meta.samples = read_int_attr(file.id, "samples", where);
-    meta.seed = read_int_attr(file.id, "seed", where);
-    meta.deck_json = read_string_attr(file.id, "deck", where);
-    meta.layout_json = read_string_attr(file.id, "layout", where);
-    if (H5Aexists(file.id, "loss_scale") > 0) {
-      meta.loss_scale = read_double_attr(file.id, "loss_scale", where);
-      meta.loss_scale_good = read_int_attr(file.id, "loss_scale_good", where);
-    }
-    // Files written before the root checksum existed have none; every newer one is checked.
-    if (H5Aexists(file.id, "meta_checksum") > 0)
-      TESSERA_REQUIRE_LOCAL(read_string_attr(file.id, "meta_checksum", where) ==
-                                meta_checksum(meta),
-                            "checkpoint '", path, "': its root attributes (step, samples, seed, "
-                            "deck, layout) are damaged (checksum mismatch); use an earlier "
-                            "checkpoint");
-    TESSERA_REQUIRE_LOCAL(meta.step >= 0 && meta.samples >= 0, "checkpoint '", path,
-                          "' has step ", meta.step, " and samples ", meta.samples,
-                          ": damaged; use an earlier checkpoint");
-    require_same_model(path, meta.deck_json, run_.model);
-    // Every parameter in the file belongs to this model (a deeper model's extra blocks or an
-    // untied head would otherwise be ignored).
-    std::vector<std::string> expected;
-    for (const CheckpointTensor& ct : tensors)
-      if (ct.path.rfind("params/", 0) == 0) expected.push_back(ct.path.substr(7));
-    std::sort(expected.begin(), expected.end());
-    for (const std::string& name : group_members(file.id, "params"))
-      TESSERA_REQUIRE_LOCAL(std::binary_search(expected.begin(), expected.end(), name),
-                            "checkpoint '", path, "' holds the parameter '", printable(name),
-                            "', which this model does not have: it was written for another "
-                            "model definition");
+    agree_or_throw(world_, file.id >= 0,
+                   cat("cannot open checkpoint '", path, "': not an HDF5 file, or truncated"));
+    // The root attributes and the model definition: local reads, agreed before any tensor.
+    collectively(world_, [&] {
+      const std::string where = "checkpoint '" + path + "'";
+      const std::string format = read_string_attr(file.id, "format", where);
+      TESSERA_REQUIRE_LOCAL(format == kFormat, "'", path, "' is not a tessera checkpoint (format '",
+                            format, "')");
+      const int64_t version = read_int_attr(file.id, "version", where);
+      TESSERA_REQUIRE_LOCAL(version == kVersion, "checkpoint '", path, "' has version ", version,
+                            "; this tessera reads version ", kVersion);
+      meta.step = read_int_attr(file.id, "step", where);
+      meta.samples = read_int_attr(file.id, "samples", where);
+      meta.seed = read_int_attr(file.id, "seed", where);
+      meta.deck_json = read_string_attr(file.id, "deck", where);
+      meta.layout_json = read_string_attr(file.id, "layout", where);
+      if (H5Aexists(file.id, "loss_scale") > 0) {
+        meta.loss_scale = read_double_attr(file.id, "loss_scale", where);
+        meta.loss_scale_good = read_int_attr(file.id, "loss_scale_good", where);
+      }
+      // Files written before the root checksum existed have none; every newer one is checked.
+      if (H5Aexists(file.id, "meta_checksum") > 0)
+        TESSERA_REQUIRE_LOCAL(
+            read_string_attr(file.id, "meta_checksum", where) == meta_checksum(meta),
+            "checkpoint '", path,
+            "': its root attributes (step, samples, seed, "
+            "deck, layout) are damaged (checksum mismatch); use an earlier "
+            "checkpoint");
+      TESSERA_REQUIRE_LOCAL(meta.step >= 0 && meta.samples >= 0, "checkpoint '", path,
+                            "' has step ", meta.step, " and samples ", meta.samples,
+                            ": damaged; use an earlier checkpoint");
+      require_same_model(path, meta.deck_json, run_.model);
+      // Every parameter in the file belongs to this model (a deeper model's extra blocks or an
+      // untied head would otherwise be ignored).
+      std::vector<std::string> expected;
+      for (const CheckpointTensor& ct : tensors)
+        if (ct.path.rfind("params/", 0) == 0) expected.push_back(ct.path.substr(7));
+      std::sort(expected.begin(), expected.end());
+      for (const std::string& name : group_members(file.id, "params"))
+        TESSERA_REQUIRE_LOCAL(std::binary_search(expected.begin(), expected.end(), name),
+                              "checkpoint '", path, "' holds the parameter '", printable(name),
+                              "', which this model does not have: it was written for another "
+                              "model definition");
+    });
 
-    for (const CheckpointTensor& ct : tensors) {
-      TESSERA_REQUIRE_LOCAL(H5Lexists(file.id, ct.path.c_str(), H5P_DEFAULT) > 0, "checkpoint '",
-                            path, "' has no dataset '", ct.path, "'");
-      H5Handle set(H5Dopen2(file.id, ct.path.c_str(), H5P_DEFAULT), H5Dclose);
-      H5Handle fspace(H5Dget_space(set.id), H5Sclose);
-      std::vector<hsize_t> dims(size_t(std::max(0, H5Sget_simple_extent_ndims(fspace.id))));
-      H5Sget_simple_extent_dims(fspace.id, dims.data(), nullptr);
-      Shape found;
-      for (hsize_t d : dims) found.dims[found.ndim++] = int64_t(d);
-      TESSERA_REQUIRE_LOCAL(found == ct.global, "checkpoint '", path, "': dataset '", ct.path,
-                            "' has shape ", found.str(), " but the model expects ",
-                            ct.global.str());
-      const auto [h0, h1] = held(ct);
-      H5Handle fsel = selection(ct, h0, h1);
-      H5Handle mspace = memory_space(h1 - h0);
-      TESSERA_REQUIRE_LOCAL(
-          H5Dread(set.id, H5T_NATIVE_FLOAT, mspace.id, fsel.id, H5P_DEFAULT, ct.data) >= 0,
-          "checkpoint '", path, "': cannot read dataset '", ct.path, "' (file truncated?)");
-      const uint64_t expected =
-          read_uint_attr(set.id, "checksum", where + ", dataset '" + ct.path + "'");
-      // The same split as the writer's; every rank read the elements it checks.
-      const auto [c0, c1] = responsible(ct);
-      int64_t sums[2] = {0, count_nonfinite(ct.data + (c0 - h0), c1 - c0)};
-      if (c1 > c0) sums[0] = int64_t(block_checksum(ct, ct.data + (c0 - h0), c0, c1));
+    const std::string where = "checkpoint '" + path + "'";
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      const CheckpointTensor& ct = tensors[t];
+      int64_t sums[2] = {0, 0};
+      uint64_t expected = 0;
+      // This rank's part (open, shape, read, its share of the checksum), agreed before the
+      // sums are reduced.
+      collectively(world_, [&] {
+        TESSERA_REQUIRE_LOCAL(H5Lexists(file.id, ct.path.c_str(), H5P_DEFAULT) > 0, "checkpoint '",
+                              path, "' has no dataset '", ct.path, "'");
+        H5Handle set(H5Dopen2(file.id, ct.path.c_str(), H5P_DEFAULT), H5Dclose);
+        H5Handle fspace(H5Dget_space(set.id), H5Sclose);
+        std::vector<hsize_t> dims(size_t(std::max(0, H5Sget_simple_extent_ndims(fspace.id))));
+        H5Sget_simple_extent_dims(fspace.id, dims.data(), nullptr);
+        Shape found;
+        for (hsize_t d : dims) found.dims[found.ndim++] = int64_t(d);
+        TESSERA_REQUIRE_LOCAL(found == ct.global, "checkpoint '", path, "': dataset '", ct.path,
+                              "' has shape ", found.str(), " but the model expects ",
+                              ct.global.str());
+        const auto [h0, h1] = held(ct);
+        H5Handle fsel = selection(ct, h0, h1);
+        H5Handle mspace = memory_space(h1 - h0);
+        const bool read =
+            !(read_fault && t == tensors.size() / 2) &&
+            H5Dread(set.id, H5T_NATIVE_FLOAT, mspace.id, fsel.id, H5P_DEFAULT, ct.data) >= 0;
+        TESSERA_REQUIRE_LOCAL(read, "checkpoint '", path, "': cannot read dataset '", ct.path,
+                              "' on rank ", world_.rank(), " (file truncated, or an I/O error)");
+        expected = read_uint_attr(set.id, "checksum", where + ", dataset '" + ct.path + "'");
+        // The same split as the writer's; every rank read the elements it checks.
+        const auto [c0, c1] = responsible(ct);
+        sums[1] = count_nonfinite(ct.data + (c0 - h0), c1 - c0);
+        if (c1 > c0) sums[0] = int64_t(block_checksum(ct, ct.data + (c0 - h0), c0, c1));
+      });
       world_.all_reduce(sums, 2);
-      TESSERA_REQUIRE_LOCAL(uint64_t(sums[0]) == expected, "checkpoint '", path, "': dataset '",
-                            ct.path, "' is damaged (checksum mismatch); use an earlier checkpoint");
-      TESSERA_REQUIRE_LOCAL(sums[1] == 0, "checkpoint '", path, "': dataset '", ct.path,
-                            "' holds ", sums[1], " non-finite values (NaN or Inf): the run that "
-                            "wrote it had diverged; resume from an earlier checkpoint");
+      // Each rank compares with the checksum it read: agreed, since only one may see a
+      // mismatch (test hook: TESSERA_FAULT_INJECT=checkpoint-checksum-differs-on-rank-R).
+      if (checksum_fault && t == tensors.size() / 2) ++expected;
+      std::string bad;
+      if (uint64_t(sums[0]) != expected)
+        bad = cat("checkpoint '", path, "': dataset '", ct.path,
+                  "' is damaged (checksum "
+                  "mismatch); use an earlier checkpoint");
+      else if (sums[1] != 0)
+        bad = cat("checkpoint '", path, "': dataset '", ct.path, "' holds ", sums[1],
+                  " non-finite values (NaN or Inf): the run that wrote it had diverged; resume "
+                  "from an earlier checkpoint");
+      agree_or_throw(world_, bad.empty(), bad);
     }
   });
   return meta;

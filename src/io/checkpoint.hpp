@@ -1,6 +1,6 @@
-// Global checkpoints (doc/architecture.md, "Invariants"): one HDF5 file per checkpoint holding every
-// parameter and optimizer state as its global tensor, written collectively by hyperslab
-// with parallel HDF5, so any layout can read any checkpoint (and h5py or PyTorch can too).
+// Global checkpoints (doc/architecture.md, "Invariants"): one HDF5 file per checkpoint holding
+// every parameter and optimizer state as its global tensor, written collectively by hyperslab with
+// parallel HDF5, so any layout can read any checkpoint (and h5py or PyTorch can too).
 //
 // Atomicity: the file is written as NAME.tmp, flushed, fsync'ed, renamed to NAME, and only
 // then is the `latest` pointer (a one-line text file) replaced, itself via rename. A crash at
@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,9 @@ class Checkpointer {
   // against the deck, each dataset's shape and checksum, and that every value is finite;
   // collective errors name the file and the problem. Nothing on disk is modified.
   CheckpointMeta load(const std::string& path, const std::vector<CheckpointTensor>& tensors);
+  // Test seam: called by save halfway through writing the tensors (the signal tests send a
+  // stop signal there, src/train/stop_signal.hpp).
+  void set_write_hook(std::function<void()> hook) { write_hook_ = std::move(hook); }
 
  private:
   const RunConfig& run_;
@@ -82,6 +86,7 @@ class Checkpointer {
   std::string resume_;
   // checkpoint.overwrite: another run's checkpoints, deleted once this run has published one.
   std::vector<std::string> replaced_;
+  std::function<void()> write_hook_;
 };
 
 // Checksum of elements [begin, end) of a tensor: a position-keyed hash summed with

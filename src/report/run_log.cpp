@@ -11,7 +11,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "comm/agree.hpp"
 #include "core/error.hpp"
+#include "io/checkpoint_checks.hpp"
 #include "perf/flops.hpp"
 #include "perf/memory.hpp"
 #include "perf/plan_compare.hpp"
@@ -47,6 +49,19 @@ std::string json_number(double x) {
   return buf;
 }
 
+// The room output.dir must have before step 1: the small files (run.json, memory.json) with a
+// margin and a metrics line (about 400 bytes, rounded up) for each of the first
+// kCheckedSteps steps. Not the whole of a long run: a disk that fills later stops the run at
+// its next step (require_written).
+constexpr double kMetricsLineBytes = 1024;
+constexpr int64_t kCheckedSteps = 100000;
+int64_t checked_steps(const RunConfig& run, int64_t steps_done) {
+  return std::clamp<int64_t>(run.train.steps - steps_done, 0, kCheckedSteps);
+}
+double output_bytes(const RunConfig& run, int64_t steps_done) {
+  return double(checked_steps(run, steps_done)) * kMetricsLineBytes + 1e6;
+}
+
 }  // namespace
 
 RunLog::RunLog(const RunConfig& run, ProcessGrid& grid, Trainer& trainer, int64_t steps_done)
@@ -75,16 +90,38 @@ RunLog::RunLog(const RunConfig& run, ProcessGrid& grid, Trainer& trainer, int64_
   if (chunks.empty()) chunks = {c.layers};  // no pipeline: the model is one chunk
   hardware_flops_per_step_ = flops_per_step_ + recompute_flops_per_token(c, chunks) * tokens;
 
-  int ok = 1;
-  if (root_) {
+  for (Group g : kAllGroups) monitored_.push_back(&grid_.group(g));
+  for (const Communicator* c : trainer.own_groups()) monitored_.push_back(c);
+  for (const Communicator* c : monitored_) comm_seen_.push_back(c->stats().seconds);
+  comm_steady_.assign(monitored_.size(), 0.0);
+
+  // Before step 1 (issue 19): output.dir can be created and written, and has room for what
+  // the run writes there, so no step is trained for a log that cannot be kept.
+  const double need = output_bytes(run, steps_done);
+  collectively(grid_.world(), [&] {
+    if (!root_) return;
+    namespace fs = std::filesystem;
     std::error_code ec;
-    std::filesystem::create_directories(dir_, ec);
-    metrics_ = std::fopen((dir_ + "/metrics.jsonl").c_str(), steps_done > 0 ? "a" : "w");
-    ok = metrics_ != nullptr;
-  }
-  grid_.world().broadcast(&ok, sizeof ok, 0);
-  TESSERA_REQUIRE(ok, "cannot create output directory or metrics file in '", dir_,
-                  "' (output.dir)");
+    const bool not_dir = fs::exists(dir_, ec) && !fs::is_directory(dir_, ec);
+    if (!not_dir) fs::create_directories(dir_, ec);
+    TESSERA_REQUIRE_LOCAL(!not_dir && !ec, "cannot create the output directory '", printable(dir_),
+                          "' (output.dir): ",
+                          not_dir ? std::string("it exists and is not a directory") : ec.message(),
+                          "; choose another output.dir");
+    const fs::space_info space = fs::space(dir_, ec);
+    TESSERA_REQUIRE_LOCAL(ec || double(space.available) >= need, "the output directory '",
+                          printable(dir_), "' has ", double(space.available) / 1e6,
+                          " MB free, but this run writes about ", need / 1e6,
+                          " MB there before its step ", steps_done + checked_steps(run, steps_done),
+                          " (metrics.jsonl, run.json, memory.json); free space or choose "
+                          "another output.dir");
+    // Last: a run refused above leaves an existing metrics.jsonl as it was.
+    const std::string path = dir_ + "/metrics.jsonl";
+    metrics_ = std::fopen(path.c_str(), steps_done > 0 ? "a" : "w");
+    TESSERA_REQUIRE_LOCAL(metrics_ != nullptr, "cannot write '", printable(path),
+                          "' (output.dir): ", std::strerror(errno ? errno : EIO),
+                          "; choose a writable output.dir");
+  });
 }
 
 RunLog::~RunLog() {
@@ -98,15 +135,17 @@ void RunLog::start() {
   if (echo_)
     std::printf("# resolved input deck (%s)\n%s\n", run_.origin().c_str(), run_.to_ini().c_str());
   std::printf("%s\n", grid_.describe().c_str());
-  std::printf("model: %s, %lld layers, d_model %lld, heads %lld/%lld, ffn %lld, vocab %lld (padded %lld), "
-              "seq %lld, %.3fM parameters\n",
-              c.arch_name(), (long long)c.layers, (long long)c.d_model, (long long)c.heads,
-              (long long)c.kv_heads, (long long)c.ffn_hidden, (long long)c.vocab,
-              (long long)c.vocab_padded, (long long)c.seq_len, double(c.param_count()) / 1e6);
-  std::printf("batch: %lld sequences/step = micro-batch %lld x accumulation %lld x dp %lld; "
-              "%d thread(s)/rank\n",
-              (long long)g.global_batch, (long long)g.micro_batch, (long long)g.accum,
-              (long long)g.dp, omp_get_max_threads());
+  std::printf(
+      "model: %s, %lld layers, d_model %lld, heads %lld/%lld, ffn %lld, vocab %lld (padded %lld), "
+      "seq %lld, %.3fM parameters\n",
+      c.arch_name(), (long long)c.layers, (long long)c.d_model, (long long)c.heads,
+      (long long)c.kv_heads, (long long)c.ffn_hidden, (long long)c.vocab, (long long)c.vocab_padded,
+      (long long)c.seq_len, double(c.param_count()) / 1e6);
+  std::printf(
+      "batch: %lld sequences/step = micro-batch %lld x accumulation %lld x dp %lld; "
+      "%d thread(s)/rank\n",
+      (long long)g.global_batch, (long long)g.micro_batch, (long long)g.accum, (long long)g.dp,
+      omp_get_max_threads());
   if (const pp::Executor* pipe = trainer_.pipeline()) {
     // The cut, before any step: blocks per model chunk and which stage runs each.
     const pp::ScheduleShape& sh = pipe->shape();
@@ -117,14 +156,14 @@ void RunLog::start() {
       cut += cat(k ? ", " : "", "[", first, "-", first + n - 1, "]@", sh.stage_of(int(k)));
       first += n;
     }
-    std::printf("pipeline: %s, %d stages x %d chunk(s), %d micro-batches; layers (%s) per model "
-                "chunk [first-last]@stage: %s; embedding on stage 0, head on stage %d\n",
-                to_string(sh.kind), sh.stages, sh.chunks, sh.micro_batches,
-                run_.parallel.pp_layers.c_str(), cut.c_str(), sh.stages - 1);
+    std::printf(
+        "pipeline: %s, %d stages x %d chunk(s), %d micro-batches; layers (%s) per model "
+        "chunk [first-last]@stage: %s; embedding on stage 0, head on stage %d\n",
+        to_string(sh.kind), sh.stages, sh.chunks, sh.micro_batches, run_.parallel.pp_layers.c_str(),
+        cut.c_str(), sh.stages - 1);
   }
   std::printf("peak for MFU: %.1f GFLOP/s over %d rank(s), %s; model %.3f GFLOP/step\n",
-              peak_total_ / 1e9, grid_.world().size(), peak_source_.c_str(),
-              flops_per_step_ / 1e9);
+              peak_total_ / 1e9, grid_.world().size(), peak_source_.c_str(), flops_per_step_ / 1e9);
   if (hardware_flops_per_step_ > flops_per_step_)
     std::printf("recompute %s: hardware %.3f GFLOP/step (HFU counts the rerun forward work)\n",
                 to_string(c.recompute), hardware_flops_per_step_ / 1e9);
@@ -132,14 +171,16 @@ void RunLog::start() {
 
   std::ofstream run(dir_ + "/run.json");
   run << "{\n  \"deck\": " << run_.to_json() << ",\n  \"layout\": " << trainer_.layout_json()
-      << ",\n  \"nodes\": " << grid_.nodes() << ",\n  \"model\": {\"parameters\": " << c.param_count()
-      << ", \"flops_per_token\": " << model_flops_per_token(c)
-      << ", \"hardware_flops_per_token\": " << hardware_flops_per_step_ / (double(g.global_batch) * double(c.seq_len))
+      << ",\n  \"nodes\": " << grid_.nodes()
+      << ",\n  \"model\": {\"parameters\": " << c.param_count()
+      << ", \"flops_per_token\": " << model_flops_per_token(c) << ", \"hardware_flops_per_token\": "
+      << hardware_flops_per_step_ / (double(g.global_batch) * double(c.seq_len))
       << ", \"ffn_hidden\": " << c.ffn_hidden << ", \"vocab_padded\": " << c.vocab_padded
       << "},\n  \"batch\": {\"global\": " << g.global_batch << ", \"micro\": " << g.micro_batch
       << ", \"accumulation\": " << g.accum << "},\n  \"peak_flops\": {\"total\": " << peak_total_
-      << ", \"source\": \"" << peak_source_ << "\"},\n  \"threads_per_rank\": "
-      << omp_get_max_threads() << ",\n  \"version\": \"" TESSERA_VERSION "\"\n}\n";
+      << ", \"source\": \"" << peak_source_
+      << "\"},\n  \"threads_per_rank\": " << omp_get_max_threads()
+      << ",\n  \"version\": \"" TESSERA_VERSION "\"\n}\n";
 }
 
 void RunLog::step(const StepResult& r) {
@@ -149,8 +190,12 @@ void RunLog::step(const StepResult& r) {
   // and the longest wait (skew included) is reported apart; posting and polling are maxima.
   // Phase seconds since the previous record follow (max over ranks).
   const DpSyncTiming& dp = trainer_.data_parallel().last_sync();
-  double m[8 + kPhaseCount] = {r.seconds,  -dp.in_flight, -dp.exposed,
-                               dp.exposed, dp.posting,    dp.polling,
+  double m[8 + kPhaseCount] = {r.seconds,
+                               -dp.in_flight,
+                               -dp.exposed,
+                               dp.exposed,
+                               dp.posting,
+                               dp.polling,
                                double(trainer_.allocator().peak_total())};
   for (int p = 0; p < kPhaseCount; ++p) {
     const double now = trainer_.timer().seconds(Phase(p));
@@ -172,6 +217,16 @@ void RunLog::step(const StepResult& r) {
   if (const pp::Executor* pipe = trainer_.pipeline(); pipe && !first)
     pp_wait_steady_ += pipe->last_wait(), pp_compute_steady_ += pipe->last_compute();
   dp_all_ += dp_step, dp_waited_all_ += waited;
+  // Communication monitor: this step's seconds in each group's collectives, mean over ranks.
+  std::vector<double> comm(monitored_.size());
+  for (size_t i = 0; i < comm.size(); ++i) {
+    const double now = monitored_[i]->stats().seconds;
+    comm[i] = now - comm_seen_[i], comm_seen_[i] = now;
+  }
+  if (!comm.empty()) grid_.world().all_reduce(comm.data(), int64_t(comm.size()));
+  if (!first)
+    for (size_t i = 0; i < comm.size(); ++i)
+      comm_steady_[i] += comm[i] / double(grid_.world().size());
   if (first) first_loss_ = r.loss;
   last_loss_ = r.loss, last_step_ = r.step;
   if (!root_) return;
@@ -186,10 +241,16 @@ void RunLog::step(const StepResult& r) {
     if (trainer_.loss_scaler().dynamic)
       std::snprintf(scale, sizeof scale, " | scale %g%s", r.loss_scale,
                     r.skipped ? " (overflow: skipped)" : "");
-    std::printf("step %6lld/%lld | loss %.4f%s | lr %.3e | grad-norm %.3f | %9.0f tok/s | "
-                "MFU %5.1f%% | %6.0f ms | ETA %s%s\n",
-                (long long)r.step, (long long)trainer_.steps(), r.loss, val, r.lr, r.grad_norm,
-                tokens / seconds, 100 * mfu, 1e3 * seconds, human_duration(eta).c_str(), scale);
+    char comm_note[96] = "";
+    const double warn = run_.output.comm_warn_share;
+    if (const auto [share, g] = comm_share(); warn > 0 && steady_steps_ > 0 && share > warn)
+      std::snprintf(comm_note, sizeof comm_note, " | comm %.0f%% > %.0f%% (%s)", 100 * share,
+                    100 * warn, monitored_[g]->name().c_str());
+    std::printf(
+        "step %6lld/%lld | loss %.4f%s | lr %.3e | grad-norm %.3f | %9.0f tok/s | "
+        "MFU %5.1f%% | %6.0f ms | ETA %s%s%s\n",
+        (long long)r.step, (long long)trainer_.steps(), r.loss, val, r.lr, r.grad_norm,
+        tokens / seconds, 100 * mfu, 1e3 * seconds, human_duration(eta).c_str(), scale, comm_note);
     std::fflush(stdout);
   }
   char val[48] = "";
@@ -225,9 +286,60 @@ void RunLog::step(const StepResult& r) {
     write_errno_ = errno ? errno : EIO;
 }
 
+std::pair<double, size_t> RunLog::comm_share() const {
+  double total = 0;
+  size_t top = 0;
+  for (size_t i = 0; i < comm_steady_.size(); ++i) {
+    total += comm_steady_[i];
+    if (comm_steady_[i] > comm_steady_[top]) top = i;
+  }
+  return {steady_elapsed_ > 0 ? total / steady_elapsed_ : 0.0, top};
+}
+
+// The summary's line of the communication monitor: the share, and above the threshold the
+// dominant group with what usually lowers its time (seed 002: fix the layout, not the code).
+void RunLog::print_comm_monitor() const {
+  const double warn = run_.output.comm_warn_share;
+  if (steady_steps_ == 0) {
+    std::printf("communication: no steady-state step (the first step of a run is warm-up)\n");
+    return;
+  }
+  const auto [share, top] = comm_share();
+  const std::string name = comm_steady_.empty() ? "" : monitored_[top]->name();
+  if (warn <= 0 || share <= warn) {
+    std::printf(
+        "communication: %.1f%% of the steady-state step time in collectives (mean over "
+        "ranks, world excluded); the warning is above %.0f%% (output.comm_warn_share)\n",
+        100 * share, 100 * warn);
+    return;
+  }
+  std::string advice = "";
+  if (name == "tp")
+    advice =
+        "tensor parallelism reduces every layer's activations: keep parallel.tp within "
+        "a node, or lower it";
+  else if (name == "pp")
+    advice =
+        "pipeline messages and the waits of the bubble: more micro-batches per step or "
+        "fewer stages";
+  else if (name == "dp" || name == "dp_cp" || name == "edp" || name == "embedding")
+    advice =
+        "the gradient reduction: more micro-batches per step (train.global_batch), fewer "
+        "data-parallel ranks, or parallel.grad_reduce_dtype = bf16";
+  else
+    advice = "see the traffic table above";
+  std::printf(
+      "communication: WARNING: %.1f%% of the steady-state step time in collectives "
+      "(mean over ranks, world excluded), above output.comm_warn_share = %.0f%%; the "
+      "%s group dominates (%.3f s of %.3f s over %lld steady steps): %s\n",
+      100 * share, 100 * warn, name.c_str(), comm_steady_[top], share * steady_elapsed_,
+      (long long)steady_steps_, advice.c_str());
+}
+
 void RunLog::require_written(double write_errno) const {
-  TESSERA_REQUIRE(write_errno == 0, "cannot write '", dir_, "/metrics.jsonl' (output.dir): ",
-                  std::strerror(int(write_errno)), "; the run stops (free space, or choose "
+  TESSERA_REQUIRE(write_errno == 0, "cannot write '", dir_,
+                  "/metrics.jsonl' (output.dir): ", std::strerror(int(write_errno)),
+                  "; the run stops (free space, or choose "
                   "another output.dir)");
 }
 
@@ -238,20 +350,21 @@ void RunLog::write_memory_json(const double* peak, const double* live) const {
     std::ostringstream o;
     o.precision(15);
     o << "{";
-    for (int c = 0; c < kChargeCount; ++c) o << "\"" << charge_name(Charge(c)) << "\": " << v[c] << ", ";
+    for (int c = 0; c < kChargeCount; ++c)
+      o << "\"" << charge_name(Charge(c)) << "\": " << v[c] << ", ";
     o << "\"total\": " << v[kChargeCount] << "}";
     return o.str();
   };
   out << "{\n  \"note\": \"bytes per rank, max over ranks; live at the end of the run, peak "
-         "over it\",\n  \"zero\": " << trainer_.zero_stage()
-      << ",\n  \"shard_ranks\": " << trainer_.shard_ranks()
+         "over it\",\n  \"zero\": "
+      << trainer_.zero_stage() << ",\n  \"shard_ranks\": " << trainer_.shard_ranks()
       << ",\n  \"parameters\": " << trainer_.params().elements()
       << ",\n  \"parameters_padded\": " << trainer_.params().numel()
       << ",\n  \"activations_formula\": "
       << activation_bytes(trainer_.config(), trainer_.batch().micro_batch)
       << ",\n  \"recompute\": \"" << to_string(trainer_.config().recompute) << "\""
-      << ",\n  \"activations_per_block\": " << per_block_json()
-      << ",\n  \"live\": " << table(live) << ",\n  \"peak\": " << table(peak) << "\n}\n";
+      << ",\n  \"activations_per_block\": " << per_block_json() << ",\n  \"live\": " << table(live)
+      << ",\n  \"peak\": " << table(peak) << "\n}\n";
 }
 
 // Bytes a first block of a chunk keeps per micro-batch under the run's recompute mode,
@@ -273,11 +386,13 @@ void RunLog::print_activations(double measured, bool pipeline) const {
   const ModelConfig& c = trainer_.config();
   const int64_t b = trainer_.batch().micro_batch;
   const Recompute mode = c.block_recompute(0);
-  std::printf("activations  %14s   recompute %s: a block keeps %s per micro-batch (none: %s), "
-              "rebuilt set %s", human_bytes(measured).c_str(), to_string(c.recompute),
-              human_bytes(block_kept_bytes(c, b, mode)).c_str(),
-              human_bytes(activation_bytes_per_block(c, b)).c_str(),
-              human_bytes(rebuilt_bytes(c, b)).c_str());
+  std::printf(
+      "activations  %14s   recompute %s: a block keeps %s per micro-batch (none: %s), "
+      "rebuilt set %s",
+      human_bytes(measured).c_str(), to_string(c.recompute),
+      human_bytes(block_kept_bytes(c, b, mode)).c_str(),
+      human_bytes(activation_bytes_per_block(c, b)).c_str(),
+      human_bytes(rebuilt_bytes(c, b)).c_str());
   if (!pipeline) std::printf("; formula %s", human_bytes(activation_bytes(c, b)).c_str());
   std::printf("\n");
 }
@@ -326,11 +441,12 @@ void RunLog::finish() {
                 (long long)steps_done_ + 2, (long long)last_step_, 1e3 * mean, tokens / mean,
                 100 * flops_per_step_ / (mean * peak_total_), peak_source_.c_str());
     if (hardware_flops_per_step_ > flops_per_step_)
-      std::printf("HFU %.1f%% (recompute %s reruns forward work: %.3f hardware vs %.3f model "
-                  "GFLOP/step)\n",
-                  100 * hardware_flops_per_step_ / (mean * peak_total_),
-                  to_string(trainer_.config().recompute), hardware_flops_per_step_ / 1e9,
-                  flops_per_step_ / 1e9);
+      std::printf(
+          "HFU %.1f%% (recompute %s reruns forward work: %.3f hardware vs %.3f model "
+          "GFLOP/step)\n",
+          100 * hardware_flops_per_step_ / (mean * peak_total_),
+          to_string(trainer_.config().recompute), hardware_flops_per_step_ / 1e9,
+          flops_per_step_ / 1e9);
   }
   std::printf("\n%-12s %12s %12s %8s\n", "phase", "mean s", "max s", "share");
   for (int p = 0; p < kPhaseCount; ++p)
@@ -345,21 +461,21 @@ void RunLog::finish() {
   const double psi = double(trainer_.params().numel());
   const ModelStateBytes f =
       zero_model_state(stage, psi, double(trainer_.shard_ranks()), Precision::fp32);
-  const double measured = live[int(Charge::params)] + live[int(Charge::grads)] +
-                          live[int(Charge::optimizer)];
+  const double measured =
+      live[int(Charge::params)] + live[int(Charge::grads)] + live[int(Charge::optimizer)];
   // Mixed precision keeps the fp32 state and adds the 16-bit compute copy of the parameters:
   // 2Psi held for the run below ZeRO-3; under ZeRO-3 each part's copy lives while the part is
   // gathered and is charged to communication buffers with it (doc/precision.md).
   const bool copy = trainer_.compute_dtype() != DType::f32 && stage < 3;
   const double copy_bytes = copy ? 2 * psi : 0;
-  std::printf("model state  %14s   params + grads + optimizer; ZeRO-%d fp32 formula %s%s = %s "
-              "(Psi = %.0f with padding, N = %lld)\n",
-              human_bytes(measured).c_str(), stage, zero_formula(stage, Precision::fp32),
-              copy ? (std::string(" + ") + dtype_name(trainer_.compute_dtype()) +
-                      " compute copy 2Psi").c_str()
-                   : "",
-              human_bytes(f.total() + copy_bytes).c_str(), psi,
-              (long long)trainer_.shard_ranks());
+  std::printf(
+      "model state  %14s   params + grads + optimizer; ZeRO-%d fp32 formula %s%s = %s "
+      "(Psi = %.0f with padding, N = %lld)\n",
+      human_bytes(measured).c_str(), stage, zero_formula(stage, Precision::fp32),
+      copy ? (std::string(" + ") + dtype_name(trainer_.compute_dtype()) + " compute copy 2Psi")
+                 .c_str()
+           : "",
+      human_bytes(f.total() + copy_bytes).c_str(), psi, (long long)trainer_.shard_ranks());
   if (const LossScaler& ls = trainer_.loss_scaler(); ls.dynamic)
     std::printf("fp16 loss scaling: %lld steps skipped on overflow, scale now %g\n",
                 (long long)ls.skipped, ls.scale);
@@ -373,14 +489,17 @@ void RunLog::finish() {
                 (long long)t.transfers, 1e3 * t.in_flight, 1e3 * t.exposed,
                 100 * std::max(0.0, 1 - t.exposed / std::max(t.in_flight, 1e-12)));
   }
+  print_comm_monitor();
   if (pipe) {
     const pp::ScheduleShape& sh = pipe->shape();
     const pp::Ratio f = pp::bubble_formula(sh);
-    std::printf("pipeline: %s, %d stages x %d chunks, %d micro-batches; bubble = idle / compute "
-                "(idle: blocked in receive waits, %s), formula (p-1)/(v m) = %lld/%lld = "
-                "%.3f\n", to_string(sh.kind), sh.stages, sh.chunks, sh.micro_batches,
-                steady_steps_ ? "steady steps" : "all steps", (long long)f.num,
-                (long long)f.den, double(f.num) / double(f.den));
+    std::printf(
+        "pipeline: %s, %d stages x %d chunks, %d micro-batches; bubble = idle / compute "
+        "(idle: blocked in receive waits, %s), formula (p-1)/(v m) = %lld/%lld = "
+        "%.3f\n",
+        to_string(sh.kind), sh.stages, sh.chunks, sh.micro_batches,
+        steady_steps_ ? "steady steps" : "all steps", (long long)f.num, (long long)f.den,
+        double(f.num) / double(f.den));
     for (int r = 0; r < n; ++r)
       std::printf("  rank %d (stage %d): idle %.3f s, compute %.3f s, bubble %.3f\n", r,
                   grid_.layout().coord(r).pp, bubble[2 * size_t(r)], bubble[2 * size_t(r) + 1],
@@ -388,8 +507,9 @@ void RunLog::finish() {
   }
   if (run_.output.compare_plan) {
     const BatchGeometry& g = trainer_.batch();
-    RunFacts f{trainer_.config(), g.micro_batch, g.global_batch, n, trainer_.zero_stage(),
-               int(trainer_.shard_ranks()), peak_total_ / n, steady_steps_ + 1};
+    RunFacts f{
+        trainer_.config(),           g.micro_batch,   g.global_batch,   n, trainer_.zero_stage(),
+        int(trainer_.shard_ranks()), peak_total_ / n, steady_steps_ + 1};
     f.zero_inflight = run_.parallel.zero_inflight;
     f.pp = run_.parallel.pp, f.pp_virtual = run_.parallel.pp_virtual;
     f.schedule = run_.parallel.pp_schedule;

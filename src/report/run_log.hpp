@@ -1,10 +1,12 @@
 // What a run tells its user: the progress line per step, metrics.jsonl, run.json and the
-// closing summary (time per phase, memory per category, traffic per group) and memory.json. Rank 0 writes;
-// every rank takes part in the reductions.
+// closing summary (time per phase, memory per category, traffic per group) and memory.json. Rank 0
+// writes; every rank takes part in the reductions.
 #pragma once
 
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/process_grid.hpp"
 #include "config/run_config.hpp"
@@ -40,7 +42,7 @@ class RunLog {
   double peak_total_ = 0;
   std::string peak_source_;
   double flops_per_step_ = 0;
-  double hardware_flops_per_step_ = 0;  // with the forward work recompute repeats (HFU)
+  double hardware_flops_per_step_ = 0;       // with the forward work recompute repeats (HFU)
   double elapsed_ = 0, steady_elapsed_ = 0;  // steady: excludes step 1 (allocation, warm-up)
   int64_t steady_steps_ = 0;
   double pp_wait_steady_ = 0, pp_compute_steady_ = 0;  // this rank's pipeline, steady steps
@@ -52,6 +54,15 @@ class RunLog {
   DpSyncTiming dp_all_, dp_steady_;
   double dp_waited_all_ = 0, dp_waited_steady_ = 0;  // longest exposed time over ranks
   double phase_seen_[kPhaseCount] = {};              // this rank's phase totals at the last step()
+  // Communication monitor (output.comm_warn_share): every group but world (tessera's own
+  // per-step bookkeeping, mostly waiting for the slowest rank); the seconds in each one's
+  // collectives on this rank at the last step(), and their mean over ranks summed over the
+  // steady steps.
+  std::vector<const Communicator*> monitored_;
+  std::vector<double> comm_seen_, comm_steady_;
+  // Steady-state share of the step time in collectives, and the group with the most of it.
+  std::pair<double, size_t> comm_share() const;
+  void print_comm_monitor() const;
   FILE* metrics_ = nullptr;
   // errno of a failed metrics.jsonl write on rank 0 (0: none); carried to every rank by the
   // next step's all-reduce (or finish's), which then stops the run with it.

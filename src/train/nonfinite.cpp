@@ -10,10 +10,31 @@
 namespace tessera {
 
 NonfiniteGuard::NonfiniteGuard(const TrainSection& train, Communicator& world)
-    : world_(world), skip_(train.on_nonfinite == OnNonfinite::skip), limit_(train.nonfinite_limit) {}
+    : world_(world),
+      skip_(train.on_nonfinite == OnNonfinite::skip),
+      limit_(train.nonfinite_limit),
+      spike_factor_(train.loss_spike),
+      spike_window_(train.loss_spike_window) {}
 
 bool NonfiniteGuard::after_step(const StepResult& r, Trainer& trainer, Checkpointer& ckpt,
                                 int64_t last_saved) {
+  if (r.spike) {  // train.loss_spike: skipped whatever train.on_nonfinite says
+    const std::string what =
+        cat("step ", r.step, ": the loss ", r.loss, " is above ", spike_factor_, " x the mean ",
+            r.spike_mean, " of the last ", spike_window_, " steps (train.loss_spike)");
+    ++in_a_row_, ++skipped_;
+    TESSERA_REQUIRE(in_a_row_ < limit_, what, "; ", in_a_row_, " skipped steps in a row ",
+                    "(train.nonfinite_limit = ", limit_,
+                    "), so the run stops; the checkpoints "
+                    "in '",
+                    ckpt.dir(), "' are kept");
+    if (world_.rank() == 0)
+      std::printf(
+          "%s: update skipped (%lld in a row, %lld in all; the run stops after %lld in a "
+          "row, train.nonfinite_limit)\n",
+          what.c_str(), (long long)in_a_row_, (long long)skipped_, (long long)limit_);
+    return true;
+  }
   if (r.finite) {
     in_a_row_ = 0;
     return false;
@@ -60,6 +81,15 @@ bool injected_nonfinite(int64_t step) {
   if (!hook) return false;
   if (std::sscanf(hook, "nonfinite-at-step-%lld", &n) == 1) return step == n;
   if (std::sscanf(hook, "nonfinite-from-step-%lld", &n) == 1) return step >= n;
+  return false;
+}
+
+bool injected_spike(int64_t step) {
+  static const char* hook = std::getenv("TESSERA_FAULT_INJECT");
+  long long n = 0;
+  if (!hook) return false;
+  if (std::sscanf(hook, "loss-spike-at-step-%lld", &n) == 1) return step == n;
+  if (std::sscanf(hook, "loss-spike-from-step-%lld", &n) == 1) return step >= n;
   return false;
 }
 

@@ -17,6 +17,8 @@ class NonfiniteGuard {
   NonfiniteGuard(const TrainSection& train, Communicator& world);
 
   // After step r, on every rank (collective when !r.finite, which every rank sees alike).
+  // A loss spike (r.spike, train.loss_spike): skipped and counted with the non-finite steps
+  // (train.nonfinite_limit in a row stop the run), whatever train.on_nonfinite says.
   // A data fault on any rank: a checkpoint of the last good state (step r.step - 1, unless
   // last_saved is that step already) and a collective error carrying the fault. Otherwise
   // stop: a collective error; skip: one line from rank 0, and a collective error after
@@ -30,10 +32,15 @@ class NonfiniteGuard {
   Communicator& world_;
   bool skip_;
   int64_t limit_, in_a_row_ = 0, skipped_ = 0;
+  double spike_factor_;
+  int64_t spike_window_;
 };
 
 // Test hook: TESSERA_FAULT_INJECT=nonfinite-at-step-N makes step N's loss NaN on every rank,
 // nonfinite-from-step-N every step from N on.
 bool injected_nonfinite(int64_t step);
+// Test hook: TESSERA_FAULT_INJECT=loss-spike-at-step-N makes step N's loss 100 times what it
+// is (before the loss-spike rule sees it), loss-spike-from-step-N every step from N on.
+bool injected_spike(int64_t step);
 
 }  // namespace tessera

@@ -5,6 +5,9 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -18,6 +21,13 @@ std::atomic<int> g_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the handler needs a lock-free flag");
 
 extern "C" void on_stop_signal(int sig) {
+  // A second Ctrl-C means "now": SIGINT's default action ends the process at once (a run
+  // that hangs, or a user who does not want the checkpoint).
+  if (sig == SIGINT && g_signal.load(std::memory_order_relaxed) != 0) {
+    signal(SIGINT, SIG_DFL);
+    kill(getpid(), SIGINT);
+    return;
+  }
   g_signal.store(sig, std::memory_order_relaxed);
 }
 
@@ -28,7 +38,7 @@ void install_stop_handlers() {
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;  // a system call the signal lands in carries on
-  for (int sig : {SIGUSR1, SIGTERM})
+  for (int sig : {SIGUSR1, SIGTERM, SIGINT})
     TESSERA_REQUIRE(sigaction(sig, &sa, nullptr) == 0, "cannot install the handler for ",
                     stop_signal_name(sig));
   // The signals never interrupt the computing threads: this thread blocks them (and the
@@ -40,12 +50,27 @@ void install_stop_handlers() {
   sigemptyset(&stop);
   sigaddset(&stop, SIGUSR1);
   sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
   std::thread([stop] {
     pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
     for (;;) pause();
   }).detach();
   TESSERA_REQUIRE(pthread_sigmask(SIG_BLOCK, &stop, nullptr) == 0,
-                  "cannot block SIGUSR1/SIGTERM in the computing threads");
+                  "cannot block SIGUSR1/SIGTERM/SIGINT in the computing threads");
+}
+
+void inject_stop_signal(const char* moment, int world_rank) {
+  // TESSERA_FAULT_INJECT=sigterm-MOMENT-rank-R: rank R sends itself SIGTERM at MOMENT
+  // (before-step-1, checkpoint-write). kill(), not raise(): the signal must go to the
+  // process, whose helper thread takes it; this thread blocks it.
+  const char* hook = std::getenv("TESSERA_FAULT_INJECT");
+  if (!hook) return;
+  char want[96];
+  std::snprintf(want, sizeof want, "sigterm-%s-rank-%d", moment, world_rank);
+  if (std::strcmp(hook, want) != 0) return;
+  kill(getpid(), SIGTERM);
+  // Wait until the helper thread has recorded it, so the moment is exact.
+  while (stop_signal_received() == 0) std::this_thread::yield();
 }
 
 int stop_signal_received() {
@@ -61,6 +86,7 @@ int stop_signal_agreed(Communicator& world) {
 std::string stop_signal_name(int sig) {
   if (sig == SIGUSR1) return "SIGUSR1";
   if (sig == SIGTERM) return "SIGTERM";
+  if (sig == SIGINT) return "SIGINT";
   return "signal " + std::to_string(sig);
 }
 

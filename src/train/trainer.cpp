@@ -19,9 +19,10 @@ BatchGeometry BatchGeometry::from(const TrainSection& train, int64_t dp) {
   g.micro_batch = train.micro_batch;
   g.global_batch = train.global_batch;
   if (g.global_batch == 0) g.global_batch = g.micro_batch * dp;
-  TESSERA_REQUIRE(g.global_batch % (g.micro_batch * dp) == 0, "train.global_batch = ",
-                  g.global_batch, " is not a multiple of train.micro_batch x dp = ",
-                  g.micro_batch, " x ", dp, " = ", g.micro_batch * dp);
+  TESSERA_REQUIRE(g.global_batch % (g.micro_batch * dp) == 0,
+                  "train.global_batch = ", g.global_batch,
+                  " is not a multiple of train.micro_batch x dp = ", g.micro_batch, " x ", dp,
+                  " = ", g.micro_batch * dp);
   g.accum = g.global_batch / (g.micro_batch * dp);
   return g;
 }
@@ -56,7 +57,8 @@ bool LossScaler::update(double scaled_norm) {
   return true;
 }
 
-Trainer::Trainer(const RunConfig& run, ProcessGrid& grid)
+Trainer::Trainer(const RunConfig& run, ProcessGrid& grid,
+                 const std::function<void()>& before_allocating)
     : run_(run),
       cfg_(ModelConfig::from(run.model, run.train)),
       geo_(BatchGeometry::from(run.train, grid.dp().size())),
@@ -73,19 +75,23 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid)
   eval_samples_ = (run.train.eval_samples + per_round - 1) / per_round * per_round;
   TESSERA_REQUIRE(eval_every_ == 0 || data_.samples(TokenDataset::validation) > 0,
                   "train.eval_every = ", eval_every_, " but the validation split of '",
-                  run.data.path, "' is empty; raise data.val_fraction or set "
+                  run.data.path,
+                  "' is empty; raise data.val_fraction or set "
                   "train.eval_every = 0");
   par_.cp_timing = &cp_timing_;
   split_tensor_parallel();
   cfg_.split(ContextParallel{grid.group(Group::cp).size(), grid.group(Group::cp).rank(),
                              run.parallel.cp_kind});
   const int stages = grid.group(Group::pp).size();
-  if (stages > 1) model_ = std::make_unique<Transformer>(cfg_, store_, pipeline_stage());
-  else model_ = std::make_unique<Transformer>(cfg_, store_);
+  if (stages > 1)
+    model_ = std::make_unique<Transformer>(cfg_, store_, pipeline_stage());
+  else
+    model_ = std::make_unique<Transformer>(cfg_, store_);
   index_whole_model();
   // Gradients are summed, and ZeRO shards the model state, over the data- and
   // context-parallel ranks together (dp_cp; the dp group when cp = 1).
   Communicator& dp_cp = grid.group(Group::dp_cp);
+  if (before_allocating) before_allocating();
   store_.finalize(alloc_, DataParallel::store_layout(run.parallel, *model_, dp_cp.size()),
                   dtype_of(run.train.precision));
   if (run.train.precision == TrainPrecision::fp16) {
@@ -107,6 +113,8 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid)
   optim_ = std::make_unique<AdamW>(store_, alloc_, oc, dp_->segments());
   schedule_ = {run.optim.lr, run.optim.min_lr, run.optim.warmup, steps_};
   grad_clip_ = run.optim.grad_clip;
+  spike_.factor = run.train.loss_spike;
+  spike_.window = size_t(run.train.loss_spike_window);
   const int64_t T = cfg_.seq_local(), B = geo_.micro_batch;
   tokens_ = Buffer(alloc_, Shape{B, cfg_.seq_len + 1}, DType::i32, Charge::workspace);
   inputs_ = Buffer(alloc_, Shape{B, T}, DType::i32, Charge::workspace);
@@ -162,11 +170,12 @@ void Trainer::split_tensor_parallel() {
     const double bytes = 4.0 * double(cfg_.layers) * 2.0 * double(tp.size() - 1) /
                          double(tp.size()) * double(tokens * cfg_.d_model) * 4.0 *
                          double(geo_.accum);
-    std::printf("warning: a tensor-parallel group spans nodes: each rank sends about %.3g MB "
-                "per step in tensor-parallel all-reduces (4 per layer of %lld x %lld floats) "
-                "over the inter-node network, typically several times slower than within a "
-                "node; keep parallel.tp within a node (order tp first, tp <= ranks per node)\n",
-                bytes / 1e6, (long long)tokens, (long long)cfg_.d_model);
+    std::printf(
+        "warning: a tensor-parallel group spans nodes: each rank sends about %.3g MB "
+        "per step in tensor-parallel all-reduces (4 per layer of %lld x %lld floats) "
+        "over the inter-node network, typically several times slower than within a "
+        "node; keep parallel.tp within a node (order tp first, tp <= ranks per node)\n",
+        bytes / 1e6, (long long)tokens, (long long)cfg_.d_model);
   }
 }
 
@@ -305,6 +314,25 @@ double Trainer::evaluate() {
   return pipeline_evaluate();
 }
 
+double SpikeRule::mean() const {
+  double sum = 0;
+  for (double x : recent) sum += x;
+  return recent.empty() ? 0 : sum / double(recent.size());
+}
+
+bool SpikeRule::is_spike(double loss) const {
+  return factor > 0 && recent.size() == window && loss > factor * mean();
+}
+
+void SpikeRule::applied(double loss) {
+  if (factor <= 0) return;
+  if (recent.size() < window)
+    recent.push_back(loss);
+  else
+    recent[next] = loss;
+  next = (next + 1) % window;
+}
+
 StepResult Trainer::step(int64_t s) {
   if (trace_) trace_->begin_step(s);
   TraceSpan span(trace_, TraceKind::step, "step");
@@ -319,6 +347,7 @@ StepResult Trainer::step(int64_t s) {
   // A data fault (a token id out of range, the file changed) on any rank makes the loss NaN
   // everywhere, so the update is dropped; the caller reports the fault (TokenDataset::fault).
   if (!data_.fault().empty() || injected_nonfinite(s)) loss_sum = std::nan("");
+  if (injected_spike(s)) loss_sum *= 100;
   timer_.enter(Phase::grad_sync);
   // Tied embeddings over a pipeline: the first stage's table and the last stage's copy each
   // hold part of the gradient; both take the sum, so they stay identical (Megatron-LM). With
@@ -354,8 +383,11 @@ StepResult Trainer::step(int64_t s) {
   // sees the same NaN or Inf and drops the same update. Under fp16 a non-finite norm with a
   // finite loss is an overflow of the scaled gradients: the loss scaler's to handle.
   r.finite = std::isfinite(r.loss) && (scaler_.dynamic || std::isfinite(r.grad_norm));
-  r.skipped = r.finite && !scaler_.update(std::sqrt(squares));
-  if (r.finite && !r.skipped) {
+  r.spike = r.finite && spike_.is_spike(r.loss);
+  r.spike_mean = spike_.mean();
+  r.skipped = r.finite && !r.spike && !scaler_.update(std::sqrt(squares));
+  if (r.finite && !r.spike && !r.skipped) {
+    spike_.applied(r.loss);
     // The gradients carry the loss scale; the update takes them unscaled (fused with clipping).
     optim_->step(r.lr, s, dp_->optimizer_values(), dp_->optimizer_index(), grads,
                  float(clip_factor(r.grad_norm, grad_clip_) / r.loss_scale));
@@ -388,7 +420,8 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors() {
     // The last pipeline stage's copy of a tied table is read back but not written: the
     // first stage's table is the tensor (its ZeRO pieces need not line up with the copy's).
     ct.writes = &p != model_->tied_copy();
-    for (const Communicator* g : groups) ct.holder += ct.holders * g->rank(), ct.holders *= g->size();
+    for (const Communicator* g : groups)
+      ct.holder += ct.holders * g->rank(), ct.holders *= g->size();
     ct.n = 0;
     for (const ShardSegment& s : *h.segments) {
       const int64_t a = std::max(s.global, p.offset);
@@ -451,17 +484,18 @@ int64_t Trainer::restore(Checkpointer& ckpt, bool for_sampling) {
   store_.refresh_compute();
   if (scaler_.dynamic && meta.loss_scale > 0)  // resuming fp16 from fp16: the scaler goes on
     scaler_.scale = meta.loss_scale, scaler_.good = meta.loss_scale_good;
-  TESSERA_REQUIRE(for_sampling || meta.samples == meta.step * geo_.global_batch,
-                  "checkpoint '", path, "' was written with ", meta.samples / std::max<int64_t>(1, meta.step),
+  TESSERA_REQUIRE(for_sampling || meta.samples == meta.step * geo_.global_batch, "checkpoint '",
+                  path, "' was written with ", meta.samples / std::max<int64_t>(1, meta.step),
                   " sequences per step but train.global_batch is ", geo_.global_batch,
                   "; the data position would not line up");
   if (grid_.world().rank() == 0) {
     std::printf("resumed from %s: %lld steps done, layout then %s\n", path.c_str(),
                 (long long)meta.step, meta.layout_json.c_str());
     if (meta.seed != int64_t(seed_))
-      std::printf("note: checkpoint seed %lld differs from train.seed %lld; the data order "
-                  "follows train.seed from here\n",
-                  (long long)meta.seed, (long long)seed_);
+      std::printf(
+          "note: checkpoint seed %lld differs from train.seed %lld; the data order "
+          "follows train.seed from here\n",
+          (long long)meta.seed, (long long)seed_);
   }
   return meta.step;
 }

@@ -39,6 +39,23 @@ struct StepResult {
   // false: the loss or gradient norm is NaN or Inf (the same on every rank) and the update
   // was not applied; train/nonfinite.hpp decides what follows.
   bool finite = true;
+  // train.loss_spike: the loss exceeded k times the running mean (the same on every rank:
+  // the loss is reduced over all of them) and the update was not applied.
+  bool spike = false;
+  double spike_mean = 0;  // the running mean it was compared with
+};
+
+// The loss-spike rule (train.loss_spike = k, train.loss_spike_window = n): a finite loss above
+// k times the mean of the last n applied steps' losses is a spike; the rule waits until n
+// losses are known. Its window is not checkpointed: after a resume it fills again.
+struct SpikeRule {
+  double factor = 0;  // 0: off
+  size_t window = 20;
+  std::vector<double> recent;  // ring of the last applied losses
+  size_t next = 0;
+  double mean() const;
+  bool is_spike(double loss) const;
+  void applied(double loss);
 };
 
 // fp16 dynamic loss scaling (train.precision = fp16): the summed token losses are multiplied by
@@ -56,7 +73,10 @@ struct LossScaler {
 
 class Trainer {
  public:
-  Trainer(const RunConfig& run, ProcessGrid& grid);
+  // before_allocating: called on every rank once the data is open and checked, before the
+  // model state is allocated (tessera checks there that the model fits in memory).
+  Trainer(const RunConfig& run, ProcessGrid& grid,
+          const std::function<void()>& before_allocating = {});
 
   // Runs optimizer step number step (1-based).
   StepResult step(int64_t step);
@@ -145,6 +165,7 @@ class Trainer {
   LrSchedule schedule_;
   double grad_clip_ = 0;
   LossScaler scaler_;
+  SpikeRule spike_;
   uint64_t seed_ = 0;
   int64_t steps_ = 0;
   TokenDataset data_;

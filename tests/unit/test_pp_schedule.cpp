@@ -424,6 +424,7 @@ TEST(PipelineSchedule, CheckerRejectsDeadlock) {
 // doc/pipeline.md shows these timelines; this test prints them
 // (--gtest_filter=PipelineSchedule.TimelinesInDoc) and fails if the doc differs.
 TEST(PipelineSchedule, TimelinesInDoc) {
+  // The repository (not __FILE__: ccache's base_dir makes it a relative path).
   const auto root = std::filesystem::path(TESSERA_SOURCE_DIR);
   std::ifstream in(root / "doc" / "pipeline.md");
   ASSERT_TRUE(in) << root / "doc" / "pipeline.md";
