@@ -488,4 +488,13 @@ void Request::wait() {
   keep_.clear();
 }
 
+int Communicator::size_on_node() const {
+  MPI_Comm node;
+  MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+  int n = 1;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n;
+}
+
 }  // namespace tessera

@@ -81,6 +81,8 @@ class Communicator {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // How many ranks of this communicator share this rank's node (its shared-memory domain).
+  int size_on_node() const;
   const std::string& name() const { return name_; }
   const TrafficStats& stats() const { return stats_; }
   MPI_Comm raw() const { return comm_; }

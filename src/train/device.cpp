@@ -1,7 +1,5 @@
 #include "train/device.hpp"
 
-#include <mpi.h>
-
 #include <cstdio>
 
 #include "comm/agree.hpp"
@@ -23,11 +21,7 @@ void require_device(const HardwareSection& hardware, Communicator& world) {
                      "; check the node's GPUs, driver and CUDA_VISIBLE_DEVICES, or set "
                      "hardware.device = cpu"));
   // One rank per GPU: the ranks sharing a node take its devices by their order on the node.
-  MPI_Comm node;
-  MPI_Comm_split_type(world.raw(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &node);
-  int on_node = 1;
-  MPI_Comm_size(node, &on_node);
-  MPI_Comm_free(&node);
+  const int on_node = world.size_on_node();
   const int devices = kernels::cuda_device_count();
   agree_or_throw(world, on_node <= devices,
                  cat("hardware.device = cuda: ", on_node, " ranks share the node of rank ",
