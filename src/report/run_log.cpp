@@ -245,7 +245,7 @@ void RunLog::step(const StepResult& r) {
     const double warn = run_.output.comm_warn_share;
     if (const auto [share, g] = comm_share(); warn > 0 && steady_steps_ > 0 && share > warn)
       std::snprintf(comm_note, sizeof comm_note, " | comm %.0f%% > %.0f%% (%s)", 100 * share,
-                    100 * warn, monitored_[g]->name().c_str());
+                    100 * warn, monitored_name(g).c_str());
     std::printf(
         "step %6lld/%lld | loss %.4f%s | lr %.3e | grad-norm %.3f | %9.0f tok/s | "
         "MFU %5.1f%% | %6.0f ms | ETA %s%s%s\n",
@@ -286,6 +286,13 @@ void RunLog::step(const StepResult& r) {
     write_errno_ = errno ? errno : EIO;
 }
 
+// The data-parallel gradients are reduced over dp_cp (the data- and context-parallel ranks);
+// without context parallelism that group is the dp group, and is called so.
+std::string RunLog::monitored_name(size_t i) const {
+  const std::string& name = monitored_[i]->name();
+  return name == "dp_cp" && grid_.group(Group::cp).size() == 1 ? "dp" : name;
+}
+
 std::pair<double, size_t> RunLog::comm_share() const {
   double total = 0;
   size_t top = 0;
@@ -305,7 +312,7 @@ void RunLog::print_comm_monitor() const {
     return;
   }
   const auto [share, top] = comm_share();
-  const std::string name = comm_steady_.empty() ? "" : monitored_[top]->name();
+  const std::string name = comm_steady_.empty() ? "" : monitored_name(top);
   if (warn <= 0 || share <= warn) {
     std::printf(
         "communication: %.1f%% of the steady-state step time in collectives (mean over "

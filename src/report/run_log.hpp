@@ -62,6 +62,7 @@ class RunLog {
   std::vector<double> comm_seen_, comm_steady_;
   // Steady-state share of the step time in collectives, and the group with the most of it.
   std::pair<double, size_t> comm_share() const;
+  std::string monitored_name(size_t i) const;  // a monitored group's name in the warnings
   void print_comm_monitor() const;
   FILE* metrics_ = nullptr;
   // errno of a failed metrics.jsonl write on rank 0 (0: none); carried to every rank by the
