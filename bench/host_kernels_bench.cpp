@@ -31,15 +31,7 @@ Backend kokkos_host() {
   namespace kk = tessera::kernels::kokkos;
   Backend b;
   b.name = "kokkos";
-  const kk::Target t = kk::Target::host;
-  kk::register_elementwise(b, t);
-  kk::register_cast(b, t);
-  kk::register_norm(b, t);
-  kk::register_activation(b, t);
-  kk::register_rope(b, t);
-  kk::register_embedding(b, t);
-  kk::register_cross_entropy(b, t);
-  kk::register_adamw(b, t);
+  kk::register_all(b, kk::Target::host);
   return b;
 }
 

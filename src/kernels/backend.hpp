@@ -121,17 +121,10 @@ void register_attention(Backend& b);
 }  // namespace cpu
 
 // The Kokkos kernels (kernels/kokkos/, doc/kokkos.md): every other entry, one source for both
-// tables; each family fills its entries with the instances of one target space.
+// tables, filled with the instances of one target space.
 namespace kokkos {
 enum class Target { host, cuda };
-void register_elementwise(Backend& b, Target t);
-void register_cast(Backend& b, Target t);
-void register_norm(Backend& b, Target t);
-void register_activation(Backend& b, Target t);
-void register_rope(Backend& b, Target t);
-void register_embedding(Backend& b, Target t);
-void register_cross_entropy(Backend& b, Target t);
-void register_adamw(Backend& b, Target t);
+void register_all(Backend& b, Target t);  // every family of kernels/kokkos/
 }  // namespace kokkos
 
 namespace cuda {

@@ -22,18 +22,7 @@ bool NonfiniteGuard::after_step(const StepResult& r, Trainer& trainer, Checkpoin
     const std::string what =
         cat("step ", r.step, ": the loss ", r.loss, " is above ", spike_factor_, " x the mean ",
             r.spike_mean, " of the last ", spike_window_, " steps (train.loss_spike)");
-    ++in_a_row_, ++skipped_;
-    TESSERA_REQUIRE(in_a_row_ < limit_, what, "; ", in_a_row_, " skipped steps in a row ",
-                    "(train.nonfinite_limit = ", limit_,
-                    "), so the run stops; the checkpoints "
-                    "in '",
-                    ckpt.dir(), "' are kept");
-    if (world_.rank() == 0)
-      std::printf(
-          "%s: update skipped (%lld in a row, %lld in all; the run stops after %lld in a "
-          "row, train.nonfinite_limit)\n",
-          what.c_str(), (long long)in_a_row_, (long long)skipped_, (long long)limit_);
-    return true;
+    return skip_step(what, "skipped", ckpt);
   }
   if (r.finite) {
     in_a_row_ = 0;
@@ -63,8 +52,13 @@ bool NonfiniteGuard::after_step(const StepResult& r, Trainer& trainer, Checkpoin
                   ckpt.dir(),
                   "' are kept); lower optim.lr, check "
                   "optim.eps and the data, or set train.on_nonfinite = skip");
+  return skip_step(what, "non-finite", ckpt);
+}
+
+bool NonfiniteGuard::skip_step(const std::string& what, const char* kind,
+                               const Checkpointer& ckpt) {
   ++in_a_row_, ++skipped_;
-  TESSERA_REQUIRE(in_a_row_ < limit_, what, "; ", in_a_row_, " non-finite steps in a row ",
+  TESSERA_REQUIRE(in_a_row_ < limit_, what, "; ", in_a_row_, " ", kind, " steps in a row ",
                   "(train.nonfinite_limit = ", limit_, "), so the run stops; the checkpoints in '",
                   ckpt.dir(), "' are kept");
   if (world_.rank() == 0)

@@ -29,6 +29,8 @@ class NonfiniteGuard {
   int64_t skipped() const { return skipped_; }
 
  private:
+  // Counts a skipped step (kind: "skipped", "non-finite") and stops the run at the limit.
+  bool skip_step(const std::string& what, const char* kind, const Checkpointer& ckpt);
   Communicator& world_;
   bool skip_;
   int64_t limit_, in_a_row_ = 0, skipped_ = 0;

@@ -8,15 +8,7 @@ const Backend& cpu_backend() {
   static const Backend table = [] {
     Backend b;
     b.name = "cpu";
-    const kokkos::Target host = kokkos::Target::host;
-    kokkos::register_elementwise(b, host);
-    kokkos::register_cast(b, host);
-    kokkos::register_norm(b, host);
-    kokkos::register_activation(b, host);
-    kokkos::register_rope(b, host);
-    kokkos::register_embedding(b, host);
-    kokkos::register_cross_entropy(b, host);
-    kokkos::register_adamw(b, host);
+    kokkos::register_all(b, kokkos::Target::host);
     cpu::register_gemm(b);
     cpu::register_attention(b);
     return b;

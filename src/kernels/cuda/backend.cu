@@ -8,15 +8,7 @@ const Backend& cuda_backend() {
   static const Backend table = [] {
     Backend b;
     b.name = "cuda";
-    const kokkos::Target gpu = kokkos::Target::cuda;
-    kokkos::register_elementwise(b, gpu);
-    kokkos::register_cast(b, gpu);
-    kokkos::register_norm(b, gpu);
-    kokkos::register_activation(b, gpu);
-    kokkos::register_rope(b, gpu);
-    kokkos::register_embedding(b, gpu);
-    kokkos::register_cross_entropy(b, gpu);
-    kokkos::register_adamw(b, gpu);
+    kokkos::register_all(b, kokkos::Target::cuda);
     cuda::register_gemm(b);
     cuda::register_attention(b);
     return b;

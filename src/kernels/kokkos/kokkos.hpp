@@ -176,11 +176,20 @@ KOKKOS_INLINE_FUNCTION Sigmoid sigmoid(float x) {
   return x < 0.0f ? Sigmoid{small, big} : Sigmoid{big, small};
 }
 
+// The families, one per file of this folder (register_all, runtime.cpp, calls them all).
+void register_elementwise(Backend& b, Target t);
+void register_cast(Backend& b, Target t);
+void register_norm(Backend& b, Target t);
+void register_activation(Backend& b, Target t);
+void register_rope(Backend& b, Target t);
+void register_embedding(Backend& b, Target t);
+void register_cross_entropy(Backend& b, Target t);
+void register_adamw(Backend& b, Target t);
+
 // Fills the entries of one family for Target t from the template F<Exec>, which has a static
 // fill(Backend&): F<Host> for Target::host, F<Device> for Target::cuda.
 template <template <class> class F>
 void register_for(Backend& b, Target t) {
-  ensure_initialized();
   if (t == Target::host) return F<Host>::fill(b);
 #ifdef KOKKOS_ENABLE_CUDA
   F<Device>::fill(b);

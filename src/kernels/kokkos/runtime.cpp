@@ -89,4 +89,16 @@ double* scratch_scalar<Device>() {
 }
 #endif
 
+void register_all(Backend& b, Target t) {
+  ensure_initialized();
+  register_elementwise(b, t);
+  register_cast(b, t);
+  register_norm(b, t);
+  register_activation(b, t);
+  register_rope(b, t);
+  register_embedding(b, t);
+  register_cross_entropy(b, t);
+  register_adamw(b, t);
+}
+
 }  // namespace tessera::kernels::kokkos
