@@ -123,10 +123,32 @@ Communicator& Communicator::operator=(Communicator&& o) noexcept {
   return *this;
 }
 
+const char* comm_kind_name(CommKind k) {
+  static const char* names[kCommKinds] = {"all_reduce", "broadcast", "reduce_scatter",
+                                          "all_gather", "all_to_all", "p2p"};
+  return names[int(k)];
+}
+
+namespace {
+
+// The kind of an operation from its counted name ("all_gather_async" is an all_gather);
+// point-to-point calls count without a name.
+CommKind kind_of(const char* op) {
+  if (!op) return CommKind::p2p;
+  for (int k = 0; k < kCommKinds - 1; ++k) {
+    const char* name = comm_kind_name(CommKind(k));
+    if (std::strncmp(op, name, std::strlen(name)) == 0) return CommKind(k);
+  }
+  return CommKind::p2p;
+}
+
+}  // namespace
+
 void Communicator::count(int64_t bytes, double t0, const char* op) {
   const double seconds = MPI_Wtime() - t0;
   stats_.calls += 1;
   stats_.bytes += bytes;
+  stats_.kind_bytes[int(kind_of(op))] += bytes;
   stats_.seconds += seconds;
   if (op && trace_) trace_->add_ending_now(TraceKind::collective, op, seconds, trace_group_, bytes);
 }
@@ -449,6 +471,66 @@ Request Communicator::irecv(float* buf, int64_t n, int peer, int tag) {
   MPI_Request r;
   MPI_Irecv(buf, cnt, MPI_FLOAT, peer, tag, comm_, &r);
   count(0, t0);
+  return Request(r, &stats_);
+}
+
+// ---- typed forms ----------------------------------------------------------------------------
+
+namespace {
+
+void require_host(const Tensor& t, const char* what) {
+  if (t.space != Space::host)
+    throw std::logic_error(std::string(what) + ": a " + space_name(t.space) +
+                           " buffer; collectives move host memory only so far");
+}
+
+}  // namespace
+
+Request Communicator::all_reduce_async(const Tensor& buf) {
+  require_host(buf, "all_reduce_async");
+  if (buf.dtype == DType::f32) return all_reduce_async(buf.f32(), buf.numel());
+  if (buf.dtype == DType::bf16)
+    return all_reduce_async_bf16(static_cast<uint16_t*>(buf.data), buf.numel());
+  throw std::logic_error(std::string("all_reduce_async: cannot sum ") + dtype_name(buf.dtype));
+}
+
+Request Communicator::reduce_scatter_async(const Tensor& in, const Tensor& out) {
+  require_host(in, "reduce_scatter_async");
+  require_host(out, "reduce_scatter_async");
+  const int64_t n = out.numel();
+  if (in.dtype != out.dtype || in.numel() != n * size_)
+    throw std::logic_error(std::string("reduce_scatter_async: ") + dtype_name(in.dtype) + " " +
+                           in.shape.str() + " into " + dtype_name(out.dtype) + " " +
+                           out.shape.str() + " over " + std::to_string(size_) + " ranks");
+  if (in.dtype == DType::f32) return reduce_scatter_async(in.f32(), out.f32(), n);
+  if (in.dtype == DType::bf16)
+    return reduce_scatter_async_bf16(static_cast<const uint16_t*>(in.data),
+                                     static_cast<uint16_t*>(out.data), n);
+  throw std::logic_error(std::string("reduce_scatter_async: cannot sum ") + dtype_name(in.dtype));
+}
+
+Request Communicator::all_gather_async(const Tensor& in, const Tensor& out) {
+  require_host(in, "all_gather_async");
+  require_host(out, "all_gather_async");
+  const int64_t n = in.numel();
+  const size_t bytes = dtype_size(in.dtype);
+  if (in.dtype != out.dtype || out.numel() != n * size_ || (bytes != 4 && bytes != 2))
+    throw std::logic_error(std::string("all_gather_async: ") + dtype_name(in.dtype) + " " +
+                           in.shape.str() + " into " + dtype_name(out.dtype) + " " +
+                           out.shape.str() + " over " + std::to_string(size_) + " ranks");
+  if (bytes == 4) return all_gather_async(static_cast<const float*>(in.data), out.f32(), n);
+  const int cnt = int_count(n, "all_gather_async");
+  const char* src = static_cast<const char*>(in.data);
+  char* dst = static_cast<char*>(out.data);
+  if (size_ == 1) {
+    if (n > 0 && src != dst) std::memmove(dst, src, size_t(n) * bytes);
+    return {};
+  }
+  const double t0 = MPI_Wtime();
+  MPI_Request r;
+  const void* send = src == dst + size_t(rank_) * size_t(n) * bytes ? MPI_IN_PLACE : src;
+  MPI_Iallgather(send, cnt, MPI_UINT16_T, dst, cnt, MPI_UINT16_T, comm_, &r);
+  count(n * 2, t0, "all_gather_async");
   return Request(r, &stats_);
 }
 

@@ -31,19 +31,27 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/trace.hpp"
+#include "tensor/tensor.hpp"
 
 namespace tessera {
+
+// What an operation is, for the bytes per kind (traffic.json): the typed forms count here too.
+enum class CommKind { all_reduce, broadcast, reduce_scatter, all_gather, all_to_all, p2p };
+constexpr int kCommKinds = 6;
+const char* comm_kind_name(CommKind k);  // "all_reduce", ..., "p2p"
 
 struct TrafficStats {
   int64_t calls = 0;
   int64_t bytes = 0;  // payload bytes this rank contributed (see the table above)
   double seconds = 0;
+  std::array<int64_t, kCommKinds> kind_bytes{};  // bytes split by CommKind
 };
 
 enum class ReduceOp { sum, max, min };
@@ -105,6 +113,15 @@ class Communicator {
   // in the order MPI's algorithm chooses for this communicator size.
   Request all_reduce_async_bf16(uint16_t* buf, int64_t n);
   Request reduce_scatter_async_bf16(const uint16_t* in, uint16_t* out, int64_t n);
+
+  // ---- typed forms: the count and element type come from the tensors (host memory) ----
+  // all_reduce_async: f32 or bf16 (the bf16 sum above), in place over buf.
+  // reduce_scatter_async: in[n*size] -> out[n], f32 or bf16 (sum).
+  // all_gather_async: in[n] -> out[n*size], any 4- or 2-byte dtype (bits moved, no arithmetic).
+  // A dtype or memory space a form cannot move, or sizes that do not match, is a logic_error.
+  Request all_reduce_async(const Tensor& buf);
+  Request reduce_scatter_async(const Tensor& in, const Tensor& out);
+  Request all_gather_async(const Tensor& in, const Tensor& out);
 
   // ---- broadcast from root ----
   void broadcast(void* buf, int64_t bytes, int root);  // counted in BYTES

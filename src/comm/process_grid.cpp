@@ -94,4 +94,26 @@ std::string ProcessGrid::traffic_table(const std::vector<const Communicator*>& e
   return os.str();
 }
 
+std::string ProcessGrid::traffic_json(const std::vector<const Communicator*>& extra) const {
+  std::ostringstream os;
+  os.precision(15);
+  os << "{";
+  const char* sep = "\n";
+  auto group = [&](const Communicator& c) {
+    const TrafficStats& s = c.stats();
+    if (c.size() == 1 && s.calls == 0) return;
+    os << sep << "  \"" << c.name() << "\": {\"calls\": " << s.calls << ", \"bytes\": " << s.bytes
+       << ", \"seconds\": " << s.seconds << ", \"kinds\": {";
+    for (int k = 0; k < kCommKinds; ++k)
+      os << (k ? ", " : "") << "\"" << comm_kind_name(CommKind(k)) << "\": " << s.kind_bytes[size_t(k)];
+    os << "}}";
+    sep = ",\n";
+  };
+  group(world_);
+  for (const Communicator& c : groups_) group(c);
+  for (const Communicator* c : extra) group(*c);
+  os << "\n}\n";
+  return os.str();
+}
+
 }  // namespace tessera

@@ -164,8 +164,6 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
       return cat("sequence parallelism needs tp (", l.tp, ") to divide the ",
                  int64_t(l.micro_batch) * c.seq_len, " tokens of a micro-batch");
     if (l.precision == ComputeType::fp8) return "tessera trains in fp32, bf16 or fp16";
-    if (l.grad_bytes == 2 && l.zero > 0)
-      return "tessera reduces gradients in bf16 (grad=bf16) with zero = 0 only";
     if (l.order != Layout::kDefaultRankOrder)
       return cat("the planner validates tessera's memory for the default rank order only (order = ",
                  l.order, ")");
@@ -256,7 +254,7 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
     e.memory.optimizer = s.optimizer;
     e.memory.activations = activation_bytes(tc, l.micro_batch);
     e.memory.workspace = tessera_workspace_bytes(tc, l.micro_batch, tessera_half(l));
-    e.memory.comm = tessera_comm_bytes(tc, l.zero, N, m, w.zero_inflight, tessera_half(l)) +
+    e.memory.comm = tessera_comm_bytes(tc, l, m, w.zero_inflight) +
                     tessera_grad_staging_bytes(l, psi);
   } else {
     auto stage_memory = [&](bool first, bool last, double psi) {
@@ -375,12 +373,13 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   win.tp_fwd = tp_f;
   win.tp_bwd = tp - tp_f;
   const double stage_layers_here = reported_last ? e.stage_layers.last : e.stage_layers.first;
-  // tessera keeps fp32 gradients and master weights in every precision: its reductions and
-  // gathers move 4 bytes an element unless grad=bf16 (parallel.grad_reduce_dtype).
+  // tessera keeps fp32 gradients and master weights in every precision: its reductions move
+  // 4 bytes an element unless grad=bf16 (parallel.grad_reduce_dtype), its gathers 4 bytes except
+  // ZeRO-3's in bf16 / fp16, which gather the 16-bit copy of the shard.
   Layout moved = l;
   if (rt == Runtime::tessera) {
     moved.grad_bytes = l.grad_bytes ? l.grad_bytes : 4;
-    moved.weight_bytes = 4;
+    moved.weight_bytes = l.zero == 3 && tessera_half(l) ? 2 : 4;
   }
   e.dp_overlap = dp_overlap(moved, e.links, e.params_per_rank, stage_layers_here, m, win);
   t.dp_comm = e.dp_overlap.total();

@@ -42,36 +42,61 @@ struct ZeroSteps {
   std::vector<std::pair<int, bool>> passes;  // (part, forward) in order
 };
 
+// How one rank's ZeRO moves its buffers: the stage, shard ranks K, replica groups (HSDP),
+// reductions in flight, whether stage 3 gathers a 16-bit compute copy (train.precision bf16 /
+// fp16) and whether gradients travel in bf16 (parallel.grad_reduce_dtype).
+struct ZeroReplay {
+  int zero = 0;
+  double K = 1;
+  int replicas = 1, inflight = 2;
+  bool half = false, reduce16 = false;
+};
+
 // Replays one training step of ZeRO's schedule (the ZeroSchedule the runtime executes) with
-// sizes: what each action takes from and gives back to the buffer pool.
-// half: each gathered part also gets a 16-bit compute copy from its wait to its release
-// (train.precision bf16 / fp16), from a pool of 2-byte buffers.
-double replay_zero(const ZeroSteps& z, int zero, double K, int inflight, bool half = false) {
-  if (zero < 2) return 0;  // stages 0-1 reduce in place / from the full gradient buffer
+// sizes: what each action takes from and gives back to the buffer pool, as Zero::run does.
+// 4-byte and 2-byte buffers are pooled apart (a take reuses only a buffer of its dtype).
+double replay_zero(const ZeroSteps& z, const ZeroReplay& r) {
+  if (r.zero < 2 && !r.reduce16) return 0;  // stages 0-1 reduce from the full gradient buffer
   const int head = int(z.size.size()) - 1;
   std::vector<int64_t> sizes;
   for (double n : z.size) sizes.push_back(int64_t(std::llround(n)));
-  ZeroSchedule schedule(zero, PartAccess{head, z.tied}, sizes, inflight);
+  ZeroSchedule schedule(r.zero, PartAccess{head, z.tied}, sizes, r.inflight);
   if (z.defer0) schedule.defer(0);
-  PoolReplay pool, copies;
-  std::vector<char> copied(z.size.size(), 0);
+  PoolReplay pool, copies;  // 4-byte, 2-byte
+  const bool gather16 = r.half && r.zero == 3;
+  std::vector<char> waited(z.size.size(), 0);
   auto play = [&](const std::vector<ZeroAction>& actions) {
     for (const ZeroAction& a : actions) {
-      const double n = z.size[size_t(a.part)];
-      char& c = copied[size_t(a.part)];
+      const double n = z.size[size_t(a.part)], piece = n / r.K;
       switch (a.kind) {
         case ZeroAction::build: pool.take(n), pool.give(n); break;
-        case ZeroAction::fetch: pool.take(n); break;
+        case ZeroAction::fetch: (gather16 ? copies : pool).take(n); break;
         case ZeroAction::wait:
-          if (half) copies.take(n), c = 1;
+          if (gather16 && !waited[size_t(a.part)]) pool.take(n), waited[size_t(a.part)] = 1;
           break;
         case ZeroAction::release:
-          pool.give(n);
-          if (c) copies.give(n), c = 0;
+          if (!gather16) pool.give(n);
+          else copies.give(n), pool.give(waited[size_t(a.part)] ? n : 0);
+          waited[size_t(a.part)] = 0;
           break;
         case ZeroAction::stage: pool.take(n); break;
-        case ZeroAction::reduce: pool.take(n / K); break;
-        case ZeroAction::retire: pool.give(n), pool.give(n / K); break;
+        case ZeroAction::reduce:
+          if (!r.reduce16) {
+            pool.take(piece);
+          } else {
+            copies.take(n);
+            if (r.zero >= 2) pool.give(n);  // the fp32 staging, rounded into the 16-bit one
+            copies.take(piece);
+          }
+          break;
+        case ZeroAction::retire:
+          if (!r.reduce16) {
+            pool.give(n), pool.give(piece);
+          } else {
+            pool.take(piece), pool.give(piece);  // the reduced piece widened
+            copies.give(n), copies.give(piece);
+          }
+          break;
       }
     }
   };
@@ -83,7 +108,23 @@ double replay_zero(const ZeroSteps& z, int zero, double K, int inflight, bool ha
     play(schedule.end(part, pass, true, false));
   }
   play(schedule.finish());
+  if (r.reduce16 && r.replicas > 1) {  // HSDP: the gradient shard rounded for the all-reduce
+    double local = 0;
+    for (double n : z.size) local += n / r.K;
+    copies.take(local), copies.give(local);
+  }
   return pool.allocated() + copies.allocated() / 2;
+}
+
+ZeroReplay zero_replay(const Layout& l, int inflight) {
+  ZeroReplay r;
+  r.zero = l.zero;
+  r.K = l.shard_ranks();
+  r.replicas = int(l.dp * l.cp / l.shard_ranks());
+  r.inflight = inflight;
+  r.half = tessera_half(l);
+  r.reduce16 = l.zero >= 1 && l.grad_bytes == 2 && l.dp * l.cp > 1;
+  return r;
 }
 
 double round16(double n) { return std::ceil(n / 16) * 16; }
@@ -99,13 +140,14 @@ double tessera_grad_staging_bytes(const Layout& l, double psi) {
 }
 
 double tessera_compute_copy_bytes(const Layout& l, double psi) {
-  return tessera_half(l) && l.zero < 3 ? 2 * psi : 0;
+  if (!tessera_half(l)) return 0;
+  return l.zero < 3 ? 2 * psi : 2 * psi / l.shard_ranks();
 }
 
-double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64_t accum,
-                          int inflight, bool half) {
-  if (zero < 2) return 0;
-  const TesseraParts p = tessera_parts(c, zero, shard_ranks);
+double tessera_comm_bytes(const ModelConfig& c, const Layout& l, int64_t accum, int inflight) {
+  const ZeroReplay r = zero_replay(l, inflight);
+  if (r.zero < 2 && !r.reduce16) return 0;
+  const TesseraParts p = tessera_parts(c, l.zero, l.shard_ranks());
   const int head = int(c.layers) + 1;
   ZeroSteps z;
   z.size.assign(size_t(head + 1), p.block);
@@ -115,7 +157,7 @@ double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64
     for (int q = 0; q <= head; ++q) z.passes.push_back({q, true});
     for (int q = head; q >= 0; --q) z.passes.push_back({q, false});
   }
-  return replay_zero(z, zero, shard_ranks, inflight, half);
+  return replay_zero(z, r);
 }
 
 pp::ScheduleShape tessera_schedule_shape(const Layout& l, int64_t m) {
@@ -199,7 +241,7 @@ TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l
     }
     if (blocks) mb.activations += rebuilt_bytes(c, l.micro_batch);
     mb.comm = 4 * message * double(m) * messages +
-              replay_zero(z, l.zero, N, inflight, tessera_half(l)) +
+              replay_zero(z, zero_replay(l, inflight)) +
               tessera_grad_staging_bytes(l, psi);
     // Scratch as the whole model's (the last stage runs blocks and the head), plus every
     // micro-batch's inputs and targets (int32) held for the step.

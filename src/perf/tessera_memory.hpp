@@ -22,14 +22,15 @@ namespace tessera {
 // returns these buffers at fixed points of every step (parallel.zero_inflight bounds the
 // reductions in flight and they are retired in order), and its pool reuses a buffer of the
 // same size only, so the peak is what replaying that sequence allocates
-// (src/parallel/dp/zero.cpp). half: with train.precision bf16 / fp16 each gathered part
-// also has its 16-bit compute copy.
-double tessera_comm_bytes(const ModelConfig& c, int zero, int shard_ranks, int64_t accum,
-                          int inflight, bool half = false);
+// (src/parallel/dp/zero.cpp). With train.precision bf16 / fp16, stage 3 gathers each part's
+// 16-bit copy and widens it to fp32; with grad=bf16 (parallel.grad_reduce_dtype) every stage
+// reduces through 16-bit staging buffers (stage 1 too, and HSDP's all-reduce of the shard).
+double tessera_comm_bytes(const ModelConfig& c, const Layout& l, int64_t accum, int inflight);
 
 // Whether the layout trains with a 16-bit compute copy (prec=bf16 or fp16), and that copy's
-// bytes for psi parameters: 2 psi held for the run below ZeRO-3 (charged to params); ZeRO-3
-// makes one per gathered part (communication buffers).
+// bytes for psi parameters: 2 psi held for the run below ZeRO-3, the 16-bit copy of the
+// parameter shard (2 psi / N) under ZeRO-3 (charged to params); ZeRO-3 also gathers each
+// part's copy (communication buffers).
 bool tessera_half(const Layout& l);
 double tessera_compute_copy_bytes(const Layout& l, double psi);
 // grad=bf16 (parallel.grad_reduce_dtype) with zero = 0: the bf16 staging copy of the gradients,

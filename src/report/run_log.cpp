@@ -434,6 +434,7 @@ void RunLog::finish() {
   }
   if (!root_) return;
   write_memory_json(mem, live);
+  std::ofstream(dir_ + "/traffic.json") << grid_.traffic_json(trainer_.own_groups());
 
   const int n = grid_.world().size();
   double total = 0;
@@ -471,15 +472,17 @@ void RunLog::finish() {
   const double measured =
       live[int(Charge::params)] + live[int(Charge::grads)] + live[int(Charge::optimizer)];
   // Mixed precision keeps the fp32 state and adds the 16-bit compute copy of the parameters:
-  // 2Psi held for the run below ZeRO-3; under ZeRO-3 each part's copy lives while the part is
-  // gathered and is charged to communication buffers with it (doc/precision.md).
-  const bool copy = trainer_.compute_dtype() != DType::f32 && stage < 3;
-  const double copy_bytes = copy ? 2 * psi : 0;
+  // 2Psi held for the run below ZeRO-3; ZeRO-3 holds the copy of its shard (2Psi/N), which
+  // its gathers move, and each gathered part is charged to communication buffers
+  // (doc/precision.md).
+  const bool copy = trainer_.compute_dtype() != DType::f32;
+  const double copy_bytes = !copy ? 0 : stage < 3 ? 2 * psi : 2 * psi / double(trainer_.shard_ranks());
   std::printf(
       "model state  %14s   params + grads + optimizer; ZeRO-%d fp32 formula %s%s = %s "
       "(Psi = %.0f with padding, N = %lld)\n",
       human_bytes(measured).c_str(), stage, zero_formula(stage, Precision::fp32),
-      copy ? (std::string(" + ") + dtype_name(trainer_.compute_dtype()) + " compute copy 2Psi")
+      copy ? (std::string(" + ") + dtype_name(trainer_.compute_dtype()) + " compute copy 2Psi" +
+              (stage < 3 ? "" : "/N"))
                  .c_str()
            : "",
       human_bytes(f.total() + copy_bytes).c_str(), psi, (long long)trainer_.shard_ranks());

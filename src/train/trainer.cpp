@@ -109,7 +109,7 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid,
   dp_ = make_data_parallel(run.parallel, store_, *model_, dp_cp, dp_cp, alloc_);
   if (tied_over_pipeline()) dp_->defer(0);  // summed over the embedding group first
   dp_->initialize(seed_);
-  store_.refresh_compute();
+  dp_->refresh_compute();
   optim_ = std::make_unique<AdamW>(store_, alloc_, oc, dp_->segments());
   schedule_ = {run.optim.lr, run.optim.min_lr, run.optim.warmup, steps_};
   grad_clip_ = run.optim.grad_clip;
@@ -395,7 +395,7 @@ StepResult Trainer::step(int64_t s) {
       timer_.enter(Phase::grad_sync);
       dp_->after_optimizer();
     }
-    store_.refresh_compute();
+    dp_->refresh_compute();
   }
   timer_.stop();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -481,7 +481,7 @@ int64_t Trainer::restore(Checkpointer& ckpt, bool for_sampling) {
   if (path.empty()) return 0;
   CheckpointMeta meta;
   meta = ckpt.load(path, checkpoint_tensors());
-  store_.refresh_compute();
+  dp_->refresh_compute();
   if (scaler_.dynamic && meta.loss_scale > 0)  // resuming fp16 from fp16: the scaler goes on
     scaler_.scale = meta.loss_scale, scaler_.good = meta.loss_scale_good;
   TESSERA_REQUIRE(for_sampling || meta.samples == meta.step * geo_.global_batch, "checkpoint '",

@@ -59,6 +59,10 @@ CASES = [
     ("zero3_bf16_llama", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=3 mb=2 prec=bf16"),
     ("tp2_sp_fp16_gpt2", 2, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=4"], "tp=2 sp=1 zero=0 mb=2 prec=fp16"),
     ("dp4_grad_bf16_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=0 mb=2 prec=bf16 grad=bf16"),
+    # grad=bf16 under ZeRO: 16-bit staging and reduced pieces (stage 1 too), HSDP's rounded
+    # shard; ZeRO-3 in bf16 also gathers the 16-bit copy of its shard and widens each part.
+    ("zero1_grad_bf16", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=1 mb=2 grad=bf16"),
+    ("hsdp3_bf16_grad", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=8"], "zero=3 hsdp=2 mb=1 prec=bf16 grad=bf16"),
     ("pp2_v2_zero3_bf16", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=8"], "pp=2 v=2 zero=3 mb=1 prec=bf16 rc=full"),
     # Context parallelism (parallel.cp_kind from the deck overrides): seq_len / cp tokens per
     # rank and the ring's or Ulysses' scratch (model/context_parallel.cpp).

@@ -252,8 +252,9 @@ TEST(PlanSearch, LegalityRules) {
 }
 
 // tessera's precisions: bf16 and fp16 are costed, fp8 is not; grad=bf16 (its
-// parallel.grad_reduce_dtype) halves the data-parallel all-reduce and needs zero = 0; tessera's
-// reductions move fp32 in every precision otherwise.
+// parallel.grad_reduce_dtype) halves the data-parallel all-reduce and ZeRO's reduce-scatters;
+// tessera's reductions move fp32 in every precision otherwise, and its gathers too except
+// ZeRO-3's in bf16 (the 16-bit copy of the shard).
 TEST(PlanTessera, PrecisionAndGradientReductionDtype) {
   const Cluster c = Cluster::from_text(kCluster);
   const Workload w = gpt(8, 64);
@@ -266,9 +267,23 @@ TEST(PlanTessera, PrecisionAndGradientReductionDtype) {
   EXPECT_NEAR(bf16_grads.dp_overlap.total(), 0.5 * fp32_grads.dp_overlap.total(),
               0.05 * fp32_grads.dp_overlap.total());
   EXPECT_GT(bf16_grads.memory.comm, fp32_grads.memory.comm);  // the bf16 staging copy
-  l.zero = 1;
-  EXPECT_NE(layout_problem(w, l, c, Runtime::tessera, 8).find("zero = 0 only"),
-            std::string::npos);
+  for (int zero : {1, 2, 3}) {
+    Layout a = parse_layout("dp=8 zero=" + std::to_string(zero) + " mb=1 prec=bf16");
+    Layout b = a;
+    b.grad_bytes = 2;
+    EXPECT_EQ(layout_problem(w, b, c, Runtime::tessera, 8), "") << zero;
+    const Estimate ea = estimate(w, a, c, Runtime::tessera), eb = estimate(w, b, c, Runtime::tessera);
+    EXPECT_LT(eb.dp_overlap.total(), ea.dp_overlap.total()) << zero;
+    // Stage 1 reduces from the full gradient buffer in fp32 and needs 16-bit staging in bf16;
+    // stages 2-3 stage their gradients in fp32 either way, and the 16-bit copy and piece
+    // replace the fp32 piece (plan_validate_tessera checks the bytes against a run).
+    if (zero == 1) EXPECT_GT(eb.memory.comm, ea.memory.comm);
+    else EXPECT_LT(eb.memory.comm, ea.memory.comm) << zero;
+  }
+  Layout z3 = parse_layout("dp=8 zero=3 mb=1 prec=fp32");
+  const Estimate gather32 = estimate(w, z3, c, Runtime::tessera);
+  z3.precision = ComputeType::bf16;
+  EXPECT_LT(estimate(w, z3, c, Runtime::tessera).dp_overlap.total(), gather32.dp_overlap.total());
   l = parse_layout("dp=8 zero=0 mb=1 prec=fp8");
   EXPECT_NE(layout_problem(w, l, c, Runtime::tessera, 8).find("fp32, bf16 or fp16"),
             std::string::npos);

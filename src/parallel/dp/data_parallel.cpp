@@ -47,6 +47,7 @@ class Replicated : public DataParallel {
   AdamW::Index optimizer_index() const override { return AdamW::Index::global; }
   bool gathers_after_optimizer() const override { return false; }
   void after_optimizer() override {}
+  void refresh_compute() override { store_.refresh_compute(); }
   Holding values() override { return {store_.values(), &whole_, &holders_}; }
   Holding state(float* local) override { return {local, &whole_, &holders_}; }
 
@@ -100,12 +101,10 @@ StoreLayout DataParallel::store_layout(const ParallelSection& o, const Transform
 std::unique_ptr<DataParallel> make_data_parallel(const ParallelSection& o, ParamStore& store,
                                                  const Transformer& model, Communicator& dp,
                                                  Communicator& holders, Allocator& alloc) {
-  TESSERA_REQUIRE(o.zero == 0 || o.grad_reduce_dtype == ReduceDtype::fp32,
-                  "parallel.grad_reduce_dtype = bf16 compresses the data-parallel all-reduce of "
-                  "parallel.zero = 0 only; ZeRO's reduce-scatters stay fp32 so far");
   if (o.zero == 0) return std::make_unique<Replicated>(o, store, model, dp, holders, alloc);
+  const DType reduce = o.grad_reduce_dtype == ReduceDtype::bf16 ? DType::bf16 : DType::f32;
   return std::make_unique<Zero>(o.zero, store, model, dp, holders, shard_ranks_of(o, dp.size()),
-                                o.overlap, o.zero_inflight, alloc);
+                                o.overlap, o.zero_inflight, reduce, alloc);
 }
 
 }  // namespace tessera

@@ -62,6 +62,9 @@ class DataParallel : public PartHooks {
   // Whether after_optimizer() communicates (the trainer times it as gradient sync).
   virtual bool gathers_after_optimizer() const = 0;
   virtual void after_optimizer() = 0;
+  // The compute copy of the parameters from the fp32 values, after initialisation, each
+  // optimizer step and a resume (train.precision bf16 / fp16; nothing in fp32).
+  virtual void refresh_compute() = 0;
 
   // Checkpoints: parameter values, and arrays indexed like segments() (Adam moments).
   virtual Holding values() = 0;

@@ -42,12 +42,14 @@ std::vector<int64_t> part_sizes(const ParamStore& store) {
 }  // namespace
 
 Zero::Zero(int stage, ParamStore& store, const Transformer& model, Communicator& dp,
-           Communicator& holders, int64_t shard_group, bool overlap, int inflight,
+           Communicator& holders, int64_t shard_group, bool overlap, int inflight, DType reduce,
            Allocator& alloc)
     : stage_(stage),
       store_(store),
       k_(shard_group),
       overlap_(overlap),
+      reduce_dtype_(reduce),
+      half_gather_(stage == 3 && store.compute_dtype() != DType::f32),
       // Shard groups are consecutive data-parallel ranks; replicas hold the same shard.
       shard_comm_(dp.split(dp.rank() / int(k_), dp.rank() % int(k_), "dp_shard")),
       replica_comm_(dp.split(dp.rank() % int(k_), dp.rank() / int(k_), "dp_replica")),
@@ -65,6 +67,13 @@ Zero::Zero(int stage, ParamStore& store, const Transformer& model, Communicator&
   }
   grad_shard_ = Buffer(alloc, Shape{local_size_}, DType::f32, Charge::grads);
   if (stage_ == 3) value_shard_ = Buffer(alloc, Shape{local_size_}, DType::f32, Charge::params);
+  if (half_gather_)
+    compute_shard_ = Buffer(alloc, Shape{local_size_}, store.compute_dtype(), Charge::params);
+}
+
+void Zero::refresh_compute() {
+  store_.refresh_compute();  // stages 1-2: the whole copy; stage 3 has no flat value buffer
+  if (half_gather_) kernels::cast(value_shard_.view(), compute_shard_.view(), local_size_);
 }
 
 void Zero::point_values(int part, float* base) {
@@ -121,7 +130,23 @@ void Zero::begin_step() {
 void Zero::reduce(int part) {
   Pending p;
   p.part = part;
-  if (stage_ == 1) {  // straight from the full gradient buffer into the shard
+  if (reduce_dtype_ != DType::f32) {
+    const int64_t size = store_.parts()[size_t(part)].size;
+    Buffer wide;  // stages 2-3: the part's staged fp32 gradients
+    Tensor grads = store_.grads() ? view_of(store_.grads(), Shape{store_.numel()}) : Tensor{};
+    if (stage_ == 1) {
+      grads = grads.slice(store_.parts()[size_t(part)].begin, size);
+    } else {
+      point_grads(part, nullptr);
+      wide = std::move(parts_[size_t(part)].grads);
+      grads = wide.view();
+    }
+    p.staged = pool_.take(size, reduce_dtype_);
+    kernels::cast(grads, p.staged.view(), size);
+    pool_.give(std::move(wide));
+    p.piece = pool_.take(piece(part), reduce_dtype_);
+    p.request = shard_comm_.reduce_scatter_async(p.staged.view(), p.piece.view());
+  } else if (stage_ == 1) {  // straight from the full gradient buffer into the shard
     p.request = shard_comm_.reduce_scatter_async(store_.grads() + store_.parts()[size_t(part)].begin,
                                                  grad_shard_.f32() + local_of(part), piece(part));
   } else {
@@ -137,9 +162,17 @@ void Zero::reduce(int part) {
 void Zero::retire() {
   Pending& p = pending_.front();
   p.request.wait();
-  if (!p.piece.empty()) {  // stage 1 reduced into the shard directly
-    kernels::add_inplace(grad_shard_.view().slice(local_of(p.part), piece(p.part)), p.piece.view(),
-                         piece(p.part));
+  if (!p.piece.empty()) {  // stage 1 in f32 reduced into the shard directly
+    const int64_t n = piece(p.part);
+    const Tensor shard = grad_shard_.view().slice(local_of(p.part), n);
+    if (p.piece.view().dtype == DType::f32) {
+      kernels::add_inplace(shard, p.piece.view(), n);
+    } else {  // widened, then added
+      Buffer wide = pool_.take(n);
+      kernels::cast(p.piece.view(), wide.view(), n);
+      kernels::add_inplace(shard, wide.view(), n);
+      pool_.give(std::move(wide));
+    }
     pool_.give(std::move(p.staged));
     pool_.give(std::move(p.piece));
   }
@@ -153,17 +186,19 @@ void Zero::run(const std::vector<ZeroAction>& actions) {
       case ZeroAction::build: build(a.part); break;
       case ZeroAction::fetch: {
         const int64_t n = piece(a.part);
-        s.values = pool_.take(n * k_);
-        s.gather = shard_comm_.all_gather_async(value_shard_.f32() + local_of(a.part),
-                                                s.values.f32(), n);
+        const Buffer& shard = half_gather_ ? compute_shard_ : value_shard_;
+        Buffer& into = half_gather_ ? s.compute : s.values;
+        into = pool_.take(n * k_, shard.view().dtype);
+        s.gather = shard_comm_.all_gather_async(shard.view().slice(local_of(a.part), n), into.view());
         break;
       }
       case ZeroAction::wait:
         s.gather.wait();
-        if (store_.compute_dtype() != DType::f32) {  // the part's compute copy, made once per use
+        if (half_gather_ && s.values.empty()) {  // the fp32 values the layers read, widened
+                                                  // once per gather from the gathered copy
           const int64_t size = store_.parts()[size_t(a.part)].size;
-          s.compute = pool_.take(size, store_.compute_dtype());
-          kernels::cast(s.values.view(), s.compute.view(), size);
+          s.values = pool_.take(size);
+          kernels::cast(s.compute.view(), s.values.view(), size);
         }
         point_values(a.part, s.values.f32());
         break;
@@ -192,7 +227,7 @@ void Zero::poll() {
   // go at the same points in every run (tessera-plan predicts them exactly).
   for (Pending& p : pending_) p.request.test();
   for (PartState& s : parts_)
-    if (!s.values.empty()) s.gather.test();
+    if (!s.values.empty() || !s.compute.empty()) s.gather.test();  // a gather in flight
 }
 
 void Zero::begin(int part, Pass pass, bool training) {
@@ -210,7 +245,15 @@ const float* Zero::reduce_gradients(const std::function<void()>& whole_final) {
   if (whole_final) whole_final();
   run(schedule_.finish());
   armed_ = false;
-  replica_comm_.all_reduce(grad_shard_.f32(), local_size_);  // HSDP: sum over shard groups
+  if (replica_comm_.size() > 1 && reduce_dtype_ != DType::f32) {  // HSDP: sum over shard groups
+    Buffer h = pool_.take(local_size_, reduce_dtype_);
+    kernels::cast(grad_shard_.view(), h.view(), local_size_);
+    replica_comm_.all_reduce_async(h.view()).wait();
+    kernels::cast(h.view(), grad_shard_.view(), local_size_);
+    pool_.give(std::move(h));
+  } else {
+    replica_comm_.all_reduce(grad_shard_.f32(), local_size_);
+  }
   return grad_shard_.f32();
 }
 

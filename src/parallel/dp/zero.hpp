@@ -65,8 +65,12 @@ class Zero : public DataParallel {
 
   // dp is split into shard groups of shard_group consecutive ranks and replica groups.
   // holders: the ranks holding one whole copy of the parameters (stages 1-2).
+  // reduce: the dtype gradients travel in (parallel.grad_reduce_dtype): f32, or bf16, rounded
+  // into 16-bit staging buffers, summed pairwise in fp32 and rounded again by the collective,
+  // and widened into the fp32 gradient shard.
   Zero(int stage, ParamStore& store, const Transformer& model, Communicator& dp,
-       Communicator& holders, int64_t shard_group, bool overlap, int inflight, Allocator& alloc);
+       Communicator& holders, int64_t shard_group, bool overlap, int inflight, DType reduce,
+       Allocator& alloc);
 
   Communicator& shard_comm() { return shard_comm_; }
   Communicator& replica_comm() { return replica_comm_; }
@@ -95,6 +99,11 @@ class Zero : public DataParallel {
   // only copy, gathered by the next forward.
   bool gathers_after_optimizer() const override { return stage_ < 3; }
   void after_optimizer() override;
+  // Stage 3 in bf16/fp16 keeps a 16-bit copy of its parameter shard (2Psi/N, params), made
+  // here, which the gathers move: half the bytes of gathering fp32. A gathered part's fp32
+  // values are widened from it, so every parameter a layer reads is the rounded master (as
+  // Megatron-LM's and FSDP's 16-bit parameters); below stage 3, the store's compute copy.
+  void refresh_compute() override;
   Holding values() override;
   Holding state(float* local) override { return {local, &segments_, &replica_comm_}; }
 
@@ -112,14 +121,15 @@ class Zero : public DataParallel {
  private:
   struct PartState {
     Buffer values;  // stage 3: the gathered part while in use
-    Buffer compute;  // and its compute copy (train.precision bf16 / fp16)
+    Buffer compute;  // and its compute copy (train.precision bf16 / fp16): what is gathered
     Request gather;
     Buffer grads;   // stages 2-3: staged gradients while the part's backward writes them
   };
   struct Pending {  // a part's gradients being reduce-scattered
     int part = 0;
     Request request;
-    Buffer staged, piece;  // stage 1: both empty (full buffer -> gradient shard directly)
+    // stage 1 in f32: both empty (full buffer -> gradient shard directly); in bf16 both are.
+    Buffer staged, piece;
   };
   int64_t piece(int part) const { return store_.parts()[size_t(part)].size / k_; }
   int64_t local_of(int part) const { return store_.parts()[size_t(part)].begin / k_; }
@@ -135,12 +145,14 @@ class Zero : public DataParallel {
   ParamStore& store_;
   int64_t k_;
   bool overlap_, armed_ = false;
+  DType reduce_dtype_;
+  bool half_gather_;  // stage 3 gathers the 16-bit compute shard
   Communicator shard_comm_, replica_comm_;
   const Communicator& holders_;
   std::vector<ShardSegment> segments_;
   std::vector<ShardSegment> whole_;  // the flat buffers as one segment (stages 1-2 values)
   int64_t local_size_ = 0;
-  Buffer value_shard_, grad_shard_;
+  Buffer value_shard_, grad_shard_, compute_shard_;
   BufferPool pool_;
   ZeroSchedule schedule_;
   uint64_t seed_ = 0;  // for build actions
