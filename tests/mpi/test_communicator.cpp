@@ -19,6 +19,7 @@
 #include "comm/clock_sync.hpp"
 #include "comm/communicator.hpp"
 #include "core/trace.hpp"
+#include "tensor/half.hpp"
 
 namespace tessera {
 namespace {
@@ -218,6 +219,42 @@ TEST(CommunicatorStats, Accumulate) {
   c.all_to_all_async(a.data(), b.data(), 6).wait();
   EXPECT_EQ(c.stats().calls, 3);
   EXPECT_EQ(c.stats().bytes, 6 * 4 + 6 * P * 4 + 6 * P * 4);
+}
+
+// The typed forms move what the tensors say: bf16 gathers move the bits (2 bytes each), bf16
+// reduce-scatters and all-reduces sum in fp32 pairwise and round (exact here: small integers);
+// every operation's bytes are also counted by kind.
+TEST(CommunicatorTyped, Bf16FormsAndBytesByKind) {
+  Communicator c = make_comm(false);
+  const int P = c.size(), r = c.rank();
+  const int64_t n = 5;
+  std::vector<uint16_t> in(n), out(n * P, 0);
+  for (int64_t i = 0; i < n; ++i) in[size_t(i)] = half::to_bf16(float(10 * r + i));
+  c.all_gather_async(view_of(in.data(), DType::bf16, Shape{n}),
+                     view_of(out.data(), DType::bf16, Shape{n * P})).wait();
+  for (int s = 0; s < P; ++s)
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_EQ(half::from_bf16(out[size_t(s * n + i)]), float(10 * s + i));
+  std::vector<uint16_t> piece(n, 0);
+  c.reduce_scatter_async(view_of(out.data(), DType::bf16, Shape{n * P}),
+                         view_of(piece.data(), DType::bf16, Shape{n})).wait();
+  for (int64_t i = 0; i < n; ++i)  // every rank contributed the same gathered vector
+    EXPECT_EQ(half::from_bf16(piece[size_t(i)]), float(P * (10 * r + i)));
+  c.all_reduce_async(view_of(piece.data(), DType::bf16, Shape{n})).wait();
+  float sum_r = 0;
+  for (int s = 0; s < P; ++s) sum_r += float(P * (10 * s));
+  EXPECT_EQ(half::from_bf16(piece[0]), sum_r);
+  const auto& k = c.stats().kind_bytes;
+  EXPECT_EQ(k[int(CommKind::all_gather)], n * 2);
+  EXPECT_EQ(k[int(CommKind::reduce_scatter)], n * P * 2);
+  EXPECT_EQ(k[int(CommKind::all_reduce)], n * 2);
+  EXPECT_EQ(c.stats().bytes, n * 2 + n * P * 2 + n * 2);
+  std::vector<int32_t> ints(size_t(n * P));
+  EXPECT_THROW(c.all_gather_async(view_of(ints.data(), Shape{n}),
+                                  view_of(ints.data(), DType::bf16, Shape{n * P})),
+               std::logic_error);  // dtypes differ
+  EXPECT_THROW(c.reduce_scatter_async(view_of(ints.data(), Shape{n * P}), view_of(ints.data(), Shape{n})),
+               std::logic_error);  // no integer sum
 }
 
 TEST(CommunicatorErrors, RejectsBadArguments) {
