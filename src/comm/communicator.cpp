@@ -119,6 +119,8 @@ Communicator& Communicator::operator=(Communicator&& o) noexcept {
     stats_ = o.stats_;
     trace_ = o.trace_;
     trace_group_ = o.trace_group_;
+    nccl_ = std::move(o.nccl_);
+    compute_stream_ = o.compute_stream_;
   }
   return *this;
 }
@@ -478,16 +480,27 @@ Request Communicator::irecv(float* buf, int64_t n, int peer, int tag) {
 
 namespace {
 
-void require_host(const Tensor& t, const char* what) {
-  if (t.space != Space::host)
-    throw std::logic_error(std::string(what) + ": a " + space_name(t.space) +
-                           " buffer; collectives move host memory only so far");
+void same_space(const Tensor& a, const Tensor& b, const char* what) {
+  if (a.space != b.space)
+    throw std::logic_error(std::string(what) + ": a " + space_name(a.space) + " and a " +
+                           space_name(b.space) + " buffer");
 }
 
 }  // namespace
 
+#ifndef TESSERA_NCCL
+void Communicator::attach_device(void*, void*) {
+  if (size_ > 1)
+    throw std::logic_error("device collectives need NCCL: this build has none (TESSERA_NCCL)");
+}
+
+Request Communicator::device_collective(DeviceOp, const Tensor&, const Tensor&) {
+  throw std::logic_error("device collectives need NCCL: this build has none (TESSERA_NCCL)");
+}
+#endif
+
 Request Communicator::all_reduce_async(const Tensor& buf) {
-  require_host(buf, "all_reduce_async");
+  if (buf.space == Space::cuda && nccl_) return device_collective(DeviceOp::all_reduce, buf, buf);
   if (buf.dtype == DType::f32) return all_reduce_async(buf.f32(), buf.numel());
   if (buf.dtype == DType::bf16)
     return all_reduce_async_bf16(static_cast<uint16_t*>(buf.data), buf.numel());
@@ -495,13 +508,14 @@ Request Communicator::all_reduce_async(const Tensor& buf) {
 }
 
 Request Communicator::reduce_scatter_async(const Tensor& in, const Tensor& out) {
-  require_host(in, "reduce_scatter_async");
-  require_host(out, "reduce_scatter_async");
+  same_space(in, out, "reduce_scatter_async");
   const int64_t n = out.numel();
   if (in.dtype != out.dtype || in.numel() != n * size_)
     throw std::logic_error(std::string("reduce_scatter_async: ") + dtype_name(in.dtype) + " " +
                            in.shape.str() + " into " + dtype_name(out.dtype) + " " +
                            out.shape.str() + " over " + std::to_string(size_) + " ranks");
+  if (in.space == Space::cuda && nccl_)
+    return device_collective(DeviceOp::reduce_scatter, in, out);
   if (in.dtype == DType::f32) return reduce_scatter_async(in.f32(), out.f32(), n);
   if (in.dtype == DType::bf16)
     return reduce_scatter_async_bf16(static_cast<const uint16_t*>(in.data),
@@ -510,14 +524,14 @@ Request Communicator::reduce_scatter_async(const Tensor& in, const Tensor& out) 
 }
 
 Request Communicator::all_gather_async(const Tensor& in, const Tensor& out) {
-  require_host(in, "all_gather_async");
-  require_host(out, "all_gather_async");
+  same_space(in, out, "all_gather_async");
   const int64_t n = in.numel();
   const size_t bytes = dtype_size(in.dtype);
   if (in.dtype != out.dtype || out.numel() != n * size_ || (bytes != 4 && bytes != 2))
     throw std::logic_error(std::string("all_gather_async: ") + dtype_name(in.dtype) + " " +
                            in.shape.str() + " into " + dtype_name(out.dtype) + " " +
                            out.shape.str() + " over " + std::to_string(size_) + " ranks");
+  if (in.space == Space::cuda && nccl_) return device_collective(DeviceOp::all_gather, in, out);
   if (bytes == 4) return all_gather_async(static_cast<const float*>(in.data), out.f32(), n);
   const int cnt = int_count(n, "all_gather_async");
   const char* src = static_cast<const char*>(in.data);
@@ -548,6 +562,7 @@ void Communicator::barrier() {
 // ---- Request --------------------------------------------------------------------------------
 
 bool Request::done() const {
+  if (device_) return device_done_;
   return std::all_of(reqs_.begin(), reqs_.end(),
                      [](MPI_Request r) { return r == MPI_REQUEST_NULL; });
 }
@@ -555,6 +570,11 @@ bool Request::done() const {
 bool Request::test() {
   if (done()) return true;
   const double t0 = MPI_Wtime();
+  if (device_) {
+    device_done_ = device_(false);
+    if (stats_) stats_->seconds += MPI_Wtime() - t0;
+    return device_done_;
+  }
   int flag = 0;
   MPI_Testall(int(reqs_.size()), reqs_.data(), &flag, MPI_STATUSES_IGNORE);
   if (stats_) stats_->seconds += MPI_Wtime() - t0;
@@ -565,6 +585,12 @@ bool Request::test() {
 void Request::wait() {
   if (done()) return;
   const double t0 = MPI_Wtime();
+  if (device_) {
+    device_(true);
+    device_done_ = true;
+    if (stats_) stats_->seconds += MPI_Wtime() - t0;
+    return;
+  }
   MPI_Waitall(int(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE);
   if (stats_) stats_->seconds += MPI_Wtime() - t0;
   keep_.clear();

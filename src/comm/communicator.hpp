@@ -33,6 +33,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -66,6 +68,11 @@ class Request {
   Request(MPI_Request r, TrafficStats* stats) : reqs_{r}, stats_(stats) {}
   Request(std::vector<MPI_Request> rs, TrafficStats* stats, std::vector<int> keep = {})
       : reqs_(std::move(rs)), stats_(stats), keep_(std::move(keep)) {}
+  // A device operation queued on a stream (NCCL): device(false) says whether it has finished,
+  // device(true) orders what runs next after it (the compute stream waits for it; the host
+  // does not block).
+  Request(std::function<bool(bool)> device, TrafficStats* stats)
+      : stats_(stats), device_(std::move(device)) {}
   bool test();  // true when complete
   void wait();
   bool done() const;
@@ -74,7 +81,11 @@ class Request {
   std::vector<MPI_Request> reqs_;
   TrafficStats* stats_ = nullptr;
   std::vector<int> keep_;  // count/displacement arrays MPI reads until completion
+  std::function<bool(bool)> device_;
+  bool device_done_ = false;
 };
+
+class NcclCommunicator;  // comm/nccl_backend.hpp
 
 class Communicator {
  public:
@@ -114,14 +125,28 @@ class Communicator {
   Request all_reduce_async_bf16(uint16_t* buf, int64_t n);
   Request reduce_scatter_async_bf16(const uint16_t* in, uint16_t* out, int64_t n);
 
-  // ---- typed forms: the count and element type come from the tensors (host memory) ----
+  // ---- typed forms: the count and element type come from the tensors ----
   // all_reduce_async: f32 or bf16 (the bf16 sum above), in place over buf.
   // reduce_scatter_async: in[n*size] -> out[n], f32 or bf16 (sum).
   // all_gather_async: in[n] -> out[n*size], any 4- or 2-byte dtype (bits moved, no arithmetic).
-  // A dtype or memory space a form cannot move, or sizes that do not match, is a logic_error.
+  // A dtype a form cannot move, mixed memory spaces, or sizes that do not match, is a
+  // logic_error. Device tensors (Space::cuda) go through this group's NCCL communicator when
+  // one is attached (attach_device): queued on its stream after the compute stream's work so
+  // far, and counted here like the MPI forms. Without one they are handed to MPI as they are
+  // (the tests' emulated device keeps them in host memory; a CUDA-aware MPI takes device
+  // pointers).
   Request all_reduce_async(const Tensor& buf);
   Request reduce_scatter_async(const Tensor& in, const Tensor& out);
   Request all_gather_async(const Tensor& in, const Tensor& out);
+
+  // ---- device collectives (hardware.device = cuda; builds with TESSERA_NCCL) ----
+  // Makes this group's NCCL communicator (collective over the group: every member calls it,
+  // groups in the same order on every rank; nothing for a group of one). compute_stream and
+  // comm_stream are cudaStream_t: operations wait for the compute stream's queued work, run on
+  // the communication stream, and a Request's wait() makes the compute stream wait for them.
+  // Without NCCL in the build this is an error naming the missing piece.
+  void attach_device(void* compute_stream, void* comm_stream);
+  bool device_attached() const { return nccl_ != nullptr; }
 
   // ---- broadcast from root ----
   void broadcast(void* buf, int64_t bytes, int root);  // counted in BYTES
@@ -166,6 +191,9 @@ class Communicator {
 
  private:
   void reduce_impl(void* buf, int64_t n, MPI_Datatype type, int64_t elem_bytes, ReduceOp op);
+  // The typed forms on device tensors through NCCL (nccl_backend.cpp; absent builds: error).
+  enum class DeviceOp { all_reduce, reduce_scatter, all_gather };
+  Request device_collective(DeviceOp op, const Tensor& in, const Tensor& out);
   void check_peer(int peer, const char* what) const;
   const void* gather_send(const float* in, float* out, int64_t n) const;
   // Counts one operation that began at MPI_Wtime() t0; a collective names itself (op) for
@@ -178,6 +206,8 @@ class Communicator {
   TrafficStats stats_;
   Trace* trace_ = nullptr;
   int16_t trace_group_ = -1;
+  std::shared_ptr<NcclCommunicator> nccl_;  // attach_device
+  void* compute_stream_ = nullptr;          // cudaStream_t the device collectives wait for
 };
 
 }  // namespace tessera

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <memory>
 #include <stdexcept>
 
 #include "comm/mpi_env.hpp"
@@ -38,6 +39,25 @@ ncclRedOp_t nccl_op(ReduceOp op) {
       return ncclMin;
   }
   return ncclSum;
+}
+
+ncclDataType_t nccl_type(DType t, bool sum) {
+  switch (t) {
+    case DType::f32: return ncclFloat32;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f16: return ncclFloat16;
+    default: break;
+  }
+  if (!sum && dtype_size(t) == 4) return ncclFloat32;  // bits moved, no arithmetic
+  throw std::logic_error(std::string("NCCL: cannot ") + (sum ? "sum " : "move ") + dtype_name(t));
+}
+
+// A CUDA event that lives as long as the completion function holding it.
+std::shared_ptr<CUevent_st> make_event() {
+  cudaEvent_t e = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags",
+             __FILE__, __LINE__);
+  return std::shared_ptr<CUevent_st>(e, [](cudaEvent_t x) { cudaEventDestroy(x); });
 }
 
 size_t count_of(int64_t n, const char* what) {
@@ -131,6 +151,93 @@ void NcclCommunicator::recv(float* buf, int64_t n, int peer) {
   const double t0 = mpi::wtime();
   NCCL_CHECK(ncclRecv(buf, cnt, ncclFloat32, peer, comm_, stream_));
   count(0, t0);
+}
+
+std::function<bool(bool)> NcclCommunicator::queued(CUstream_st* after,
+                                                   const std::function<void()>& op) {
+  if (after) {  // the operands were written by work queued on the compute stream
+    std::shared_ptr<CUevent_st> ready = make_event();
+    CUDA_CHECK(cudaEventRecord(ready.get(), after));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, ready.get(), 0));
+  }
+  op();
+  std::shared_ptr<CUevent_st> done = make_event();
+  CUDA_CHECK(cudaEventRecord(done.get(), stream_));
+  return [done, after](bool order) {
+    if (!order) {
+      const cudaError_t e = cudaEventQuery(done.get());
+      if (e == cudaErrorNotReady) return false;
+      check_cuda(e, "cudaEventQuery", __FILE__, __LINE__);
+      return true;
+    }
+    if (after) check_cuda(cudaStreamWaitEvent(after, done.get(), 0), "cudaStreamWaitEvent", __FILE__, __LINE__);
+    else check_cuda(cudaEventSynchronize(done.get()), "cudaEventSynchronize", __FILE__, __LINE__);
+    return true;
+  };
+}
+
+std::function<bool(bool)> NcclCommunicator::all_reduce(const Tensor& buf, CUstream_st* after) {
+  const ncclDataType_t t = nccl_type(buf.dtype, true);
+  const size_t cnt = count_of(buf.numel(), "nccl all_reduce");
+  return queued(after, [&] {
+    if (size_ > 1 && cnt > 0) NCCL_CHECK(ncclAllReduce(buf.data, buf.data, cnt, t, ncclSum, comm_, stream_));
+  });
+}
+
+std::function<bool(bool)> NcclCommunicator::reduce_scatter(const Tensor& in, const Tensor& out,
+                                                           CUstream_st* after) {
+  const ncclDataType_t t = nccl_type(in.dtype, true);
+  const size_t cnt = count_of(out.numel(), "nccl reduce_scatter");
+  return queued(after, [&] {
+    if (cnt == 0) return;
+    if (size_ > 1) NCCL_CHECK(ncclReduceScatter(in.data, out.data, cnt, t, ncclSum, comm_, stream_));
+    else if (in.data != out.data)
+      CUDA_CHECK(cudaMemcpyAsync(out.data, in.data, cnt * dtype_size(in.dtype), cudaMemcpyDeviceToDevice, stream_));
+  });
+}
+
+std::function<bool(bool)> NcclCommunicator::all_gather(const Tensor& in, const Tensor& out,
+                                                       CUstream_st* after) {
+  const ncclDataType_t t = nccl_type(in.dtype, false);
+  const size_t cnt = count_of(in.numel(), "nccl all_gather");
+  return queued(after, [&] {
+    if (cnt == 0) return;
+    if (size_ > 1) NCCL_CHECK(ncclAllGather(in.data, out.data, cnt, t, comm_, stream_));
+    else if (in.data != out.data)
+      CUDA_CHECK(cudaMemcpyAsync(out.data, in.data, cnt * dtype_size(in.dtype), cudaMemcpyDeviceToDevice, stream_));
+  });
+}
+
+// ---- Communicator's device collectives (declared in communicator.hpp) ----------------------
+
+void Communicator::attach_device(void* compute_stream, void* comm_stream) {
+  compute_stream_ = compute_stream;
+  if (size_ > 1 && !nccl_)
+    nccl_ = std::make_shared<NcclCommunicator>(*this, static_cast<CUstream_st*>(comm_stream));
+}
+
+Request Communicator::device_collective(DeviceOp op, const Tensor& in, const Tensor& out) {
+  const double t0 = mpi::wtime();
+  CUstream_st* after = static_cast<CUstream_st*>(compute_stream_);
+  const int64_t elem = int64_t(dtype_size(in.dtype));
+  switch (op) {
+    case DeviceOp::all_reduce: {
+      auto done = nccl_->all_reduce(in, after);
+      count(in.numel() * elem, t0, "all_reduce_async");
+      return Request(std::move(done), &stats_);
+    }
+    case DeviceOp::reduce_scatter: {
+      auto done = nccl_->reduce_scatter(in, out, after);
+      count(in.numel() * elem, t0, "reduce_scatter_async");
+      return Request(std::move(done), &stats_);
+    }
+    case DeviceOp::all_gather: {
+      auto done = nccl_->all_gather(in, out, after);
+      count(in.numel() * elem, t0, "all_gather_async");
+      return Request(std::move(done), &stats_);
+    }
+  }
+  throw std::logic_error("device_collective: unknown operation");
 }
 
 void NcclCommunicator::group_start() {

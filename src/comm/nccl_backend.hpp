@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "comm/communicator.hpp"
@@ -52,8 +53,18 @@ class NcclCommunicator {
   // Waits for everything queued on the stream.
   void synchronize();
 
+  // The typed, non-blocking forms behind Communicator's device collectives (its counters, not
+  // these, count them). after: a cudaStream_t whose queued work the operation waits for (null:
+  // none). The result polls (false: finished?) or orders (true: after waits for the
+  // operation; the host blocks only when after is null).
+  std::function<bool(bool)> all_reduce(const Tensor& buf, CUstream_st* after);
+  std::function<bool(bool)> reduce_scatter(const Tensor& in, const Tensor& out, CUstream_st* after);
+  std::function<bool(bool)> all_gather(const Tensor& in, const Tensor& out, CUstream_st* after);
+
  private:
   void count(int64_t bytes, double t0);
+  // Queues op on the stream after `after`'s work so far; the completion function of the header.
+  std::function<bool(bool)> queued(CUstream_st* after, const std::function<void()>& op);
   void check_peer(int peer, const char* what) const;
 
   ncclComm* comm_ = nullptr;

@@ -94,6 +94,11 @@ std::string ProcessGrid::traffic_table(const std::vector<const Communicator*>& e
   return os.str();
 }
 
+void ProcessGrid::attach_device(void* compute_stream, void* comm_stream) {
+  world_.attach_device(compute_stream, comm_stream);
+  for (Communicator& c : groups_) c.attach_device(compute_stream, comm_stream);
+}
+
 std::string ProcessGrid::traffic_json(const std::vector<const Communicator*>& extra) const {
   std::ostringstream os;
   os.precision(15);

@@ -114,6 +114,48 @@ TEST_F(Nccl, RingSendRecvAndBroadcast) {
   ctx_->pool().release(got);
 }
 
+// Communicator's typed forms on device tensors after attach_device: queued on a communication
+// stream after the compute stream's work, ordered before the compute stream's next work by
+// wait(), counted in the Communicator's own counters (bytes by kind too).
+TEST_F(Nccl, CommunicatorTypedFormsOnDevice) {
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  Communicator c(dup, "typed");
+  cudaStream_t comm_stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking), cudaSuccess);
+  c.attach_device(ctx_->stream(), comm_stream);
+  EXPECT_EQ(c.device_attached(), size() > 1);
+  const int64_t n = 64;
+  std::vector<float> in(n * size());
+  for (int64_t j = 0; j < n * size(); ++j) in[j] = float(rank() + j);
+  float* din = device(in);
+  float* dout = device(std::vector<float>(n));
+  const Tensor tin = view_of(din, Shape{n * size()}, Space::cuda);
+  const Tensor tout = view_of(dout, Shape{n}, Space::cuda);
+  Request q = c.reduce_scatter_async(tin, tout);
+  q.wait();  // the compute stream (which host() synchronizes) now follows the reduction
+  EXPECT_TRUE(q.done());
+  ASSERT_EQ(cudaStreamSynchronize(ctx_->stream()), cudaSuccess);
+  const std::vector<float> rs = host(dout, n);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(rs[i], float(size() * (size() - 1) / 2 + size() * (rank() * n + i))) << i;
+  float* gathered = device(std::vector<float>(n * size()));
+  c.all_gather_async(tout, view_of(gathered, Shape{n * size()}, Space::cuda)).wait();
+  c.all_reduce_async(tout).wait();
+  ASSERT_EQ(cudaStreamSynchronize(ctx_->stream()), cudaSuccess);
+  const std::vector<float> ag = host(gathered, n * size());
+  for (int r = 0; r < size(); ++r)
+    ASSERT_EQ(ag[r * n], float(size() * (size() - 1) / 2 + size() * (r * n))) << r;
+  if (size() > 1) {
+    EXPECT_EQ(c.stats().calls, 3);
+    EXPECT_EQ(c.stats().kind_bytes[int(CommKind::reduce_scatter)], n * size() * 4);
+    EXPECT_EQ(c.stats().kind_bytes[int(CommKind::all_gather)], n * 4);
+    EXPECT_EQ(c.stats().kind_bytes[int(CommKind::all_reduce)], n * 4);
+  }
+  for (float* p : {din, dout, gathered}) ctx_->pool().release(p);
+  cudaStreamDestroy(comm_stream);
+}
+
 }  // namespace
 }  // namespace tessera
 
