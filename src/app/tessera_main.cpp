@@ -166,6 +166,8 @@ int main(int argc, char** argv) {
       if (rank == 0) std::printf("%s\n", grid.describe().c_str());
       std::fflush(stdout);
     }
+    tessera::ModelConfig::from(run.model, run.train)
+        .check_experts(d.ep, d.tp, d.cp, run.parallel.zero);
     require_implemented(d);
     // output.trace: made first so that it outlives everything that records into it.
     const std::unique_ptr<tessera::TraceFile> trace = tessera::TraceFile::open(run, grid);
