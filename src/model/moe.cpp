@@ -329,8 +329,12 @@ const Moe::Stats& Moe::end_step(Communicator& dp, bool applied) {
   last_.load.assign(v.begin(), v.begin() + std::ptrdiff_t(E));
   last_.dropped = v[E], last_.aux = v[E + 1], last_.z = v[E + 2];
   last_.sequences = v[E + 3], last_.tokens = v[E + 4];
+  std::fill(step_.load.begin(), step_.load.end(), 0.0);
+  step_.dropped = step_.aux = step_.z = step_.sequences = step_.tokens = 0;
   // Auxiliary-loss-free balancing: an expert above the mean load is selected less often.
+  // (ZeRO-3 holds the bias only while its block runs: no update, no range; check_experts.)
   float* bias = bias_->value.f32();
+  if (bias == nullptr) return last_;
   if (applied && cfg_.moe.bias_step > 0 && last_.tokens > 0) {
     double mean = 0;
     for (double x : last_.load) mean += x / double(E);
@@ -341,8 +345,6 @@ const Moe::Stats& Moe::end_step(Communicator& dp, bool applied) {
   }
   last_.bias_min = *std::min_element(bias, bias + E);
   last_.bias_max = *std::max_element(bias, bias + E);
-  std::fill(step_.load.begin(), step_.load.end(), 0.0);
-  step_.dropped = step_.aux = step_.z = step_.sequences = step_.tokens = 0;
   return last_;
 }
 
