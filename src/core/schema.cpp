@@ -211,8 +211,8 @@ std::vector<KeySpec> build_schema() {
               "equal the number of ranks."),
       integer("parallel", "ep", "1", 1, 1 << 20,
               "Expert-parallel degree, folded inside data parallelism: it must divide dp (dp = "
-              "ep x edp), and must divide model.experts. Not available yet: above 1 the layout is "
-              "printed and the run stops."),
+              "ep x edp), and must divide model.experts: each of the ep ranks runs experts / ep "
+              "routed experts, tokens travel to them by all-to-all (doc/moe.md)."),
       {"parallel",
        "order",
        KeyType::string,

@@ -8,8 +8,11 @@
 namespace tessera {
 namespace {
 
+Tensor rows(const Tensor& t, int64_t first, int64_t count, int64_t cols) {
+  return view_of(t.f32() + first * cols, Shape{count, cols});
+}
 Tensor rows(const Buffer& b, int64_t first, int64_t count, int64_t cols) {
-  return view_of(b.f32() + first * cols, Shape{count, cols});
+  return rows(b.view(), first, count, cols);
 }
 
 // logsumexp and softmax of one row of n logits.
@@ -45,14 +48,18 @@ Moe::Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg)
   }
   step_.load.assign(size_t(E), 0.0);
   last_.load.assign(size_t(E), 0.0);
-  key_.resize(size_t(E)), ds_.resize(size_t(E));
+  key_.resize(size_t(E)), ds_.resize(size_t(E)), mine_.resize(size_t(E));
   used_.resize(size_t(E)), fill_.resize(size_t(E));
+}
+
+int Moe::ep_size(const StepContext& ctx) const {
+  return ctx.par.ep ? ctx.par.ep->size() : 1;
 }
 
 Moe::Saved& Moe::kept(const StepContext& ctx) {
   Saved& s = slots_.at(ctx.slot);
   const int64_t N = ctx.batch * cfg_.seq_local(), E = cfg_.moe.experts, K = cfg_.moe.top_k;
-  const int64_t C = cfg_.d_model, F = cfg_.moe.ffn;
+  const int64_t C = cfg_.d_model, F = cfg_.moe.ffn, ep = ep_size(ctx);
   if (s.logits.numel() != N * E) {
     auto act = [&](Shape shape, DType t = DType::f32) {
       return Buffer(ctx.alloc, shape, t, Charge::activations);
@@ -61,9 +68,16 @@ Moe::Saved& Moe::kept(const StepContext& ctx) {
     s.choice = act({N, K}, DType::i32), s.row = act({N, K}, DType::i32), s.weight = act({N, K});
     s.f = act({ctx.batch, E});
     s.xin = act({N * K, C}), s.out = act({N * K, C});
-    s.up = act({N * K, F}), s.act = act({N * K, F});
-    if (swiglu_) s.gate = act({N * K, F});
+    // The expert side holds at most every rank's rows (all sent to this rank's experts).
+    const int64_t R = ep * N * K;
+    if (ep > 1) s.xe_own = act({R, C}), s.oe_own = act({R, C});
+    s.xe = ep > 1 ? s.xe_own.view() : s.xin.view();
+    s.oe = ep > 1 ? s.oe_own.view() : s.out.view();
+    s.up = act({R, F}), s.act = act({R, F});
+    if (swiglu_) s.gate = act({R, F});
     s.offset.assign(size_t(E) + 1, 0);
+    s.counts.assign(size_t(E), 0.0f);
+    s.eoffset.assign(size_t(E / ep) + 1, 0);
   }
   return s;
 }
@@ -162,13 +176,86 @@ void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T) {
   }
 }
 
+template <class Fn>
+void Moe::for_each_chunk(const Saved& s, Fn&& fn) const {
+  const int64_t El = int64_t(s.eoffset.size()) - 1, ep = int64_t(s.counts.size()) / El;
+  int64_t packed = 0;
+  for (int64_t src = 0; src < ep; ++src)
+    for (int64_t e = 0; e < El; ++e) {
+      int64_t side = s.eoffset[size_t(e)];
+      for (int64_t q = 0; q < src; ++q) side += int64_t(s.counts[size_t(q * El + e)]);
+      const int64_t n = int64_t(s.counts[size_t(src * El + e)]);
+      fn(packed, side, n);
+      packed += n;
+    }
+}
+
+void Moe::exchange_counts(StepContext& ctx, Saved& s) {
+  const int64_t E = cfg_.moe.experts, ep = ep_size(ctx), El = E / ep;
+  std::vector<float>& mine = mine_;
+  for (int64_t e = 0; e < E; ++e)
+    mine[size_t(e)] = float(s.offset[size_t(e) + 1] - s.offset[size_t(e)]);
+  if (ep > 1)
+    ctx.par.ep->all_to_all(mine.data(), s.counts.data(), El);
+  else
+    s.counts = mine;
+  s.eoffset[0] = 0;
+  for (int64_t e = 0; e < El; ++e) {
+    int64_t n = 0;
+    for (int64_t src = 0; src < ep; ++src) n += int64_t(s.counts[size_t(src * El + e)]);
+    s.eoffset[size_t(e) + 1] = s.eoffset[size_t(e)] + n;
+  }
+}
+
+void Moe::to_experts(StepContext& ctx, const Saved& s, const Tensor& packed, const Tensor& side) {
+  const int64_t ep = ep_size(ctx);
+  if (ep == 1) return;
+  const int64_t C = cfg_.d_model, El = cfg_.moe.experts / ep;
+  const size_t P = size_t(ep);
+  std::vector<int64_t> sc(P), sd(P), rc(P), rd(P);
+  for (int64_t d = 0; d < ep; ++d) {
+    sd[size_t(d)] = s.offset[size_t(d * El)] * C;
+    sc[size_t(d)] = s.offset[size_t((d + 1) * El)] * C - sd[size_t(d)];
+    rc[size_t(d)] = 0;
+    for (int64_t e = 0; e < El; ++e) rc[size_t(d)] += int64_t(s.counts[size_t(d * El + e)]) * C;
+    rd[size_t(d)] = d == 0 ? 0 : rd[size_t(d) - 1] + rc[size_t(d) - 1];
+  }
+  const Tensor stage = ctx.scratch.get(ScratchId::moe_a2a, {side.shape.dims[0], C});
+  ctx.par.ep->all_to_allv(packed.f32(), sc, sd, stage.f32(), rc, rd);
+  for_each_chunk(s, [&](int64_t from, int64_t to, int64_t n) {
+    std::copy(stage.f32() + from * C, stage.f32() + (from + n) * C, side.f32() + to * C);
+  });
+}
+
+void Moe::from_experts(StepContext& ctx, const Saved& s, const Tensor& side, const Tensor& packed) {
+  const int64_t ep = ep_size(ctx);
+  if (ep == 1) return;
+  const int64_t C = cfg_.d_model, El = cfg_.moe.experts / ep;
+  const size_t P = size_t(ep);
+  std::vector<int64_t> sc(P), sd(P), rc(P), rd(P);
+  for (int64_t d = 0; d < ep; ++d) {
+    rd[size_t(d)] = s.offset[size_t(d * El)] * C;
+    rc[size_t(d)] = s.offset[size_t((d + 1) * El)] * C - rd[size_t(d)];
+    sc[size_t(d)] = 0;
+    for (int64_t e = 0; e < El; ++e) sc[size_t(d)] += int64_t(s.counts[size_t(d * El + e)]) * C;
+    sd[size_t(d)] = d == 0 ? 0 : sd[size_t(d) - 1] + sc[size_t(d) - 1];
+  }
+  const Tensor stage = ctx.scratch.get(ScratchId::moe_a2a, {side.shape.dims[0], C});
+  for_each_chunk(s, [&](int64_t to, int64_t from, int64_t n) {
+    std::copy(side.f32() + from * C, side.f32() + (from + n) * C, stage.f32() + to * C);
+  });
+  ctx.par.ep->all_to_allv(stage.f32(), sc, sd, packed.f32(), rc, rd);
+}
+
+// This rank's experts on the expert side's rows.
 void Moe::run_experts(StepContext& ctx, Saved& s) {
-  const int64_t C = cfg_.d_model, F = cfg_.moe.ffn;
-  for (size_t e = 0; e < experts_.size(); ++e) {
-    const int64_t first = s.offset[e], n = s.offset[e + 1] - first;
+  const int64_t C = cfg_.d_model, F = cfg_.moe.ffn, El = int64_t(s.eoffset.size()) - 1;
+  const int64_t first_expert = (ctx.par.ep ? ctx.par.ep->rank() : 0) * El;
+  for (int64_t e = 0; e < El; ++e) {
+    const int64_t first = s.eoffset[size_t(e)], n = s.eoffset[size_t(e) + 1] - first;
     if (n == 0) continue;
-    const Expert& x = experts_[e];
-    const Tensor xin = rows(s.xin, first, n, C), act = rows(s.act, first, n, F);
+    const Expert& x = experts_[size_t(first_expert + e)];
+    const Tensor xin = rows(s.xe, first, n, C), act = rows(s.act, first, n, F);
     const Tensor up = rows(s.up, first, n, F);
     x.up.forward(ctx, xin, up);
     if (swiglu_) {
@@ -178,7 +265,7 @@ void Moe::run_experts(StepContext& ctx, Saved& s) {
     } else {
       kernels::gelu_forward(up, act, n * F);
     }
-    x.down.forward(ctx, act, rows(s.out, first, n, C));
+    x.down.forward(ctx, act, rows(s.oe, first, n, C));
   }
 }
 
@@ -194,7 +281,10 @@ void Moe::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
     for (int64_t j = 0; j < K; ++j)
       if (const int32_t r = row[n * K + j]; r >= 0)
         std::copy(xf + n * C, xf + (n + 1) * C, s.xin.f32() + int64_t(r) * C);
+  exchange_counts(ctx, s);
+  to_experts(ctx, s, s.xin.view(), s.xe);
   run_experts(ctx, s);
+  from_experts(ctx, s, s.oe, s.out.view());
   if (shared_) shared_->forward(ctx, x, y);
   float* yf = y.f32();
   const float* w = s.weight.f32();
@@ -283,30 +373,37 @@ void Moe::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Te
       }
       dw.f32()[n * K + j] = float(dot);
     }
-  // The routed experts, each on its rows: d(xin) into moe_d_in.
+  // The routed experts, each on its rows of the expert side: d(expert input) there, then
+  // back to the packed side (moe_d_in).
+  const int64_t El = int64_t(s.eoffset.size()) - 1, R = s.xe.shape.dims[0];
+  const int64_t first_expert = (ctx.par.ep ? ctx.par.ep->rank() : 0) * El;
+  const bool ep = ep_size(ctx) > 1;
   const Tensor d_in = ctx.scratch.get(ScratchId::moe_d_in, {N * K, C});
-  const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {N * K, F});
-  const Tensor d_up = ctx.scratch.get(ScratchId::mlp_d_up, {N * K, F});
-  const Tensor d_gate = ctx.scratch.get(ScratchId::mlp_d_gate, {swiglu_ ? N * K : 1, F});
-  for (size_t e = 0; e < experts_.size(); ++e) {
-    const int64_t first = s.offset[e], n = s.offset[e + 1] - first;
+  const Tensor d_oe = ep ? ctx.scratch.get(ScratchId::moe_d_side_out, {R, C}) : d_out;
+  const Tensor d_xe = ep ? ctx.scratch.get(ScratchId::moe_d_side_in, {R, C}) : d_in;
+  to_experts(ctx, s, d_out, d_oe);
+  const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {R, F});
+  const Tensor d_up = ctx.scratch.get(ScratchId::mlp_d_up, {R, F});
+  const Tensor d_gate = ctx.scratch.get(ScratchId::mlp_d_gate, {swiglu_ ? R : 1, F});
+  for (int64_t e = 0; e < El; ++e) {
+    const int64_t first = s.eoffset[size_t(e)], n = s.eoffset[size_t(e) + 1] - first;
     if (n == 0) continue;
-    const Expert& ex = experts_[e];
-    const auto part = [&](const Tensor& t, int64_t cols) {
-      return view_of(t.f32() + first * cols, Shape{n, cols});
-    };
-    const Tensor xin = rows(s.xin, first, n, C), up = rows(s.up, first, n, F);
-    ex.down.backward(ctx, rows(s.act, first, n, F), part(d_out, C), part(d_act, F));
+    const Expert& ex = experts_[size_t(first_expert + e)];
+    const Tensor xin = rows(s.xe, first, n, C), up = rows(s.up, first, n, F);
+    ex.down.backward(ctx, rows(s.act, first, n, F), rows(d_oe, first, n, C),
+                     rows(d_act, first, n, F));
     if (swiglu_) {
-      kernels::swiglu_backward(part(d_act, F), rows(s.gate, first, n, F), up, part(d_gate, F),
-                               part(d_up, F), n * F);
-      ex.gate.backward(ctx, xin, part(d_gate, F), part(d_in, C));
-      ex.up.backward(ctx, xin, part(d_up, F), part(d_in, C), /*accumulate_dx=*/true);
+      kernels::swiglu_backward(rows(d_act, first, n, F), rows(s.gate, first, n, F), up,
+                               rows(d_gate, first, n, F), rows(d_up, first, n, F), n * F);
+      ex.gate.backward(ctx, xin, rows(d_gate, first, n, F), rows(d_xe, first, n, C));
+      ex.up.backward(ctx, xin, rows(d_up, first, n, F), rows(d_xe, first, n, C),
+                     /*accumulate_dx=*/true);
     } else {
-      kernels::gelu_backward(part(d_act, F), up, part(d_up, F), n * F);
-      ex.up.backward(ctx, xin, part(d_up, F), part(d_in, C));
+      kernels::gelu_backward(rows(d_act, first, n, F), up, rows(d_up, first, n, F), n * F);
+      ex.up.backward(ctx, xin, rows(d_up, first, n, F), rows(d_xe, first, n, C));
     }
   }
+  from_experts(ctx, s, d_xe, d_in);
   // dx = shared experts' + router's + the routed experts' (each token's in rank order).
   const Tensor dl = ctx.scratch.get(ScratchId::moe_d_logits, {N, E});
   router_grad(ctx, s, dw.f32(), dl, B, T);

@@ -6,6 +6,13 @@
 // the shared experts are one such MLP of width shared x expert_ffn. Tokens are packed expert
 // by expert in token order, so each expert runs its three GEMMs on its own rows.
 //
+// Expert parallelism (parallel.ep > 1, ParallelContext::ep): rank r of the ep group runs the
+// routed experts [r E/ep, (r+1) E/ep). Each rank routes its own tokens, exchanges the rows per
+// expert with all-to-all(v) after exchanging the counts, runs its experts on the rows it
+// received, and sends the outputs back (and the gradients likewise in backward). Every rank
+// registers every expert: the experts a rank does not run get a zero gradient there, so the
+// data-parallel sum (over ep x edp ranks) is each expert's sum over the ranks that ran it.
+//
 // Balancing: the load-balancing loss (Switch/GShard, per sequence as DeepSeek-V3's
 // complementary loss), the router z-loss and the auxiliary-loss-free selection bias, which
 // end_step() moves after each step from the step's observed load. With a capacity factor,
@@ -53,17 +60,33 @@ class Moe {
     Linear gate, up, down;  // gate unused for gpt2
   };
   struct Saved {
-    Buffer logits, scores;           // [N, E]
-    Buffer choice, row;              // i32 [N, K]: expert, packed row (-1: dropped)
-    Buffer weight;                   // [N, K]
-    Buffer f;                        // [B, E]: the balancing loss's load fractions per sequence
-    Buffer xin, gate, up, act, out;  // packed rows [N*K, C or F]
-    std::vector<int64_t> offset;     // [E + 1]: each expert's first packed row
+    Buffer logits, scores;        // [N, E]
+    Buffer choice, row;           // i32 [N, K]: expert, packed row (-1: dropped)
+    Buffer weight;                // [N, K]
+    Buffer f;                     // [B, E]: the balancing loss's load fractions per sequence
+    Buffer xin, out;              // packed rows [N*K, C], expert by expert
+    std::vector<int64_t> offset;  // [E + 1]: each expert's first packed row
+    // The expert side: the rows this rank's experts run, expert by expert, and in each
+    // expert by source rank ([ep x N*K] rows at most; with ep = 1, xin and out themselves).
+    Buffer xe_own, oe_own, gate, up, act;
+    Tensor xe, oe;
+    std::vector<float> counts;     // [ep][E/ep]: rows each source sends each local expert
+    std::vector<int64_t> eoffset;  // [E/ep + 1]: each local expert's first row
   };
 
   Saved& kept(const StepContext& ctx);
   void route(StepContext& ctx, Saved& s, int64_t B, int64_t T);
   void run_experts(StepContext& ctx, Saved& s);
+  int ep_size(const StepContext& ctx) const;
+  // Rows between the packed (source) side [N*K, C] and the expert side [rows, C]: an
+  // all-to-all(v) over ep and a reordering from [source][expert] to [expert][source] (and
+  // back); nothing to move with ep = 1, where the two sides are the same buffers.
+  void exchange_counts(StepContext& ctx, Saved& s);
+  void to_experts(StepContext& ctx, const Saved& s, const Tensor& packed, const Tensor& side);
+  void from_experts(StepContext& ctx, const Saved& s, const Tensor& side, const Tensor& packed);
+  // The (source, local expert) chunks: their offsets on the packed and expert sides.
+  template <class Fn>
+  void for_each_chunk(const Saved& s, Fn&& fn) const;
   // d(objective)/d(router logits) into dl [N,E] from the combine weights' gradients dw [N,K].
   void router_grad(StepContext& ctx, Saved& s, const float* dw, const Tensor& dl, int64_t B,
                    int64_t T);
@@ -78,7 +101,7 @@ class Moe {
   Slots<Saved> slots_;
   Stats step_, last_;
   // Per-token work space of the routing, sized once: [E] each.
-  std::vector<float> key_;
+  std::vector<float> key_, mine_;
   std::vector<double> ds_;
   std::vector<int64_t> used_, fill_;
 };

@@ -30,6 +30,11 @@ enum class ScratchId : int {
   moe_d_weight,
   moe_d_in,
   moe_d_logits,
+  // Expert parallelism: the rows of an all-to-all as they arrive or leave ([source][expert]),
+  // and the expert side's output and input gradients.
+  moe_a2a,
+  moe_d_side_out,
+  moe_d_side_in,
   // Block backward: the gradient of a norm's output, and of the residual stream between the
   // sublayers.
   block_d_norm,

@@ -79,6 +79,7 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid,
                   "' is empty; raise data.val_fraction or set "
                   "train.eval_every = 0");
   par_.cp_timing = &cp_timing_;
+  par_.ep = &grid.group(Group::ep);
   split_tensor_parallel();
   cfg_.split(ContextParallel{grid.group(Group::cp).size(), grid.group(Group::cp).rank(),
                              run.parallel.cp_kind});
