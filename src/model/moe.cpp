@@ -28,7 +28,7 @@ double softmax_row(const float* l, float* p, int64_t n) {
 }  // namespace
 
 Moe::Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg)
-    : cfg_(cfg), shared_cfg_(cfg), swiglu_(cfg.arch == Arch::llama) {
+    : cfg_(cfg), name_(name), shared_cfg_(cfg), swiglu_(cfg.arch == Arch::llama) {
   const int64_t C = cfg.d_model, F = cfg.moe.ffn, E = cfg.moe.experts;
   const bool bias = cfg.has_bias();
   const float resid_std = cfg.init_std / std::sqrt(2.0f * float(cfg.layers));
@@ -443,6 +443,12 @@ const Moe::Stats& Moe::end_step(Communicator& dp, bool applied) {
   last_.bias_min = *std::min_element(bias, bias + E);
   last_.bias_max = *std::max_element(bias, bias + E);
   return last_;
+}
+
+double Moe::imbalance() const {
+  double sum = 0, most = 0;
+  for (double x : last_.load) sum += x, most = std::max(most, x);
+  return sum > 0 ? most * double(last_.load.size()) / sum : 0.0;
 }
 
 }  // namespace tessera

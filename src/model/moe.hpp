@@ -54,6 +54,9 @@ class Moe {
   // (the step's update was applied) and starts the next step's count.
   const Stats& end_step(Communicator& dp, bool applied);
   const Stats& last() const { return last_; }
+  const std::string& name() const { return name_; }
+  // Tokens per expert of the last step: the largest over the mean (1 = balanced).
+  double imbalance() const;
 
  private:
   struct Expert {
@@ -92,6 +95,7 @@ class Moe {
                    int64_t T);
 
   const ModelConfig& cfg_;
+  std::string name_;
   ModelConfig shared_cfg_;  // the shared experts' MLP: width shared x expert_ffn
   bool swiglu_;
   Linear router_;
