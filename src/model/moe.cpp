@@ -78,6 +78,8 @@ Moe::Saved& Moe::kept(const StepContext& ctx) {
     s.offset.assign(size_t(E) + 1, 0);
     s.counts.assign(size_t(E), 0.0f);
     s.eoffset.assign(size_t(E / ep) + 1, 0);
+    for (auto* v : {&s.packed_count, &s.packed_displ, &s.side_count, &s.side_displ})
+      v->assign(size_t(ep), 0);
   }
   return s;
 }
@@ -205,46 +207,38 @@ void Moe::exchange_counts(StepContext& ctx, Saved& s) {
     for (int64_t src = 0; src < ep; ++src) n += int64_t(s.counts[size_t(src * El + e)]);
     s.eoffset[size_t(e) + 1] = s.eoffset[size_t(e)] + n;
   }
+  // Elements per peer: the packed rows of peer d's experts, and the rows peer d sends here.
+  const int64_t C = cfg_.d_model;
+  for (int64_t d = 0; d < ep; ++d) {
+    const size_t i = size_t(d);
+    s.packed_displ[i] = s.offset[size_t(d * El)] * C;
+    s.packed_count[i] = s.offset[size_t((d + 1) * El)] * C - s.packed_displ[i];
+    s.side_count[i] = 0;
+    for (int64_t e = 0; e < El; ++e) s.side_count[i] += int64_t(s.counts[size_t(d * El + e)]) * C;
+    s.side_displ[i] = d == 0 ? 0 : s.side_displ[i - 1] + s.side_count[i - 1];
+  }
 }
 
 void Moe::to_experts(StepContext& ctx, const Saved& s, const Tensor& packed, const Tensor& side) {
-  const int64_t ep = ep_size(ctx);
-  if (ep == 1) return;
-  const int64_t C = cfg_.d_model, El = cfg_.moe.experts / ep;
-  const size_t P = size_t(ep);
-  std::vector<int64_t> sc(P), sd(P), rc(P), rd(P);
-  for (int64_t d = 0; d < ep; ++d) {
-    sd[size_t(d)] = s.offset[size_t(d * El)] * C;
-    sc[size_t(d)] = s.offset[size_t((d + 1) * El)] * C - sd[size_t(d)];
-    rc[size_t(d)] = 0;
-    for (int64_t e = 0; e < El; ++e) rc[size_t(d)] += int64_t(s.counts[size_t(d * El + e)]) * C;
-    rd[size_t(d)] = d == 0 ? 0 : rd[size_t(d) - 1] + rc[size_t(d) - 1];
-  }
+  if (ep_size(ctx) == 1) return;
+  const int64_t C = cfg_.d_model;
   const Tensor stage = ctx.scratch.get(ScratchId::moe_a2a, {side.shape.dims[0], C});
-  ctx.par.ep->all_to_allv(packed.f32(), sc, sd, stage.f32(), rc, rd);
+  ctx.par.ep->all_to_allv(packed.f32(), s.packed_count, s.packed_displ, stage.f32(), s.side_count,
+                          s.side_displ);
   for_each_chunk(s, [&](int64_t from, int64_t to, int64_t n) {
     std::copy(stage.f32() + from * C, stage.f32() + (from + n) * C, side.f32() + to * C);
   });
 }
 
 void Moe::from_experts(StepContext& ctx, const Saved& s, const Tensor& side, const Tensor& packed) {
-  const int64_t ep = ep_size(ctx);
-  if (ep == 1) return;
-  const int64_t C = cfg_.d_model, El = cfg_.moe.experts / ep;
-  const size_t P = size_t(ep);
-  std::vector<int64_t> sc(P), sd(P), rc(P), rd(P);
-  for (int64_t d = 0; d < ep; ++d) {
-    rd[size_t(d)] = s.offset[size_t(d * El)] * C;
-    rc[size_t(d)] = s.offset[size_t((d + 1) * El)] * C - rd[size_t(d)];
-    sc[size_t(d)] = 0;
-    for (int64_t e = 0; e < El; ++e) sc[size_t(d)] += int64_t(s.counts[size_t(d * El + e)]) * C;
-    sd[size_t(d)] = d == 0 ? 0 : sd[size_t(d) - 1] + sc[size_t(d) - 1];
-  }
+  if (ep_size(ctx) == 1) return;
+  const int64_t C = cfg_.d_model;
   const Tensor stage = ctx.scratch.get(ScratchId::moe_a2a, {side.shape.dims[0], C});
   for_each_chunk(s, [&](int64_t to, int64_t from, int64_t n) {
     std::copy(side.f32() + from * C, side.f32() + (from + n) * C, stage.f32() + to * C);
   });
-  ctx.par.ep->all_to_allv(stage.f32(), sc, sd, packed.f32(), rc, rd);
+  ctx.par.ep->all_to_allv(stage.f32(), s.side_count, s.side_displ, packed.f32(), s.packed_count,
+                          s.packed_displ);
 }
 
 // This rank's experts on the expert side's rows.

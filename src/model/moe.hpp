@@ -75,6 +75,9 @@ class Moe {
     Tensor xe, oe;
     std::vector<float> counts;     // [ep][E/ep]: rows each source sends each local expert
     std::vector<int64_t> eoffset;  // [E/ep + 1]: each local expert's first row
+    // The all-to-allv's elements per peer and their offsets: packed side (rows for peer d's
+    // experts) and expert side (rows from peer d).
+    std::vector<int64_t> packed_count, packed_displ, side_count, side_displ;
   };
 
   Saved& kept(const StepContext& ctx);
