@@ -49,23 +49,6 @@ tessera::ProcessGrid make_grid(const tessera::RunConfig& run) {
   return tessera::ProcessGrid(MPI_COMM_WORLD, d, p.order, run.hardware.ranks_per_node);
 }
 
-// Dimensions with a group but no layer yet: a degree above 1 stops the run (after the
-// layout has been printed, so the user sees what it would have used).
-void require_implemented(const tessera::GridDegrees& d) {
-  const struct {
-    const char* key;
-    int degree;
-    const char* what;
-  } dims[] = {{"ep", d.ep, "expert parallelism"}};
-  for (const auto& x : dims)
-    TESSERA_REQUIRE(x.degree == 1, "parallel.", x.key, " = ", x.degree, ": ", x.what,
-                    " is not available in this version; the layout above is what it would use. "
-                    "Set parallel.",
-                    x.key,
-                    " = 1 (tessera --layout-only shows layouts of any "
-                    "degrees)");
-}
-
 // Bytes this machine can still give: MemAvailable (/proc/meminfo), else the free pages.
 double available_memory() {
   if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
@@ -162,11 +145,8 @@ int main(int argc, char** argv) {
     TESSERA_REQUIRE(!run.output.dir.empty(),
                     "output.dir is empty; name the directory for "
                     "this run's metrics, report and checkpoints (say --output.dir=run1)");
-    if (d.ep > 1) {
-      if (rank == 0) std::printf("%s\n", grid.describe().c_str());
-      std::fflush(stdout);
-    }
-    require_implemented(d);
+    tessera::ModelConfig::from(run.model, run.train)
+        .check_experts(d.ep, d.tp, d.cp, run.parallel.zero);
     // output.trace: made first so that it outlives everything that records into it.
     const std::unique_ptr<tessera::TraceFile> trace = tessera::TraceFile::open(run, grid);
     tessera::Trainer trainer(run, grid, [&] { require_memory(run, grid); });

@@ -69,6 +69,7 @@ struct ParallelContext {
   bool sequence_parallel = false;
   Communicator* cp = nullptr;  // context parallelism (null: none)
   OverlapTiming* cp_timing = nullptr;  // the ring's overlap, when someone keeps it
+  Communicator* ep = nullptr;  // expert parallelism (null: none)
 };
 
 }  // namespace tessera

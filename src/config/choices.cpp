@@ -42,6 +42,10 @@ const char* to_string(TieEmbeddings t) {
   return "?";
 }
 
+const char* to_string(Router r) {
+  return r == Router::sigmoid ? "sigmoid" : "softmax";
+}
+
 const char* to_string(TokenizerKind t) {
   return t == TokenizerKind::gpt2 ? "gpt2" : "byte";
 }
@@ -133,6 +137,10 @@ DeviceKind parse_device_kind(std::string_view name) {
 TrainPrecision parse_precision(std::string_view name) {
   return parse_choice("train.precision", name,
                       {TrainPrecision::fp32, TrainPrecision::bf16, TrainPrecision::fp16});
+}
+
+Router parse_router(std::string_view name) {
+  return parse_choice("model.router", name, {Router::softmax, Router::sigmoid});
 }
 
 Recompute parse_recompute(std::string_view name) {

@@ -12,6 +12,8 @@ namespace tessera {
 enum class Arch { llama, gpt2 };
 // model.tie_embeddings: automatic lets the architecture decide (gpt2 ties, llama does not).
 enum class TieEmbeddings { automatic, yes, no };
+// model.router: how a mixture-of-experts block scores its experts (doc/moe.md).
+enum class Router { softmax, sigmoid };
 // data.tokenizer
 enum class TokenizerKind { byte, gpt2 };
 // parallel.pp_schedule. interleaved is Megatron-LM's virtual pipeline (1F1B over
@@ -39,6 +41,7 @@ enum class OnNonfinite { stop, skip };
 // The deck's spelling of each value.
 const char* to_string(Arch a);
 const char* to_string(TieEmbeddings t);
+const char* to_string(Router r);  // "softmax", "sigmoid"
 const char* to_string(TokenizerKind t);
 const char* to_string(PipeSchedule s);  // "gpipe", "1f1b", "interleaved"
 const char* to_string(CpKind k);        // "ring", "ulysses"
@@ -54,6 +57,7 @@ const char* to_string(OnNonfinite o);
 // naming the valid choices (std::logic_error for parallel.progress, its historical contract).
 Arch parse_arch(std::string_view name);
 TieEmbeddings parse_tie_embeddings(std::string_view name);
+Router parse_router(std::string_view name);
 TokenizerKind parse_tokenizer_kind(std::string_view name);
 PipeSchedule parse_pipe_schedule(std::string_view name);
 CpKind parse_cp_kind(std::string_view name);

@@ -56,6 +56,16 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   m.rope_theta = r.real("model.rope_theta");
   m.tie_embeddings = parse_tie_embeddings(r.str("model.tie_embeddings"));
   m.init_std = r.real("model.init_std");
+  m.experts = r.integer("model.experts");
+  m.experts_top_k = r.integer("model.experts_top_k");
+  m.shared_experts = r.integer("model.shared_experts");
+  m.expert_ffn = r.integer("model.expert_ffn");
+  m.moe_layers = r.str("model.moe_layers");
+  m.router = parse_router(r.str("model.router"));
+  m.aux_loss = r.real("model.aux_loss");
+  m.router_bias_step = r.real("model.router_bias_step");
+  m.z_loss = r.real("model.z_loss");
+  m.capacity_factor = r.real("model.capacity_factor");
 
   DataSection& d = c.data;
   d.path = r.str("data.path");

@@ -24,6 +24,13 @@ struct ModelSection {
   int64_t vocab = 0, vocab_multiple = 1, seq_len = 0;
   double norm_eps = 0, rope_theta = 0, init_std = 0;
   TieEmbeddings tie_embeddings = TieEmbeddings::automatic;
+  // Mixture of experts (doc/moe.md); experts = 0: dense.
+  int64_t experts = 0, experts_top_k = 2, shared_experts = 0;
+  int64_t expert_ffn = 0;        // 0: ffn_hidden
+  std::string moe_layers;        // all, every:K or after:K
+  Router router = Router::softmax;
+  double aux_loss = 0, router_bias_step = 0, z_loss = 0;
+  double capacity_factor = 0;    // 0: dropless
 };
 
 struct DataSection {

@@ -55,6 +55,41 @@ std::vector<KeySpec> build_schema() {
       choice("model", "tie_embeddings", "auto", {"auto", "true", "false"},
              "Share the token embedding with the output head; auto: gpt2 ties, llama does not."),
       real("model", "init_std", "0.02", 0, 10, "Standard deviation of weight initialisation."),
+      integer("model", "experts", "0", 0, 1 << 16,
+              "Routed experts of each mixture-of-experts block; 0 means a dense model (doc/moe.md)."),
+      integer("model", "experts_top_k", "2", 1, 1 << 16,
+              "Routed experts each token goes to (k); at most model.experts."),
+      integer("model", "shared_experts", "0", 0, 1 << 10,
+              "Shared experts of each mixture-of-experts block, applied to every token (DeepSeek)."),
+      integer("model", "expert_ffn", "0", 0, 1 << 24,
+              "Hidden size of one expert (routed or shared); 0 means model.ffn_hidden."),
+      {"model",
+       "moe_layers",
+       KeyType::string,
+       "all",
+       false,
+       0,
+       0,
+       {},
+       "Which blocks are mixture-of-experts blocks when model.experts > 0: all, every:K "
+       "(blocks K-1, 2K-1, ...: every K-th) or after:K (all but the first K, which stay dense, "
+       "as DeepSeek)."},
+      choice("model", "router", "softmax", {"softmax", "sigmoid"},
+             "Router scores: softmax over the experts (top-k weights are the probabilities), or "
+             "sigmoid with the top-k weights normalised to sum to 1 (DeepSeek-V3)."),
+      real("model", "aux_loss", "0.01", 0, kInf,
+           "Coefficient of the load-balancing loss (Switch/GShard form, computed per sequence: "
+           "E/(kT) sum_i f_i P_i); 0 disables."),
+      real("model", "router_bias_step", "0", 0, kInf,
+           "Auxiliary-loss-free balancing (DeepSeek-V3): after each step every expert's "
+           "selection bias moves by this step towards the mean load; 0 disables."),
+      real("model", "z_loss", "0", 0, kInf,
+           "Coefficient of the router z-loss, the mean over tokens of logsumexp(router "
+           "logits)^2; 0 disables."),
+      real("model", "capacity_factor", "0", 0, kInf,
+           "0: dropless (every routed token is computed). Above 0: each expert takes at most "
+           "ceil(factor x T x k / experts) tokens of each sequence, the first in token order; "
+           "the others are dropped (their weight is lost) and counted."),
       // [data]
       path("data", "path", "", true,
            "Token dataset (HDF5) made by tessera-prep from text, directories or JSONL."),
@@ -176,7 +211,8 @@ std::vector<KeySpec> build_schema() {
               "equal the number of ranks."),
       integer("parallel", "ep", "1", 1, 1 << 20,
               "Expert-parallel degree, folded inside data parallelism: it must divide dp (dp = "
-              "ep x edp). Not available yet: above 1 the layout is printed and the run stops."),
+              "ep x edp), and must divide model.experts: each of the ep ranks runs experts / ep "
+              "routed experts, tokens travel to them by all-to-all (doc/moe.md)."),
       {"parallel",
        "order",
        KeyType::string,

@@ -6,7 +6,7 @@
 
 namespace tessera {
 Block::Block(ParamStore& store, const std::string& name, const ModelConfig& cfg, Recompute mode,
-             Rebuilt* shared)
+             Rebuilt* shared, bool moe)
     : cfg_(cfg),
       full_(mode == Recompute::full),
       shared_(shared),
@@ -14,12 +14,14 @@ Block::Block(ParamStore& store, const std::string& name, const ModelConfig& cfg,
                  cfg.tp.sequence_parallel && cfg.tp.size > 1),
       mlp_norm_(store, name + ".mlp_norm", cfg.d_model, cfg.arch == Arch::gpt2, cfg.norm_eps,
                 cfg.tp.sequence_parallel && cfg.tp.size > 1),
-      attn_(store, name + ".attn", cfg),
-      mlp_(store, name + ".mlp", cfg) {
+      attn_(store, name + ".attn", cfg) {
+  if (moe) moe_ = std::make_unique<Moe>(store, name + ".moe", cfg);
+  else mlp_ = std::make_unique<Mlp>(store, name + ".mlp", cfg);
   if (mode == Recompute::none) return;
   TESSERA_REQUIRE(shared != nullptr, "block ", name, ": recompute needs a shared rebuilt set");
+  TESSERA_REQUIRE(!moe, "block ", name, ": recompute of a mixture-of-experts block");
   attn_.share(&shared->attn, mode);
-  mlp_.share(&shared->mlp, mode);
+  mlp_->share(&shared->mlp, mode);
 }
 
 Block::Saved& Block::kept(const StepContext& ctx) {
@@ -56,7 +58,8 @@ void Block::run(StepContext& ctx, const Tensor& x, Saved& s, const Tensor& out) 
   attn_.forward(ctx, tp::gather(ctx, s.n1.view(), full), s.h.view());
   mlp_norm_.forward(s.h.view(), s.n2.view(), s.mean2.view(), s.rstd2.view());
   kernels::copy(s.h.view(), out, R * C);
-  mlp_.forward(ctx, tp::gather(ctx, s.n2.view(), full), out);
+  if (moe_) moe_->forward(ctx, s.n2.view(), out);
+  else mlp_->forward(ctx, tp::gather(ctx, s.n2.view(), full), out);
 }
 
 Tensor Block::forward(StepContext& ctx, const Tensor& x) {
@@ -87,7 +90,8 @@ void Block::backward(StepContext& ctx, const Tensor& dy, const Tensor& dx) {
   const Tensor full = ctx.scratch.get(ScratchId::sp_gathered, {sp ? N * C : 1});
   const Tensor dfull = ctx.scratch.get(ScratchId::sp_gathered_grad, {sp ? N * C : 1});
   // y = h + mlp(n2(h))
-  mlp_.backward(ctx, tp::gather(ctx, s.n2.view(), full), tp::gather(ctx, dy, dfull), d_norm);
+  if (moe_) moe_->backward(ctx, s.n2.view(), dy, d_norm);
+  else mlp_->backward(ctx, tp::gather(ctx, s.n2.view(), full), tp::gather(ctx, dy, dfull), d_norm);
   mlp_norm_.backward(s.h.view(), d_norm, s.mean2.view(), s.rstd2.view(), dh);
   kernels::add_inplace(dh, dy, R * C);
   // h = x + attn(n1(x))

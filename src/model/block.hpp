@@ -4,7 +4,10 @@
 #include <string>
 
 #include "model/attention.hpp"
+#include <memory>
+
 #include "model/mlp.hpp"
+#include "model/moe.hpp"
 #include "model/norm.hpp"
 
 namespace tessera {
@@ -28,14 +31,17 @@ class Block {
 
   // mode: none, selective, or full for a block that reruns its forward in backward; `shared`
   // holds what that rebuilds.
+  // moe: the block's MLP is a mixture of experts (model.moe_layers).
   Block(ParamStore& store, const std::string& name, const ModelConfig& cfg,
-        Recompute mode = Recompute::none, Rebuilt* shared = nullptr);
+        Recompute mode = Recompute::none, Rebuilt* shared = nullptr, bool moe = false);
 
   // x[rows,C] (tp::rows) must stay valid until backward of the same slot (it is the
   // previous block's output). Returns this block's output [rows,C], owned by the block's slot.
   Tensor forward(StepContext& ctx, const Tensor& x);
   // dx[rows,C] overwritten with the gradient of the block's input, for dy[rows,C].
   void backward(StepContext& ctx, const Tensor& dy, const Tensor& dx);
+  // The block's mixture of experts, or null for a dense block.
+  Moe* moe() const { return moe_.get(); }
 
  private:
   // The slot's saved state (x and out always live there), and where the rest lives.
@@ -51,7 +57,8 @@ class Block {
   Rebuilt* shared_;
   Norm attn_norm_, mlp_norm_;
   Attention attn_;
-  Mlp mlp_;
+  std::unique_ptr<Mlp> mlp_;  // exactly one of mlp_ and moe_
+  std::unique_ptr<Moe> moe_;
   Slots<Saved> slots_;
 };
 

@@ -1,9 +1,56 @@
 #include "model/config.hpp"
 
 #include "config/run_config.hpp"
+#include <stdexcept>
+#include <string>
+
 #include "core/error.hpp"
 
 namespace tessera {
+namespace {
+
+// The [model] keys of a mixture of experts, checked (doc/moe.md).
+MoeConfig moe_from(const ModelSection& m, int64_t ffn_hidden) {
+  MoeConfig e;
+  if (m.experts == 0) {
+    TESSERA_REQUIRE(m.shared_experts == 0, "model.shared_experts = ", m.shared_experts,
+                    " needs routed experts (model.experts > 0); set shared_experts = 0 for a "
+                    "dense model");
+    return e;
+  }
+  e.experts = m.experts;
+  e.top_k = m.experts_top_k;
+  TESSERA_REQUIRE(e.top_k <= e.experts, "model.experts_top_k = ", e.top_k,
+                  " is larger than model.experts = ", e.experts,
+                  "; a token cannot take more experts than there are");
+  e.shared = m.shared_experts;
+  e.ffn = m.expert_ffn == 0 ? ffn_hidden : m.expert_ffn;
+  e.router = m.router;
+  e.aux_loss = float(m.aux_loss);
+  e.bias_step = float(m.router_bias_step);
+  e.z_loss = float(m.z_loss);
+  e.capacity_factor = float(m.capacity_factor);
+  const std::string& s = m.moe_layers;
+  auto number_after = [&](size_t at) -> int64_t {
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(s.substr(at), &used);
+      if (at + used == s.size()) return v;
+    } catch (const std::exception&) {
+    }
+    return -1;
+  };
+  if (s == "all") return e;
+  if (s.rfind("every:", 0) == 0) e.every = number_after(6);
+  else if (s.rfind("after:", 0) == 0) e.after = number_after(6);
+  else e.every = -1;
+  TESSERA_REQUIRE(e.every >= 1 && e.after >= 0 && e.after < m.layers, "model.moe_layers = '", s,
+                  "' is not all, every:K (K >= 1) or after:K (0 <= K < model.layers = ", m.layers,
+                  ")");
+  return e;
+}
+
+}  // namespace
 
 ModelConfig ModelConfig::from(const ModelSection& m) {
   ModelConfig c;
@@ -45,6 +92,7 @@ ModelConfig ModelConfig::from(const ModelSection& m) {
   TESSERA_REQUIRE(c.arch != Arch::gpt2 || c.tie_embeddings,
                   "model.tie_embeddings = false is not supported for gpt2, whose output head is "
                   "the token embedding; use auto or true");
+  c.moe = moe_from(m, c.ffn_hidden);
   return c;
 }
 
@@ -54,6 +102,9 @@ ModelConfig ModelConfig::from(const ModelSection& m, const TrainSection& t) {
                   "train.recompute_layers = ", t.recompute_layers,
                   " needs train.recompute = full (it is ", to_string(t.recompute),
                   "); set recompute = full or recompute_layers = 0");
+  TESSERA_REQUIRE(!c.moe.enabled() || t.recompute == Recompute::none, "train.recompute = ",
+                  to_string(t.recompute), " is not available with mixture-of-experts blocks ",
+                  "(model.experts = ", c.moe.experts, ") yet; set train.recompute = none");
   c.recompute = t.recompute;
   c.recompute_layers = t.recompute_layers;
   return c;
@@ -95,6 +146,24 @@ void ModelConfig::split(const ContextParallel& c) {
   cp = c;
 }
 
+void ModelConfig::check_experts(int64_t ep, int64_t tp, int64_t cp, int zero) const {
+  TESSERA_REQUIRE(ep == 1 || moe.enabled(), "parallel.ep = ", ep, " but the model has no ",
+                  "experts (model.experts = 0); set parallel.ep = 1 or model.experts > 0");
+  if (!moe.enabled()) return;
+  TESSERA_REQUIRE(moe.experts % ep == 0, "model.experts = ", moe.experts,
+                  " is not divisible by parallel.ep = ", ep,
+                  "; every expert-parallel rank holds the same number of routed experts");
+  TESSERA_REQUIRE(tp == 1, "parallel.tp = ", tp, " with mixture-of-experts blocks (model.",
+                  "experts = ", moe.experts, ") is not available yet; set parallel.tp = 1");
+  TESSERA_REQUIRE(cp == 1, "parallel.cp = ", cp, " with mixture-of-experts blocks (model.",
+                  "experts = ", moe.experts, ") is not available yet: the balancing loss and ",
+                  "capacity are defined per whole sequence; set parallel.cp = 1");
+  TESSERA_REQUIRE(zero == 0 || moe.bias_step == 0, "parallel.zero = ", zero,
+                  " with model.router_bias_step = ", moe.bias_step, " is not available yet ",
+                  "(the selection bias is updated outside the optimizer); set parallel.zero = 0 "
+                  "or router_bias_step = 0");
+}
+
 int64_t ModelConfig::param_count() const {
   const int64_t C = d_model, F = ffn_hidden, qd = heads * head_dim, kvd = kv_heads * head_dim;
   const bool b = has_bias();
@@ -105,7 +174,27 @@ int64_t ModelConfig::param_count() const {
   int64_t n = layers * per_layer + vocab_padded * C + C * (b ? 2 : 1);
   if (arch == Arch::gpt2) n += seq_len * C;
   if (!tie_embeddings) n += vocab_padded * C;
+  if (!moe.enabled()) return n;
+  // A mixture-of-experts block trades its MLP for a router and its experts.
+  const int64_t mlp = (arch == Arch::llama ? 3 : 2) * C * F + (b ? F + C : 0);
+  n += moe_blocks() * ((moe.experts + moe.shared) * expert_param_count() + moe.experts * C +
+                       moe.experts - mlp);
   return n;
+}
+
+int64_t ModelConfig::expert_param_count() const {
+  const int64_t C = d_model, F = moe.ffn;
+  return (arch == Arch::llama ? 3 : 2) * C * F + (has_bias() ? F + C : 0);
+}
+
+int64_t ModelConfig::moe_blocks() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < layers; ++l) n += moe.is_moe(l);
+  return n;
+}
+
+int64_t ModelConfig::active_param_count() const {
+  return param_count() - moe_blocks() * (moe.experts - moe.top_k) * expert_param_count();
 }
 
 }  // namespace tessera

@@ -41,6 +41,20 @@ struct ContextParallel {
   }
 };
 
+// Mixture of experts (doc/moe.md): which blocks replace their MLP by a router, `experts`
+// routed experts of which each token takes top_k, and `shared` experts every token takes.
+struct MoeConfig {
+  int64_t experts = 0, top_k = 0, shared = 0, ffn = 0;  // experts = 0: dense
+  Router router = Router::softmax;
+  float aux_loss = 0, bias_step = 0, z_loss = 0, capacity_factor = 0;
+  int64_t every = 1, after = 0;  // moe_layers: every:K, after:K (all = every:1)
+  bool enabled() const { return experts > 0; }
+  // Whether block `layer` (global index) is a mixture-of-experts block.
+  bool is_moe(int64_t layer) const {
+    return enabled() && layer >= after && (layer - after) % every == every - 1;
+  }
+};
+
 struct ModelConfig {
   Arch arch = Arch::llama;
   int64_t layers = 0, d_model = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn_hidden = 0;
@@ -49,6 +63,7 @@ struct ModelConfig {
   bool tie_embeddings = false;
   TensorParallel tp;
   ContextParallel cp;
+  MoeConfig moe;
   // Activation recompute (train.recompute, doc/recompute.md): with full, the first
   // recompute_layers blocks of each model chunk (0: all) keep only their input.
   Recompute recompute = Recompute::none;
@@ -70,6 +85,9 @@ struct ModelConfig {
   void split(const TensorParallel& t);
   // Splits each sequence over cp ranks; a collective error names what does not divide.
   void split(const ContextParallel& c);
+  // Checks the routed experts split over ep expert-parallel ranks, and the parallel degrees a
+  // mixture of experts composes with so far (doc/moe.md); a collective error otherwise.
+  void check_experts(int64_t ep, int64_t tp, int64_t cp, int zero) const;
   // Tokens of one sequence this rank holds (seq_len without context parallelism).
   int64_t seq_local() const { return seq_len / cp.size; }
   // Global position of row n of a micro-batch of B sequences as this rank lays them out.
@@ -87,6 +105,11 @@ struct ModelConfig {
   const char* arch_name() const { return to_string(arch); }
   bool has_bias() const { return arch == Arch::gpt2; }
   int64_t param_count() const;  // including padding rows
+  // Parameters a token uses: param_count less the routed experts it does not take.
+  int64_t active_param_count() const;
+  // Parameters of one expert (routed or shared), and the mixture-of-experts blocks.
+  int64_t expert_param_count() const;
+  int64_t moe_blocks() const;
 };
 
 }  // namespace tessera

@@ -23,6 +23,18 @@ enum class ScratchId : int {
   mlp_d_act,
   mlp_d_gate,
   mlp_d_up,
+  // Mixture of experts backward (model/moe.cpp): the gradients of the packed expert outputs,
+  // of the combine weights, of the packed expert inputs and of the router logits. The
+  // experts' hidden gradients use the MLP's three buffers.
+  moe_d_out,
+  moe_d_weight,
+  moe_d_in,
+  moe_d_logits,
+  // Expert parallelism: the rows of an all-to-all as they arrive or leave ([source][expert]),
+  // and the expert side's output and input gradients.
+  moe_a2a,
+  moe_d_side_out,
+  moe_d_side_in,
   // Block backward: the gradient of a norm's output, and of the residual stream between the
   // sublayers.
   block_d_norm,

@@ -23,7 +23,8 @@ Transformer::Transformer(const ModelConfig& cfg, ParamStore& store,
   for (const ChunkLayers& c : chunks_)
     for (int64_t i = c.first; i < c.last; ++i)
       blocks_[size_t(i)] = std::make_unique<Block>(store, "layers." + std::to_string(i), cfg_,
-                                                   cfg_.block_recompute(i - c.first), rebuilt_.get());
+                                                   cfg_.block_recompute(i - c.first), rebuilt_.get(),
+                                                   cfg_.moe.is_moe(i));
   if (has_head) {
     Param* tied = !cfg_.tie_embeddings ? nullptr : embed_ ? &embed_->token_table() : tied_copy_;
     head_ = std::make_unique<OutputHead>(store, cfg_, tied);
@@ -90,6 +91,13 @@ Tensor Transformer::backward_chunk(StepContext& ctx, int k, const Tensor& dy) {
   if (!c.embedding) return grad;
   around(ctx, 0, Pass::backward, [&] { return (embed_->backward(ctx, grad), 0); });
   return Tensor{};
+}
+
+std::vector<Moe*> Transformer::moe_layers() const {
+  std::vector<Moe*> out;
+  for (const std::unique_ptr<Block>& b : blocks_)
+    if (b && b->moe()) out.push_back(b->moe());
+  return out;
 }
 
 double Transformer::forward(StepContext& ctx, const Tensor& ids, const Tensor& targets) {

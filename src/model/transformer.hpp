@@ -45,6 +45,8 @@ class Transformer {
   Param* tied_copy() const { return tied_copy_; }
 
   const ModelConfig& config() const { return cfg_; }
+  // This rank's mixture-of-experts layers, in layer order.
+  std::vector<Moe*> moe_layers() const;
   // Registration-index ranges of the parts: [0] embedding, [1..L] blocks, [L+1] head.
   const std::vector<std::pair<int, int>>& parts() const { return ranges_; }
   int head_part() const { return int(cfg_.layers) + 1; }

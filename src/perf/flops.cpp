@@ -11,8 +11,13 @@ namespace tessera {
 double matmul_params(const ModelConfig& c) {
   const double C = double(c.d_model), F = double(c.ffn_hidden);
   const double qd = double(c.heads * c.head_dim), kvd = double(c.kv_heads * c.head_dim);
-  const double per_layer = C * qd + 2 * C * kvd + qd * C + (c.arch == Arch::llama ? 3 : 2) * C * F;
-  return double(c.layers) * per_layer + double(c.vocab) * C;
+  const double maps = c.arch == Arch::llama ? 3 : 2;
+  const double per_layer = C * qd + 2 * C * kvd + qd * C + maps * C * F;
+  // A mixture-of-experts block: the router and the experts a token takes (active FLOPs).
+  const double moe = double(c.moe_blocks());
+  const double active = double(c.moe.experts) * C +
+                        double(c.moe.top_k + c.moe.shared) * maps * C * double(c.moe.ffn);
+  return double(c.layers) * per_layer + moe * (active - maps * C * F) + double(c.vocab) * C;
 }
 
 double model_flops_per_token(const ModelConfig& c) {

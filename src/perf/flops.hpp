@@ -4,7 +4,8 @@
 // output projection over the real vocabulary included, embedding lookups excluded)
 // + 12 * L * T * (heads * head_dim) for the attention scores and weighted sum
 // (forward 4*T*d per layer, backward twice that; Megatron's accounting, without halving
-// for the causal mask). This is the numerator of MFU.
+// for the causal mask). This is the numerator of MFU. A mixture-of-experts block counts its
+// router and the experts a token takes (top_k routed + shared): active FLOPs.
 #pragma once
 
 #include <cstdint>

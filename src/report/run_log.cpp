@@ -274,16 +274,56 @@ void RunLog::step(const StepResult& r) {
   if (trainer_.loss_scaler().dynamic)
     std::snprintf(scale, sizeof scale, ", \"loss_scale\": %.9g, \"skipped\": %s", r.loss_scale,
                   r.skipped ? "true" : "false");
+  const std::string moe = moe_json();
   std::fprintf(metrics_,
                "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
                "\"step_time\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g, \"hfu\": %.6g, "
-               "\"mem_peak_bytes\": %.0f%s%s%s, \"phase_max_s\": {%s}}\n",
+               "\"mem_peak_bytes\": %.0f%s%s%s%s, \"phase_max_s\": {%s}}\n",
                (long long)r.step, json_number(r.loss).c_str(), r.lr,
                json_number(r.grad_norm).c_str(), seconds, tokens / seconds, mfu,
                hardware_flops_per_step_ / (seconds * peak_total_), mem_peak, val, dpt, scale,
-               phases.c_str());
+               moe.c_str(), phases.c_str());
   if ((std::fflush(metrics_) != 0 || std::ferror(metrics_)) && !write_errno_)
     write_errno_ = errno ? errno : EIO;
+}
+
+// Mixture of experts: total and active parameters, and the last step's routing per block.
+void RunLog::print_moe() {
+  const ModelConfig& c = trainer_.config();
+  if (!c.moe.enabled()) return;
+  std::printf("mixture of experts: %lld parameters, %lld active per token (%lld blocks of %lld "
+              "routed experts, top %lld, %lld shared; ep %d)\n",
+              (long long)c.param_count(), (long long)c.active_param_count(),
+              (long long)c.moe_blocks(), (long long)c.moe.experts, (long long)c.moe.top_k,
+              (long long)c.moe.shared, grid_.group(Group::ep).size());
+  for (const Moe* m : trainer_.model().moe_layers()) {
+    const Moe::Stats& s = m->last();
+    std::printf("  %-16s tokens per expert max/mean %.3f, dropped %.0f of %.0f, balancing loss "
+                "%.4g, z %.4g, selection bias [%.4g, %.4g]   (last step)\n",
+                m->name().c_str(), m->imbalance(), s.dropped, s.tokens * double(c.moe.top_k),
+                s.sequences > 0 ? s.aux / s.sequences : 0.0, s.tokens > 0 ? s.z / s.tokens : 0.0,
+                double(s.bias_min), double(s.bias_max));
+  }
+}
+
+// The last step's routing of this rank's mixture-of-experts blocks (doc/moe.md), as a
+// metrics.jsonl field; empty for a dense model.
+std::string RunLog::moe_json() {
+  std::string out;
+  for (const Moe* m : trainer_.model().moe_layers()) {
+    const Moe::Stats& s = m->last();
+    char one[320];
+    std::snprintf(one, sizeof one,
+                  "%s{\"layer\": \"%s\", \"max_over_mean\": %.6g, \"dropped\": %.0f, "
+                  "\"routed\": %.0f, \"aux\": %.6g, \"z\": %.6g, \"bias_min\": %.6g, "
+                  "\"bias_max\": %.6g}",
+                  out.empty() ? "" : ", ", m->name().c_str(), m->imbalance(), s.dropped,
+                  s.tokens * double(trainer_.config().moe.top_k),
+                  s.sequences > 0 ? s.aux / s.sequences : 0.0, s.tokens > 0 ? s.z / s.tokens : 0.0,
+                  double(s.bias_min), double(s.bias_max));
+    out += one;
+  }
+  return out.empty() ? out : ", \"moe\": [" + out + "]";
 }
 
 // The data-parallel gradients are reduced over dp_cp (the data- and context-parallel ranks);
@@ -489,6 +529,7 @@ void RunLog::finish() {
   if (const LossScaler& ls = trainer_.loss_scaler(); ls.dynamic)
     std::printf("fp16 loss scaling: %lld steps skipped on overflow, scale now %g\n",
                 (long long)ls.skipped, ls.scale);
+  print_moe();
   print_activations(mem[int(Charge::activations)], pipe != nullptr);
   std::printf("\n%s", grid_.traffic_table(trainer_.own_groups()).c_str());
   std::printf("%s", trainer_.data_parallel().summary().c_str());

@@ -34,6 +34,8 @@ class RunLog {
   std::string per_block_json() const;
   const RunConfig& run_;
   ProcessGrid& grid_;
+  std::string moe_json();
+  void print_moe();
   Trainer& trainer_;
   bool root_;
   std::string dir_;

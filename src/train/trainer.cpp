@@ -79,9 +79,12 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid,
                   "' is empty; raise data.val_fraction or set "
                   "train.eval_every = 0");
   par_.cp_timing = &cp_timing_;
+  par_.ep = &grid.group(Group::ep);
   split_tensor_parallel();
   cfg_.split(ContextParallel{grid.group(Group::cp).size(), grid.group(Group::cp).rank(),
                              run.parallel.cp_kind});
+  cfg_.check_experts(grid.group(Group::ep).size(), grid.group(Group::tp).size(),
+                     grid.group(Group::cp).size(), run.parallel.zero);
   const int stages = grid.group(Group::pp).size();
   if (stages > 1)
     model_ = std::make_unique<Transformer>(cfg_, store_, pipeline_stage());
@@ -397,6 +400,10 @@ StepResult Trainer::step(int64_t s) {
     }
     dp_->refresh_compute();
   }
+  // Mixture of experts: the step's routing statistics, and the selection bias's update when
+  // the step was applied.
+  for (Moe* m : model_->moe_layers())
+    m->end_step(grid_.group(Group::dp_cp), r.finite && !r.spike && !r.skipped);
   timer_.stop();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;

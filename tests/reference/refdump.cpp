@@ -29,6 +29,20 @@ void write_config(H5File& f, const RunConfig& run, const ModelConfig& c, int64_t
   f.attr("rope_theta", double(c.rope_theta));
   f.attr("tie_embeddings", int64_t(c.tie_embeddings));
   f.attr("init_std", double(c.init_std));
+  if (c.moe.enabled()) {
+    const MoeConfig& m = c.moe;
+    f.attr("experts", m.experts);
+    f.attr("experts_top_k", m.top_k);
+    f.attr("shared_experts", m.shared);
+    f.attr("expert_ffn", m.ffn);
+    f.attr("moe_every", m.every);
+    f.attr("moe_after", m.after);
+    f.attr("router", std::string(to_string(m.router)));
+    f.attr("aux_loss", double(m.aux_loss));
+    f.attr("router_bias_step", double(m.bias_step));
+    f.attr("z_loss", double(m.z_loss));
+    f.attr("capacity_factor", double(m.capacity_factor));
+  }
   const OptimSection& o = run.optim;
   f.attr("lr", o.lr);
   f.attr("min_lr", o.min_lr);
@@ -79,6 +93,7 @@ void dump(const std::string& out, const std::vector<std::string>& deck_args) {
   trainer.params().zero_grads();
   const double loss = trainer.model().forward(ctx, tids, ttargets) / double(B * T);
   trainer.model().backward(ctx);
+  for (Moe* m : trainer.model().moe_layers()) m->end_step(grid.world(), false);  // not a step
   f.write("/check/tokens", {B, T + 1}, tokens.data());
   f.write("/check/logits", {B, T, c.vocab}, logits.data());
   f.write("/check/loss", {}, &loss);

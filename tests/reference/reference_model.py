@@ -11,6 +11,27 @@ import torch.nn.functional as F
 
 CONFIG_KEYS = ("arch", "layers", "d_model", "heads", "kv_heads", "ffn_hidden", "vocab",
                "vocab_padded", "seq_len", "norm_eps", "rope_theta", "tie_embeddings")
+# Mixture of experts (doc/moe.md); absent from a dense model's dump.
+MOE_DEFAULTS = {"experts": 0, "experts_top_k": 2, "shared_experts": 0, "expert_ffn": 0,
+                "moe_every": 1, "moe_after": 0, "router": "softmax", "aux_loss": 0.0,
+                "router_bias_step": 0.0, "z_loss": 0.0, "capacity_factor": 0.0}
+
+
+def is_moe(cfg, layer):
+    """Whether block `layer` is a mixture-of-experts block (model.moe_layers)."""
+    after, every = cfg.get("moe_after", 0), cfg.get("moe_every", 1)
+    return cfg.get("experts", 0) > 0 and layer >= after and (layer - after) % every == every - 1
+
+
+def mlp_shapes(s, p, C, Fh, gpt2):
+    if not gpt2:
+        s[p + "gate.weight"] = (Fh, C)
+    s[p + "up.weight"] = (Fh, C)
+    if gpt2:
+        s[p + "up.bias"] = (Fh,)
+    s[p + "down.weight"] = (C, Fh)
+    if gpt2:
+        s[p + "down.bias"] = (C,)
 
 
 def param_shapes(cfg):
@@ -36,14 +57,16 @@ def param_shapes(cfg):
         s[p + "mlp_norm.weight"] = (C,)
         if gpt2:
             s[p + "mlp_norm.bias"] = (C,)
-        else:
-            s[p + "mlp.gate.weight"] = (Fh, C)
-        s[p + "mlp.up.weight"] = (Fh, C)
-        if gpt2:
-            s[p + "mlp.up.bias"] = (Fh,)
-        s[p + "mlp.down.weight"] = (C, Fh)
-        if gpt2:
-            s[p + "mlp.down.bias"] = (C,)
+        if not is_moe(cfg, i):
+            mlp_shapes(s, p + "mlp.", C, Fh, gpt2)
+            continue
+        E, Fe = cfg["experts"], cfg["expert_ffn"]
+        s[p + "moe.router.weight"] = (E, C)
+        s[p + "moe.router.selection_bias"] = (E,)
+        if cfg["shared_experts"] > 0:
+            mlp_shapes(s, p + "moe.shared.", C, cfg["shared_experts"] * Fe, gpt2)
+        for e in range(E):
+            mlp_shapes(s, p + f"moe.experts.{e}.", C, Fe, gpt2)
     s["final_norm.weight"] = (C,)
     if gpt2:
         s["final_norm.bias"] = (C,)
@@ -62,7 +85,7 @@ def decays(name, decay_embeddings=False):
         return bool(decay_embeddings)
     if name == "head.weight":
         return True
-    return (".attn." in name or ".mlp." in name) and name.endswith(".weight")
+    return (".attn." in name or ".mlp." in name or ".moe." in name) and name.endswith(".weight")
 
 
 def lr_at(s, lr, min_lr, warmup, total_steps):
@@ -77,6 +100,9 @@ class Reference(torch.nn.Module):
     def __init__(self, cfg, dtype=torch.float64):
         super().__init__()
         self.cfg = {k: cfg[k] for k in CONFIG_KEYS}
+        self.cfg.update({k: cfg.get(k, v) for k, v in MOE_DEFAULTS.items()})
+        self.extra = 0.0  # the balancing and z-loss terms of the last forward
+        self.routed = {}  # tokens routed to each expert per MoE block, since the last step
         self.gpt2 = cfg["arch"] == "gpt2"
         assert cfg["arch"] in ("llama", "gpt2"), cfg["arch"]
         assert cfg["heads"] % cfg["kv_heads"] == 0 and cfg["d_model"] % cfg["heads"] == 0
@@ -153,6 +179,58 @@ class Reference(torch.nn.Module):
             return self.linear(h, pre + "down")
         return self.linear(F.silu(self.linear(x, pre + "gate")) * self.linear(x, pre + "up"), pre + "down")
 
+    def moe(self, x, i):
+        """Mixture of experts of block i (doc/moe.md): y = sum_j w_j E_j(x) + shared(x)."""
+        c, pre = self.cfg, f"layers.{i}.moe."
+        B, T, C = x.shape
+        E, K = c["experts"], c["experts_top_k"]
+        sigmoid = c["router"] == "sigmoid"
+        logits = x @ self.w(pre + "router.weight").T  # [B, T, E]
+        s = torch.sigmoid(logits) if sigmoid else torch.softmax(logits, dim=-1)
+        key = (s + self.w(pre + "router.selection_bias")).detach()
+        # Top-k by score + bias, ties to the lower expert index (a stable sort).
+        order = torch.argsort(-key, dim=-1, stable=True)[..., :K]  # [B, T, K]
+        w = torch.gather(s, -1, order)
+        if sigmoid:
+            w = w / w.sum(-1, keepdim=True)
+        # Capacity: per sequence, tokens in order, a token's experts in rank order.
+        keep = torch.ones(B, T, K, dtype=torch.bool)
+        cnt = torch.zeros(B, E, dtype=torch.float64)
+        cap = math.ceil(c["capacity_factor"] * T * K / E) if c["capacity_factor"] > 0 else B * T * K
+        sel = order.tolist()
+        for b in range(B):
+            used = [0] * E
+            for t in range(T):
+                for j in range(K):
+                    e = sel[b][t][j]
+                    keep[b, t, j] = used[e] < cap
+                    used[e] += 1
+            cnt[b] = torch.tensor(used, dtype=torch.float64)
+        y = torch.zeros_like(x)
+        for e in range(E):
+            we = (w * ((order == e) & keep).to(w.dtype)).sum(-1)  # [B, T]
+            y = y + we[..., None] * self.mlp(x, pre + f"experts.{e}.")
+        if c["shared_experts"] > 0:
+            y = y + self.mlp(x, pre + "shared.")
+        # Balancing loss per sequence, averaged over sequences; z-loss averaged over tokens.
+        f = E / (K * T) * cnt  # [B, E]
+        sn = s / s.sum(-1, keepdim=True) if sigmoid else s
+        P = sn.mean(1)  # [B, E]
+        self.extra = self.extra + c["aux_loss"] * (f * P).sum(-1).mean()
+        z = torch.logsumexp(logits, dim=-1)
+        self.extra = self.extra + c["z_loss"] * (z * z).mean()
+        self.routed[i] = self.routed.get(i, 0) + cnt.sum(0)
+        return y
+
+    def update_bias(self):
+        """Auxiliary-loss-free balancing after a step: each bias moves towards the mean load."""
+        step = self.cfg["router_bias_step"]
+        with torch.no_grad():
+            for i, load in self.routed.items():
+                if step > 0:
+                    self.w(f"layers.{i}.moe.router.selection_bias").add_(step * torch.sign(load.mean() - load))
+        self.routed = {}
+
     # -- model
     def forward(self, ids):
         ids = torch.as_tensor(ids, dtype=torch.long)
@@ -160,14 +238,17 @@ class Reference(torch.nn.Module):
         x = self.w("embed.tok.weight")[ids]
         if self.gpt2:
             x = x + self.w("embed.pos.weight")[:T]
+        self.extra = 0.0
         for i in range(self.cfg["layers"]):
             x = x + self.attn(self.norm(x, f"layers.{i}.attn_norm"), f"layers.{i}.attn.")
-            x = x + self.mlp(self.norm(x, f"layers.{i}.mlp_norm"), f"layers.{i}.mlp.")
+            h = self.norm(x, f"layers.{i}.mlp_norm")
+            x = x + (self.moe(h, i) if is_moe(self.cfg, i) else self.mlp(h, f"layers.{i}.mlp."))
         x = self.norm(x, "final_norm")
         head = self.w("embed.tok.weight" if tied(self.cfg) else "head.weight")
         return x @ head[: self.cfg["vocab"]].T  # padding rows never reach the softmax
 
     def loss(self, ids, targets):
+        """The token loss; self.extra holds the balancing and z-loss terms added to it."""
         logits = self.forward(ids)
         targets = torch.as_tensor(targets, dtype=torch.long)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
@@ -187,11 +268,12 @@ class Reference(torch.nn.Module):
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
         loss = self.loss(tokens[:, :-1], tokens[:, 1:])
-        loss.backward()
-        params = list(self.named().values())
+        (loss + self.extra).backward()
+        params = [p for p in self.named().values() if p.grad is not None]
         if grad_clip > 0:
             norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
         else:
             norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
         opt.step()
+        self.update_bias()
         return float(loss), float(norm)

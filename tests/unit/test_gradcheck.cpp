@@ -25,6 +25,7 @@
 #include "model/embedding.hpp"
 #include "model/linear.hpp"
 #include "model/mlp.hpp"
+#include "model/moe.hpp"
 #include "model/norm.hpp"
 #include "model/output_head.hpp"
 #include "model/param.hpp"
@@ -419,6 +420,61 @@ TEST_F(GradCheck, BlockGpt2) {
   Block block(store, "layers.0", cfg);
   finish_store(store);
   check_block(*this, block, store, cfg, 34);
+}
+
+// A mixture-of-experts block (model/moe.cpp): the loss adds the balancing and z-loss terms
+// the backward differentiates (ctx.loss_scale = 1: coefficient x T per sequence's balancing
+// loss, coefficient per token's z^2), read from the layer's statistics of the forward.
+void check_moe_block(GradCheck& t, ModelConfig cfg, uint32_t seed) {
+  cfg.moe.top_k = 2, cfg.moe.ffn = 12;
+  cfg.layers = 1;
+  ParamStore store;
+  Block block(store, "layers.0", cfg, Recompute::none, nullptr, true);
+  t.finish_store(store, seed);
+  ASSERT_NE(block.moe(), nullptr);
+  ASSERT_NE(store.find("layers.0.moe.experts.3.up.weight"), nullptr);
+  Communicator& self = t.comm_;
+  StepContext ctx = t.context(true);
+  const int64_t N = kB * cfg.seq_len, C = cfg.d_model, T = cfg.seq_len;
+  FVec x = randn(N * C, seed), R = randn(N * C, seed + 1);
+  auto objective = [&] {
+    const double out = dot(block.forward(ctx, mat(x, N, C)), R);
+    const Moe::Stats& s = block.moe()->end_step(self, false);
+    return out + double(cfg.moe.aux_loss) * double(T) * s.aux + double(cfg.moe.z_loss) * s.z;
+  };
+  block.forward(ctx, mat(x, N, C));
+  FVec dx(N * C, 123.0f);
+  block.backward(ctx, mat(R, N, C), mat(dx, N, C));
+  const FVec grads = copy_grads(store);
+  block.moe()->end_step(self, false);  // the statistics start from this point
+  GradChecker chk(objective, seed + 2);
+  chk.check("x", x.data(), N * C, dx.data(), -1);
+  // The selection bias only selects (a step function of the loss): not trained, gradient 0.
+  const std::string bias = "layers.0.moe.router.selection_bias";
+  int64_t planned = N * C;
+  for (Param* p : store.params()) {
+    if (p->name == bias) {
+      for (int64_t e = 0; e < cfg.moe.experts; ++e) EXPECT_EQ(grads[size_t(p->offset + e)], 0.0f);
+      continue;
+    }
+    chk.check(p->name, p->value.f32(), p->global.numel(), grads.data() + p->offset);
+    planned += std::min<int64_t>(kSamples, p->global.numel());
+  }
+  GradCheck::expect_all_pass(chk, planned);
+}
+
+TEST_F(GradCheck, BlockMoeLlamaSigmoidShared) {
+  ModelConfig cfg = tiny_config(Arch::llama);
+  cfg.moe.experts = 4, cfg.moe.shared = 1, cfg.moe.router = Router::sigmoid;
+  cfg.moe.aux_loss = 0.5f, cfg.moe.z_loss = 0.1f;
+  check_moe_block(*this, cfg, 51);
+}
+
+TEST_F(GradCheck, BlockMoeGpt2SoftmaxCapacity) {
+  ModelConfig cfg = tiny_config(Arch::gpt2);
+  cfg.moe.experts = 4, cfg.moe.router = Router::softmax;
+  cfg.moe.aux_loss = 0.5f, cfg.moe.capacity_factor = 1.0f;  // 3 of a sequence's 12 choices
+  check_moe_block(*this, cfg, 54);
 }
 
 // Blocks that rebuild activations in backward (doc/recompute.md): selective reruns the

@@ -67,6 +67,7 @@ TEST(RunConfig, EveryChoiceOfTheSchemaParses) {
       {"model.arch", [](const RunConfig& c) { return to_string(c.model.arch); }},
       {"model.tie_embeddings",
        [](const RunConfig& c) { return to_string(c.model.tie_embeddings); }},
+      {"model.router", [](const RunConfig& c) { return to_string(c.model.router); }},
       {"data.tokenizer", [](const RunConfig& c) { return to_string(c.data.tokenizer); }},
       {"parallel.pp_schedule",
        [](const RunConfig& c) { return to_string(c.parallel.pp_schedule); }},

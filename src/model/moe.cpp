@@ -1,0 +1,448 @@
+#include "model/moe.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/kernels.hpp"
+
+namespace tessera {
+namespace {
+
+Tensor rows(const Tensor& t, int64_t first, int64_t count, int64_t cols) {
+  return view_of(t.f32() + first * cols, Shape{count, cols});
+}
+Tensor rows(const Buffer& b, int64_t first, int64_t count, int64_t cols) {
+  return rows(b.view(), first, count, cols);
+}
+
+// logsumexp and softmax of one row of n logits.
+double softmax_row(const float* l, float* p, int64_t n) {
+  float mx = l[0];
+  for (int64_t e = 1; e < n; ++e) mx = std::max(mx, l[e]);
+  double sum = 0;
+  for (int64_t e = 0; e < n; ++e) sum += std::exp(double(l[e] - mx));
+  for (int64_t e = 0; e < n; ++e) p[e] = float(std::exp(double(l[e] - mx)) / sum);
+  return double(mx) + std::log(sum);
+}
+
+}  // namespace
+
+Moe::Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg)
+    : cfg_(cfg), name_(name), shared_cfg_(cfg), swiglu_(cfg.arch == Arch::llama) {
+  const int64_t C = cfg.d_model, F = cfg.moe.ffn, E = cfg.moe.experts;
+  const bool bias = cfg.has_bias();
+  const float resid_std = cfg.init_std / std::sqrt(2.0f * float(cfg.layers));
+  router_ = Linear(store, name + ".router", C, E, false, cfg.init_std);
+  bias_ = &store.add(name + ".router.selection_bias", Shape{E}, {ParamInit::zeros}, false);
+  if (cfg.moe.shared > 0) {
+    shared_cfg_.ffn_hidden = cfg.moe.shared * F;
+    shared_ = std::make_unique<Mlp>(store, name + ".shared", shared_cfg_);
+  }
+  experts_.resize(size_t(E));
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string n = name + ".experts." + std::to_string(e);
+    Expert& x = experts_[size_t(e)];
+    if (swiglu_) x.gate = Linear(store, n + ".gate", C, F, bias, cfg.init_std);
+    x.up = Linear(store, n + ".up", C, F, bias, cfg.init_std);
+    x.down = Linear(store, n + ".down", F, C, bias, resid_std);
+  }
+  step_.load.assign(size_t(E), 0.0);
+  last_.load.assign(size_t(E), 0.0);
+  key_.resize(size_t(E)), ds_.resize(size_t(E)), mine_.resize(size_t(E));
+  used_.resize(size_t(E)), fill_.resize(size_t(E));
+}
+
+int Moe::ep_size(const StepContext& ctx) const {
+  return ctx.par.ep ? ctx.par.ep->size() : 1;
+}
+
+Moe::Saved& Moe::kept(const StepContext& ctx) {
+  Saved& s = slots_.at(ctx.slot);
+  const int64_t N = ctx.batch * cfg_.seq_local(), E = cfg_.moe.experts, K = cfg_.moe.top_k;
+  const int64_t C = cfg_.d_model, F = cfg_.moe.ffn, ep = ep_size(ctx);
+  if (s.logits.numel() != N * E) {
+    auto act = [&](Shape shape, DType t = DType::f32) {
+      return Buffer(ctx.alloc, shape, t, Charge::activations);
+    };
+    s.logits = act({N, E}), s.scores = act({N, E});
+    s.choice = act({N, K}, DType::i32), s.row = act({N, K}, DType::i32), s.weight = act({N, K});
+    s.f = act({ctx.batch, E});
+    s.xin = act({N * K, C}), s.out = act({N * K, C});
+    // The expert side holds at most every rank's rows (all sent to this rank's experts).
+    const int64_t R = ep * N * K;
+    if (ep > 1) s.xe_own = act({R, C}), s.oe_own = act({R, C});
+    s.xe = ep > 1 ? s.xe_own.view() : s.xin.view();
+    s.oe = ep > 1 ? s.oe_own.view() : s.out.view();
+    s.up = act({R, F}), s.act = act({R, F});
+    if (swiglu_) s.gate = act({R, F});
+    s.offset.assign(size_t(E) + 1, 0);
+    s.counts.assign(size_t(E), 0.0f);
+    s.eoffset.assign(size_t(E / ep) + 1, 0);
+    for (auto* v : {&s.packed_count, &s.packed_displ, &s.side_count, &s.side_displ})
+      v->assign(size_t(ep), 0);
+  }
+  return s;
+}
+
+// Scores, top-k selection (by score + bias; ties to the lower expert index), combine weights,
+// capacity (per sequence, token order), packed rows, the balancing loss's fractions.
+void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T) {
+  const int64_t N = B * T, E = cfg_.moe.experts, K = cfg_.moe.top_k;
+  const bool sigmoid = cfg_.moe.router == Router::sigmoid;
+  const float* l = s.logits.f32();
+  float* sc = s.scores.f32();
+  int32_t* choice = s.choice.i32();
+  int32_t* row = s.row.i32();
+  float* w = s.weight.f32();
+  const float* bias = bias_->value.f32();
+  const bool training = ctx.training;
+  std::vector<float>& key = key_;
+  std::vector<int64_t>& used = used_;
+  std::vector<int64_t>& fill = fill_;
+  const int64_t cap =
+      cfg_.moe.capacity_factor > 0
+          ? int64_t(std::ceil(double(cfg_.moe.capacity_factor) * double(T * K) / double(E)))
+          : N * K;
+  std::fill(s.offset.begin(), s.offset.end(), 0);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* ln = l + n * E;
+    float* sn = sc + n * E;
+    // key holds softmax(l) first: the scores of the softmax router, z for either.
+    const double z = softmax_row(ln, key.data(), E);
+    if (sigmoid)
+      for (int64_t e = 0; e < E; ++e) sn[e] = 1.0f / (1.0f + std::exp(-ln[e]));
+    else
+      std::copy(key.begin(), key.end(), sn);
+    if (training) step_.z += z * z, step_.tokens += 1;
+    for (int64_t e = 0; e < E; ++e) key[size_t(e)] = sn[e] + bias[e], fill[size_t(e)] = 0;
+    double sum = 0;
+    for (int64_t j = 0; j < K; ++j) {
+      int64_t best = -1;  // the highest key not yet taken, the lowest index among equals
+      for (int64_t e = 0; e < E; ++e)
+        if (!fill[size_t(e)] && (best < 0 || key[size_t(e)] > key[size_t(best)])) best = e;
+      fill[size_t(best)] = 1;
+      choice[n * K + j] = int32_t(best);
+      w[n * K + j] = sn[best];
+      sum += sn[best];
+    }
+    if (sigmoid)
+      for (int64_t j = 0; j < K; ++j) w[n * K + j] = float(double(w[n * K + j]) / sum);
+  }
+  // Capacity and counts: sequence by sequence, tokens in order, a token's experts in rank
+  // order; the balancing loss's f_i = E / (K T) x tokens of the sequence selecting i.
+  float* f = s.f.f32();
+  int64_t dropped = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    std::fill(used.begin(), used.end(), 0);
+    for (int64_t n = b * T; n < (b + 1) * T; ++n)
+      for (int64_t j = 0; j < K; ++j) {
+        const int32_t e = choice[n * K + j];
+        const bool keep = used[size_t(e)]++ < cap;
+        row[n * K + j] = keep ? 0 : -1;
+        if (keep)
+          ++s.offset[size_t(e) + 1];
+        else
+          ++dropped;
+      }
+    for (int64_t e = 0; e < E; ++e) {
+      f[b * E + e] = float(double(E) / double(K * T) * double(used[size_t(e)]));
+      if (training) step_.load[size_t(e)] += double(used[size_t(e)]);
+    }
+  }
+  for (int64_t e = 0; e < E; ++e) s.offset[size_t(e) + 1] += s.offset[size_t(e)];
+  for (int64_t e = 0; e < E; ++e) fill[size_t(e)] = s.offset[size_t(e)];
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < K; ++j)
+      if (row[n * K + j] == 0) row[n * K + j] = int32_t(fill[size_t(choice[n * K + j])]++);
+  if (!training) return;
+  step_.dropped += double(dropped);
+  // The balancing loss of each sequence: sum_i f_i P_i, P_i the mean over its tokens of the
+  // normalised score (the softmax probability; sigmoid scores over their sum).
+  for (int64_t b = 0; b < B; ++b) {
+    double aux = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      double P = 0;
+      for (int64_t n = b * T; n < (b + 1) * T; ++n) {
+        const float* sn = sc + n * E;
+        double norm = 1;
+        if (sigmoid) {
+          norm = 0;
+          for (int64_t i = 0; i < E; ++i) norm += sn[i];
+        }
+        P += sn[e] / norm;
+      }
+      aux += f[b * E + e] * P / double(T);
+    }
+    step_.aux += aux;
+    step_.sequences += 1;
+  }
+}
+
+template <class Fn>
+void Moe::for_each_chunk(const Saved& s, Fn&& fn) const {
+  const int64_t El = int64_t(s.eoffset.size()) - 1, ep = int64_t(s.counts.size()) / El;
+  int64_t packed = 0;
+  for (int64_t src = 0; src < ep; ++src)
+    for (int64_t e = 0; e < El; ++e) {
+      int64_t side = s.eoffset[size_t(e)];
+      for (int64_t q = 0; q < src; ++q) side += int64_t(s.counts[size_t(q * El + e)]);
+      const int64_t n = int64_t(s.counts[size_t(src * El + e)]);
+      fn(packed, side, n);
+      packed += n;
+    }
+}
+
+void Moe::exchange_counts(StepContext& ctx, Saved& s) {
+  const int64_t E = cfg_.moe.experts, ep = ep_size(ctx), El = E / ep;
+  std::vector<float>& mine = mine_;
+  for (int64_t e = 0; e < E; ++e)
+    mine[size_t(e)] = float(s.offset[size_t(e) + 1] - s.offset[size_t(e)]);
+  if (ep > 1)
+    ctx.par.ep->all_to_all(mine.data(), s.counts.data(), El);
+  else
+    s.counts = mine;
+  s.eoffset[0] = 0;
+  for (int64_t e = 0; e < El; ++e) {
+    int64_t n = 0;
+    for (int64_t src = 0; src < ep; ++src) n += int64_t(s.counts[size_t(src * El + e)]);
+    s.eoffset[size_t(e) + 1] = s.eoffset[size_t(e)] + n;
+  }
+  // Elements per peer: the packed rows of peer d's experts, and the rows peer d sends here.
+  const int64_t C = cfg_.d_model;
+  for (int64_t d = 0; d < ep; ++d) {
+    const size_t i = size_t(d);
+    s.packed_displ[i] = s.offset[size_t(d * El)] * C;
+    s.packed_count[i] = s.offset[size_t((d + 1) * El)] * C - s.packed_displ[i];
+    s.side_count[i] = 0;
+    for (int64_t e = 0; e < El; ++e) s.side_count[i] += int64_t(s.counts[size_t(d * El + e)]) * C;
+    s.side_displ[i] = d == 0 ? 0 : s.side_displ[i - 1] + s.side_count[i - 1];
+  }
+}
+
+void Moe::to_experts(StepContext& ctx, const Saved& s, const Tensor& packed, const Tensor& side) {
+  if (ep_size(ctx) == 1) return;
+  const int64_t C = cfg_.d_model;
+  const Tensor stage = ctx.scratch.get(ScratchId::moe_a2a, {side.shape.dims[0], C});
+  ctx.par.ep->all_to_allv(packed.f32(), s.packed_count, s.packed_displ, stage.f32(), s.side_count,
+                          s.side_displ);
+  for_each_chunk(s, [&](int64_t from, int64_t to, int64_t n) {
+    std::copy(stage.f32() + from * C, stage.f32() + (from + n) * C, side.f32() + to * C);
+  });
+}
+
+void Moe::from_experts(StepContext& ctx, const Saved& s, const Tensor& side, const Tensor& packed) {
+  if (ep_size(ctx) == 1) return;
+  const int64_t C = cfg_.d_model;
+  const Tensor stage = ctx.scratch.get(ScratchId::moe_a2a, {side.shape.dims[0], C});
+  for_each_chunk(s, [&](int64_t to, int64_t from, int64_t n) {
+    std::copy(side.f32() + from * C, side.f32() + (from + n) * C, stage.f32() + to * C);
+  });
+  ctx.par.ep->all_to_allv(stage.f32(), s.side_count, s.side_displ, packed.f32(), s.packed_count,
+                          s.packed_displ);
+}
+
+// This rank's experts on the expert side's rows.
+void Moe::run_experts(StepContext& ctx, Saved& s) {
+  const int64_t C = cfg_.d_model, F = cfg_.moe.ffn, El = int64_t(s.eoffset.size()) - 1;
+  const int64_t first_expert = (ctx.par.ep ? ctx.par.ep->rank() : 0) * El;
+  for (int64_t e = 0; e < El; ++e) {
+    const int64_t first = s.eoffset[size_t(e)], n = s.eoffset[size_t(e) + 1] - first;
+    if (n == 0) continue;
+    const Expert& x = experts_[size_t(first_expert + e)];
+    const Tensor xin = rows(s.xe, first, n, C), act = rows(s.act, first, n, F);
+    const Tensor up = rows(s.up, first, n, F);
+    x.up.forward(ctx, xin, up);
+    if (swiglu_) {
+      const Tensor gate = rows(s.gate, first, n, F);
+      x.gate.forward(ctx, xin, gate);
+      kernels::swiglu_forward(gate, up, act, n * F);
+    } else {
+      kernels::gelu_forward(up, act, n * F);
+    }
+    x.down.forward(ctx, act, rows(s.oe, first, n, C));
+  }
+}
+
+void Moe::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
+  const int64_t B = ctx.batch, T = cfg_.seq_local(), N = B * T, K = cfg_.moe.top_k;
+  const int64_t C = cfg_.d_model;
+  Saved& s = kept(ctx);
+  router_.forward(ctx, x, s.logits.view());
+  route(ctx, s, B, T);
+  const float* xf = x.f32();
+  const int32_t* row = s.row.i32();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < K; ++j)
+      if (const int32_t r = row[n * K + j]; r >= 0)
+        std::copy(xf + n * C, xf + (n + 1) * C, s.xin.f32() + int64_t(r) * C);
+  exchange_counts(ctx, s);
+  to_experts(ctx, s, s.xin.view(), s.xe);
+  run_experts(ctx, s);
+  from_experts(ctx, s, s.oe, s.out.view());
+  if (shared_) shared_->forward(ctx, x, y);
+  float* yf = y.f32();
+  const float* w = s.weight.f32();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < K; ++j)
+      if (const int32_t r = row[n * K + j]; r >= 0) {
+        const float* o = s.out.f32() + int64_t(r) * C;
+        for (int64_t c = 0; c < C; ++c) yf[n * C + c] += w[n * K + j] * o[c];
+      }
+}
+
+void Moe::router_grad(StepContext& ctx, Saved& s, const float* dw, const Tensor& dl, int64_t B,
+                      int64_t T) {
+  const int64_t N = B * T, E = cfg_.moe.experts, K = cfg_.moe.top_k;
+  const bool sigmoid = cfg_.moe.router == Router::sigmoid;
+  const float* sc = s.scores.f32();
+  const float* w = s.weight.f32();
+  const int32_t* choice = s.choice.i32();
+  const float* f = s.f.f32();
+  const double aux = double(cfg_.moe.aux_loss) * double(ctx.loss_scale);
+  const double zc = 2.0 * double(cfg_.moe.z_loss) * double(ctx.loss_scale);
+  std::vector<double>& ds = ds_;
+  std::vector<float>& p = key_;
+  float* out = dl.f32();
+  for (int64_t n = 0; n < N; ++n) {
+    const float* sn = sc + n * E;
+    std::fill(ds.begin(), ds.end(), 0.0);
+    // The combine weights: softmax w_j = p_e; sigmoid w_j = s_e / sum of the selected s.
+    if (!sigmoid) {
+      for (int64_t j = 0; j < K; ++j) ds[size_t(choice[n * K + j])] += dw[n * K + j];
+    } else {
+      double sum = 0, dot = 0;
+      for (int64_t j = 0; j < K; ++j)
+        sum += sn[choice[n * K + j]], dot += double(dw[n * K + j]) * w[n * K + j];
+      for (int64_t j = 0; j < K; ++j)
+        ds[size_t(choice[n * K + j])] += (double(dw[n * K + j]) - dot) / sum;
+    }
+    // The balancing loss: d/d(normalised score of e) = coefficient x loss_scale x f_e.
+    if (aux > 0) {
+      const float* fb = f + (n / T) * E;
+      if (!sigmoid) {
+        for (int64_t e = 0; e < E; ++e) ds[size_t(e)] += aux * fb[e];
+      } else {
+        double sum = 0, dot = 0;
+        for (int64_t e = 0; e < E; ++e) sum += sn[e];
+        for (int64_t e = 0; e < E; ++e) dot += aux * fb[e] * sn[e] / sum;
+        for (int64_t e = 0; e < E; ++e) ds[size_t(e)] += (aux * fb[e] - dot) / sum;
+      }
+    }
+    float* dn = out + n * E;
+    if (!sigmoid) {
+      double dot = 0;
+      for (int64_t e = 0; e < E; ++e) dot += ds[size_t(e)] * sn[e];
+      for (int64_t e = 0; e < E; ++e) dn[e] = float(sn[e] * (ds[size_t(e)] - dot));
+    } else {
+      for (int64_t e = 0; e < E; ++e) dn[e] = float(ds[size_t(e)] * sn[e] * (1.0 - sn[e]));
+    }
+    if (zc > 0) {
+      const double z = softmax_row(s.logits.f32() + n * E, p.data(), E);
+      for (int64_t e = 0; e < E; ++e) dn[e] += float(zc * z * p[size_t(e)]);
+    }
+  }
+}
+
+void Moe::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  const int64_t B = ctx.batch, T = cfg_.seq_local(), N = B * T, K = cfg_.moe.top_k;
+  const int64_t C = cfg_.d_model, F = cfg_.moe.ffn, E = cfg_.moe.experts;
+  Saved& s = kept(ctx);
+  const int32_t* row = s.row.i32();
+  const float* w = s.weight.f32();
+  const float* dyf = dy.f32();
+  // d(expert output) = w dy; d(w) = dy . expert output.
+  const Tensor d_out = ctx.scratch.get(ScratchId::moe_d_out, {N * K, C});
+  const Tensor dw = ctx.scratch.get(ScratchId::moe_d_weight, {N, K});
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < K; ++j) {
+      const int32_t r = row[n * K + j];
+      double dot = 0;
+      if (r >= 0) {
+        const float* o = s.out.f32() + int64_t(r) * C;
+        float* d = d_out.f32() + int64_t(r) * C;
+        for (int64_t c = 0; c < C; ++c) {
+          d[c] = w[n * K + j] * dyf[n * C + c];
+          dot += double(dyf[n * C + c]) * o[c];
+        }
+      }
+      dw.f32()[n * K + j] = float(dot);
+    }
+  // The routed experts, each on its rows of the expert side: d(expert input) there, then
+  // back to the packed side (moe_d_in).
+  const int64_t El = int64_t(s.eoffset.size()) - 1, R = s.xe.shape.dims[0];
+  const int64_t first_expert = (ctx.par.ep ? ctx.par.ep->rank() : 0) * El;
+  const bool ep = ep_size(ctx) > 1;
+  const Tensor d_in = ctx.scratch.get(ScratchId::moe_d_in, {N * K, C});
+  const Tensor d_oe = ep ? ctx.scratch.get(ScratchId::moe_d_side_out, {R, C}) : d_out;
+  const Tensor d_xe = ep ? ctx.scratch.get(ScratchId::moe_d_side_in, {R, C}) : d_in;
+  to_experts(ctx, s, d_out, d_oe);
+  const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {R, F});
+  const Tensor d_up = ctx.scratch.get(ScratchId::mlp_d_up, {R, F});
+  const Tensor d_gate = ctx.scratch.get(ScratchId::mlp_d_gate, {swiglu_ ? R : 1, F});
+  for (int64_t e = 0; e < El; ++e) {
+    const int64_t first = s.eoffset[size_t(e)], n = s.eoffset[size_t(e) + 1] - first;
+    if (n == 0) continue;
+    const Expert& ex = experts_[size_t(first_expert + e)];
+    const Tensor xin = rows(s.xe, first, n, C), up = rows(s.up, first, n, F);
+    ex.down.backward(ctx, rows(s.act, first, n, F), rows(d_oe, first, n, C),
+                     rows(d_act, first, n, F));
+    if (swiglu_) {
+      kernels::swiglu_backward(rows(d_act, first, n, F), rows(s.gate, first, n, F), up,
+                               rows(d_gate, first, n, F), rows(d_up, first, n, F), n * F);
+      ex.gate.backward(ctx, xin, rows(d_gate, first, n, F), rows(d_xe, first, n, C));
+      ex.up.backward(ctx, xin, rows(d_up, first, n, F), rows(d_xe, first, n, C),
+                     /*accumulate_dx=*/true);
+    } else {
+      kernels::gelu_backward(rows(d_act, first, n, F), up, rows(d_up, first, n, F), n * F);
+      ex.up.backward(ctx, xin, rows(d_up, first, n, F), rows(d_xe, first, n, C));
+    }
+  }
+  from_experts(ctx, s, d_xe, d_in);
+  // dx = shared experts' + router's + the routed experts' (each token's in rank order).
+  const Tensor dl = ctx.scratch.get(ScratchId::moe_d_logits, {N, E});
+  router_grad(ctx, s, dw.f32(), dl, B, T);
+  if (shared_) shared_->backward(ctx, x, dy, dx);
+  router_.backward(ctx, x, dl, dx, /*accumulate_dx=*/shared_ != nullptr);
+  float* dxf = dx.f32();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < K; ++j)
+      if (const int32_t r = row[n * K + j]; r >= 0) {
+        const float* d = d_in.f32() + int64_t(r) * C;
+        for (int64_t c = 0; c < C; ++c) dxf[n * C + c] += d[c];
+      }
+}
+
+const Moe::Stats& Moe::end_step(Communicator& dp, bool applied) {
+  const size_t E = step_.load.size();
+  std::vector<double> v(step_.load);
+  v.insert(v.end(), {step_.dropped, step_.aux, step_.z, step_.sequences, step_.tokens});
+  if (dp.size() > 1) dp.all_reduce(v.data(), int64_t(v.size()));
+  last_.load.assign(v.begin(), v.begin() + std::ptrdiff_t(E));
+  last_.dropped = v[E], last_.aux = v[E + 1], last_.z = v[E + 2];
+  last_.sequences = v[E + 3], last_.tokens = v[E + 4];
+  std::fill(step_.load.begin(), step_.load.end(), 0.0);
+  step_.dropped = step_.aux = step_.z = step_.sequences = step_.tokens = 0;
+  // Auxiliary-loss-free balancing: an expert above the mean load is selected less often.
+  // (ZeRO-3 holds the bias only while its block runs: no update, no range; check_experts.)
+  float* bias = bias_->value.f32();
+  if (bias == nullptr) return last_;
+  if (applied && cfg_.moe.bias_step > 0 && last_.tokens > 0) {
+    double mean = 0;
+    for (double x : last_.load) mean += x / double(E);
+    for (size_t e = 0; e < E; ++e) {
+      const double gap = mean - last_.load[e];
+      bias[e] += gap > 0 ? cfg_.moe.bias_step : gap < 0 ? -cfg_.moe.bias_step : 0.0f;
+    }
+  }
+  last_.bias_min = *std::min_element(bias, bias + E);
+  last_.bias_max = *std::max_element(bias, bias + E);
+  return last_;
+}
+
+double Moe::imbalance() const {
+  double sum = 0, most = 0;
+  for (double x : last_.load) sum += x, most = std::max(most, x);
+  return sum > 0 ? most * double(last_.load.size()) / sum : 0.0;
+}
+
+}  // namespace tessera

@@ -1,0 +1,116 @@
+// A mixture-of-experts sublayer (doc/moe.md): a router scores the routed experts of each token,
+// the token goes to its top-k experts (selected by score + a per-expert bias, weighted by the
+// score), and the shared experts take every token. y[N,C] += sum_j w_j E_j(x) + S(x).
+//
+// Experts are the block's MLP (SwiGLU for llama, GELU for gpt2) of width model.expert_ffn;
+// the shared experts are one such MLP of width shared x expert_ffn. Tokens are packed expert
+// by expert in token order, so each expert runs its three GEMMs on its own rows.
+//
+// Expert parallelism (parallel.ep > 1, ParallelContext::ep): rank r of the ep group runs the
+// routed experts [r E/ep, (r+1) E/ep). Each rank routes its own tokens, exchanges the rows per
+// expert with all-to-all(v) after exchanging the counts, runs its experts on the rows it
+// received, and sends the outputs back (and the gradients likewise in backward). Every rank
+// registers every expert: the experts a rank does not run get a zero gradient there, so the
+// data-parallel sum (over ep x edp ranks) is each expert's sum over the ranks that ran it.
+//
+// Balancing: the load-balancing loss (Switch/GShard, per sequence as DeepSeek-V3's
+// complementary loss), the router z-loss and the auxiliary-loss-free selection bias, which
+// end_step() moves after each step from the step's observed load. With a capacity factor,
+// the tokens beyond an expert's capacity in a sequence (token order) are dropped.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "model/linear.hpp"
+#include "model/mlp.hpp"
+
+namespace tessera {
+
+class Moe {
+ public:
+  // What one step observed (summed over micro-batches and data-parallel ranks by end_step).
+  struct Stats {
+    std::vector<double> load;  // tokens routed to each expert (selection, before capacity)
+    double dropped = 0;        // routed token-expert pairs dropped by the capacity
+    double aux = 0;            // sum over sequences of the balancing loss (no coefficient)
+    double z = 0;              // sum over tokens of logsumexp(router logits)^2
+    double sequences = 0, tokens = 0;
+    float bias_min = 0, bias_max = 0;  // the selection bias after the step's update
+  };
+
+  Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg);
+
+  // y[N,C] += moe(x) for x[N,C] (kept by the caller until backward).
+  void forward(StepContext& ctx, const Tensor& x, const Tensor& y);
+  // dx[N,C] overwritten for dy[N,C]; parameter gradients accumulated, the router's with the
+  // balancing and z-loss terms.
+  void backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx);
+
+  // After the optimizer step: sums the step's statistics over `dp` (the ranks that saw the
+  // step's other samples), moves the selection bias (model.router_bias_step) when `applied`
+  // (the step's update was applied) and starts the next step's count.
+  const Stats& end_step(Communicator& dp, bool applied);
+  const Stats& last() const { return last_; }
+  const std::string& name() const { return name_; }
+  // Tokens per expert of the last step: the largest over the mean (1 = balanced).
+  double imbalance() const;
+
+ private:
+  struct Expert {
+    Linear gate, up, down;  // gate unused for gpt2
+  };
+  struct Saved {
+    Buffer logits, scores;        // [N, E]
+    Buffer choice, row;           // i32 [N, K]: expert, packed row (-1: dropped)
+    Buffer weight;                // [N, K]
+    Buffer f;                     // [B, E]: the balancing loss's load fractions per sequence
+    Buffer xin, out;              // packed rows [N*K, C], expert by expert
+    std::vector<int64_t> offset;  // [E + 1]: each expert's first packed row
+    // The expert side: the rows this rank's experts run, expert by expert, and in each
+    // expert by source rank ([ep x N*K] rows at most; with ep = 1, xin and out themselves).
+    Buffer xe_own, oe_own, gate, up, act;
+    Tensor xe, oe;
+    std::vector<float> counts;     // [ep][E/ep]: rows each source sends each local expert
+    std::vector<int64_t> eoffset;  // [E/ep + 1]: each local expert's first row
+    // The all-to-allv's elements per peer and their offsets: packed side (rows for peer d's
+    // experts) and expert side (rows from peer d).
+    std::vector<int64_t> packed_count, packed_displ, side_count, side_displ;
+  };
+
+  Saved& kept(const StepContext& ctx);
+  void route(StepContext& ctx, Saved& s, int64_t B, int64_t T);
+  void run_experts(StepContext& ctx, Saved& s);
+  int ep_size(const StepContext& ctx) const;
+  // Rows between the packed (source) side [N*K, C] and the expert side [rows, C]: an
+  // all-to-all(v) over ep and a reordering from [source][expert] to [expert][source] (and
+  // back); nothing to move with ep = 1, where the two sides are the same buffers.
+  void exchange_counts(StepContext& ctx, Saved& s);
+  void to_experts(StepContext& ctx, const Saved& s, const Tensor& packed, const Tensor& side);
+  void from_experts(StepContext& ctx, const Saved& s, const Tensor& side, const Tensor& packed);
+  // The (source, local expert) chunks: their offsets on the packed and expert sides.
+  template <class Fn>
+  void for_each_chunk(const Saved& s, Fn&& fn) const;
+  // d(objective)/d(router logits) into dl [N,E] from the combine weights' gradients dw [N,K].
+  void router_grad(StepContext& ctx, Saved& s, const float* dw, const Tensor& dl, int64_t B,
+                   int64_t T);
+
+  const ModelConfig& cfg_;
+  std::string name_;
+  ModelConfig shared_cfg_;  // the shared experts' MLP: width shared x expert_ffn
+  bool swiglu_;
+  Linear router_;
+  Param* bias_ = nullptr;
+  std::unique_ptr<Mlp> shared_;
+  std::vector<Expert> experts_;
+  Slots<Saved> slots_;
+  Stats step_, last_;
+  // Per-token work space of the routing, sized once: [E] each.
+  std::vector<float> key_, mine_;
+  std::vector<double> ds_;
+  std::vector<int64_t> used_, fill_;
+};
+
+}  // namespace tessera
