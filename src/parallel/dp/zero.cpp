@@ -105,8 +105,8 @@ void Zero::build(int part) {
   const ParamPart& pp = store_.parts()[size_t(part)];
   Buffer full = pool_.take(pp.size);
   kernels::fill(full.view(), 0.0f, pp.size);
-  point_values(part, full.f32());
-  for (int i = pp.first; i < pp.last; ++i) ParamStore::initialize(store_.param(i), seed_);
+  point_values(part, full.comm_f32());
+  for (int i = pp.first; i < pp.last; ++i) store_.initialize(store_.param(i), seed_);
   kernels::copy(full.view().slice(shard_comm_.rank() * piece(part), piece(part)),
                 value_shard_.view().slice(local_of(part), piece(part)), piece(part));
   point_values(part, nullptr);
@@ -122,14 +122,16 @@ void Zero::reduce(int part) {
   Pending p;
   p.part = part;
   if (stage_ == 1) {  // straight from the full gradient buffer into the shard
-    p.request = shard_comm_.reduce_scatter_async(store_.grads() + store_.parts()[size_t(part)].begin,
-                                                 grad_shard_.f32() + local_of(part), piece(part));
+    p.request =
+        shard_comm_.reduce_scatter_async(store_.grads() + store_.parts()[size_t(part)].begin,
+                                         grad_shard_.comm_f32() + local_of(part), piece(part));
   } else {
     PartState& s = parts_[size_t(part)];
     point_grads(part, nullptr);
     p.staged = std::move(s.grads);
     p.piece = pool_.take(piece(part));
-    p.request = shard_comm_.reduce_scatter_async(p.staged.f32(), p.piece.f32(), piece(part));
+    p.request =
+        shard_comm_.reduce_scatter_async(p.staged.comm_f32(), p.piece.comm_f32(), piece(part));
   }
   pending_.push_back(std::move(p));
 }
@@ -154,8 +156,8 @@ void Zero::run(const std::vector<ZeroAction>& actions) {
       case ZeroAction::fetch: {
         const int64_t n = piece(a.part);
         s.values = pool_.take(n * k_);
-        s.gather = shard_comm_.all_gather_async(value_shard_.f32() + local_of(a.part),
-                                                s.values.f32(), n);
+        s.gather = shard_comm_.all_gather_async(value_shard_.comm_f32() + local_of(a.part),
+                                                s.values.comm_f32(), n);
         break;
       }
       case ZeroAction::wait:
@@ -165,7 +167,7 @@ void Zero::run(const std::vector<ZeroAction>& actions) {
           s.compute = pool_.take(size, store_.compute_dtype());
           kernels::cast(s.values.view(), s.compute.view(), size);
         }
-        point_values(a.part, s.values.f32());
+        point_values(a.part, s.values.comm_f32());
         break;
       case ZeroAction::release:
         s.gather.wait();  // a buffer MPI still writes into cannot be reused
@@ -177,7 +179,7 @@ void Zero::run(const std::vector<ZeroAction>& actions) {
         const int64_t size = store_.parts()[size_t(a.part)].size;
         s.grads = pool_.take(size);
         kernels::fill(s.grads.view(), 0.0f, size);
-        point_grads(a.part, s.grads.f32());
+        point_grads(a.part, s.grads.comm_f32());
         break;
       }
       case ZeroAction::reduce: reduce(a.part); break;
@@ -210,8 +212,8 @@ const float* Zero::reduce_gradients(const std::function<void()>& whole_final) {
   if (whole_final) whole_final();
   run(schedule_.finish());
   armed_ = false;
-  replica_comm_.all_reduce(grad_shard_.f32(), local_size_);  // HSDP: sum over shard groups
-  return grad_shard_.f32();
+  replica_comm_.all_reduce(grad_shard_.comm_f32(), local_size_);  // HSDP: sum over shard groups
+  return grad_shard_.comm_f32();
 }
 
 void Zero::after_optimizer() {
@@ -226,7 +228,7 @@ void Zero::after_optimizer() {
 }
 
 Holding Zero::values() {
-  if (stage_ == 3) return {value_shard_.f32(), &segments_, &replica_comm_};
+  if (stage_ == 3) return {value_shard_.comm_f32(), &segments_, &replica_comm_};
   return {store_.values(), &whole_, &holders_};
 }
 
