@@ -191,8 +191,8 @@ void ring_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_att
 
 // rows x cols elements from x (from element x0, rows ldx apart) to y (from y0, ldy apart), in
 // the tensors' space.
-void copy_block(const Tensor& x, int64_t x0, int64_t ldx, const Tensor& y, int64_t y0,
-                int64_t ldy, int64_t rows, int64_t cols) {
+void copy_block(const Tensor& x, int64_t x0, int64_t ldx, const Tensor& y, int64_t y0, int64_t ldy,
+                int64_t rows, int64_t cols) {
   kernels::copy_rows(x.slice(x0, x.numel() - x0), ldx, y.slice(y0, y.numel() - y0), ldy, rows,
                      cols);
 }
