@@ -45,7 +45,7 @@ endfunction()
 function(tessera_build_kokkos)
   set(root ${CMAKE_BINARY_DIR}/_deps/kokkos)
   set(prefix ${root}/install)
-  set(key "${TESSERA_KOKKOS_VERSION};${CMAKE_CXX_COMPILER};${TESSERA_CUDA};${TESSERA_CUDA_ARCH};${CMAKE_CUDA_COMPILER}")
+  set(key "${TESSERA_KOKKOS_VERSION};${CMAKE_CXX_COMPILER};${TESSERA_CUDA};${TESSERA_CUDA_ARCH};${CMAKE_CUDA_COMPILER};lean")
   set(stamp ${prefix}/tessera-build-key)
   set(TESSERA_KOKKOS_PREFIX ${prefix} CACHE INTERNAL "Kokkos built by this build tree")
   if(EXISTS ${stamp})
@@ -87,7 +87,11 @@ function(tessera_build_kokkos)
   set(args -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=${prefix}
            -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER} -DCMAKE_CXX_STANDARD=17
            -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON
-           -DKokkos_ENABLE_TESTS=OFF -DKokkos_ENABLE_EXAMPLES=OFF -DKokkos_ENABLE_BENCHMARKS=OFF)
+           -DKokkos_ENABLE_TESTS=OFF -DKokkos_ENABLE_EXAMPLES=OFF -DKokkos_ENABLE_BENCHMARKS=OFF
+           # Not used by tessera, and a fifth of the build (doc/kokkos.md, "Build time"): the
+           # code deprecated in Kokkos 4 (with the tasking sources) and the mdspan-based View.
+           -DKokkos_ENABLE_DEPRECATED_CODE_4=OFF -DKokkos_ENABLE_DEPRECATION_WARNINGS=OFF
+           -DKokkos_ENABLE_IMPL_MDSPAN=OFF)
   if(TESSERA_CUDA)
     if(CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 13)
       tessera_run("patching for CUDA 13" patch -p1 -d ${src}

@@ -257,10 +257,10 @@ std::vector<KeySpec> build_schema() {
              "back; the result differs from the fp32 sum in the third significant digit."),
       // [hardware]
       choice("hardware", "device", "cpu", {"cpu", "cuda"},
-             "Compute device of each rank. cuda needs a build with the CUDA backend "
-             "(TESSERA_CUDA=ON) and a GPU visible to every rank; the GPU training path is not "
-             "built yet, so a cuda run stops before any work with an error saying so "
-             "(doc/cuda.md)."),
+             "Compute device of each rank. cuda keeps the model, optimizer and activations in "
+             "GPU memory (one rank per GPU) and needs a build with the CUDA backend "
+             "(TESSERA_CUDA=ON) and a GPU visible to every rank; otherwise a cuda run stops "
+             "before any work with an error saying which is missing (doc/cuda.md)."),
       integer("hardware", "ranks_per_node", "0", 0, 1 << 20,
               "0 finds the nodes (ranks sharing memory); k > 0 treats every k consecutive ranks "
               "as one node, to see on one machine how a layout maps onto nodes (the layout log, "

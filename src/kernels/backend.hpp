@@ -108,6 +108,9 @@ struct Backend {
                 const AdamWArgs& a) = nullptr;
 };
 
+// Under emulation (cuda_emulated()): whether p is inside a block of an emulated device.
+bool in_emulated_device(const void* p);
+
 // The table of each backend, filled once on first use. cuda_backend() exists only in a build
 // with TESSERA_CUDA.
 const Backend& cpu_backend();

@@ -24,10 +24,10 @@ struct Arg {
 };
 
 const Backend& backend_of(Space space, const char* kernel) {
-  if (space == Space::host) {
-    static const Backend& cpu = cpu_backend();
-    return cpu;
-  }
+  static const Backend& cpu = cpu_backend();
+  if (space == Space::host) return cpu;
+  static const bool emulated = cuda_emulated() > 0;
+  if (emulated) return cpu;  // device memory is host memory under emulation
 #ifdef TESSERA_CUDA
   static const bool has_device = cuda_device_count() > 0;
   TESSERA_REQUIRE_LOCAL(has_device, "kernels::", kernel,
@@ -56,6 +56,10 @@ const Backend& check(const char* kernel, std::initializer_list<Arg> args) {
     TESSERA_REQUIRE_LOCAL(a.t.numel() >= a.need, "kernels::", kernel, ": ", a.name, " ",
                           a.t.shape.str(), " holds ", a.t.numel(), " elements, the sizes need ",
                           a.need);
+    TESSERA_REQUIRE_LOCAL(a.t.space != Space::host || !in_emulated_device(a.t.data),
+                          "kernels::", kernel, ": ", a.name,
+                          " says host memory but is in (emulated) device "
+                          "memory: a view lost its space (view_of without one?)");
     if (!first) first = &a;
     TESSERA_REQUIRE_LOCAL(a.t.space == first->t.space, "kernels::", kernel, ": ", a.name, " is in ",
                           space_name(a.t.space), " memory but ", first->name, " is in ",
@@ -92,7 +96,7 @@ bool cuda_backend_built() {
 #ifdef TESSERA_CUDA
   return true;
 #else
-  return false;
+  return cuda_emulated() > 0;
 #endif
 }
 
@@ -106,6 +110,7 @@ bool cpu_native_bf16() {
 }
 
 int cuda_device_count() {
+  if (const int n = cuda_emulated()) return n;
 #ifdef TESSERA_CUDA
   return cuda::device_count();
 #else

@@ -13,16 +13,50 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "tensor/tensor.hpp"
+
+namespace tessera {
+class DevicePool;
+}
 
 namespace tessera::kernels {
 
 // ---- backends ---------------------------------------------------------------------------
 // Whether this build has the CUDA backend (configured with TESSERA_CUDA=ON), and the CUDA
-// devices this process sees (0 without the backend, a driver or a device).
+// devices this process sees (0 without the backend, a driver or a device). Under emulation
+// the backend counts as built and the count is the emulated one.
 bool cuda_backend_built();
 int cuda_device_count();
+// Emulated CUDA devices (tests only, doc/testing.md): TESSERA_EMULATE_CUDA=N, N > 0, makes
+// N devices visible whose memory is host memory and whose kernels are the host ones, so the
+// GPU path's control flow (device allocation, every staging copy) runs without a GPU and
+// gives the CPU run's results bit for bit. 0 when unset.
+int cuda_emulated();
+
+// The device a rank's tensors live on under hardware.device = cuda, for this object's
+// lifetime: on a GPU a cuda::Context (stream, cuBLAS handle, memory pool) made current on the
+// creating thread, which must be the thread that runs the kernels; under emulation a pool of
+// host memory whose blocks say Space::cuda. tessera::Error when neither is available.
+class Device {
+ public:
+  explicit Device(int index);  // the node's CUDA device `index`
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+  DevicePool& pool();  // its blocks are Space::cuda (Allocator(pool, host))
+  void synchronize();  // waits for the queued work; raises a kernel's fault
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Copies n elements from src to dst (the same dtype, any spaces): the staging copy between
+// host and device memory. A copy into host memory has finished when the call returns; one
+// into device memory is queued (the source may be reused at once).
+void transfer(const Tensor& src, const Tensor& dst, int64_t n);
 // Whether this CPU multiplies bf16 natively (AVX512-BF16): without it the cpu backend's bf16
 // GEMM is oneDNN's emulation (AVX-512) or reference code, slower than fp32.
 bool cpu_native_bf16();

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -102,8 +101,8 @@ void ring_forward(StepContext& ctx, const ModelConfig& cfg, const Tensor& q, con
     const int src = (R.r - i + R.P) % R.P;
     StepTransfers kv(ctx.par.cp_timing);
     if (i < R.P - 1) {  // the next block travels while this one is attended to
-      kv.add(comm.irecv(nxt.f32(), R.block(), R.prev, kTagKv));
-      kv.add(comm.isend(cur.f32(), R.block(), R.next, kTagKv));
+      kv.add(comm.irecv(nxt.comm_f32(), R.block(), R.prev, kTagKv));
+      kv.add(comm.isend(cur.comm_f32(), R.block(), R.next, kTagKv));
     }
     for (int qj = 0; qj < 2; ++qj)
       for (int kj = 0; kj < 2; ++kj) {
@@ -152,10 +151,10 @@ void ring_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_att
     const Tensor& acc = dkv[i % 2];
     StepTransfers xfer(ctx.par.cp_timing);
     if (i < R.P - 1) {
-      xfer.add(comm.irecv(nxt.f32(), R.block(), R.prev, kTagKv));
-      xfer.add(comm.isend(cur.f32(), R.block(), R.next, kTagKv));
+      xfer.add(comm.irecv(nxt.comm_f32(), R.block(), R.prev, kTagKv));
+      xfer.add(comm.isend(cur.comm_f32(), R.block(), R.next, kTagKv));
     }
-    if (i > 0) xfer.add(comm.irecv(acc.f32(), R.block(), R.prev, kTagDkv));
+    if (i > 0) xfer.add(comm.irecv(acc.comm_f32(), R.block(), R.prev, kTagDkv));
     kernels::fill(local, 0.0f, R.block());
     for (int qj = 0; qj < 2; ++qj)
       for (int kj = 0; kj < 2; ++kj) {
@@ -177,18 +176,26 @@ void ring_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_att
     else
       kernels::copy(local, acc, R.block());
     dkv_send.wait();  // the previous step's, from the other buffer
-    dkv_send = comm.isend(acc.f32(), R.block(), R.next, kTagDkv);
+    dkv_send = comm.isend(acc.comm_f32(), R.block(), R.next, kTagDkv);
     std::swap(cur, nxt);
   }
   // This rank's own block comes home from the previous rank with every contribution.
   const Tensor& home = dkv[R.P % 2];
-  comm.irecv(home.f32(), R.block(), R.prev, kTagDkv).wait();
+  comm.irecv(home.comm_f32(), R.block(), R.prev, kTagDkv).wait();
   dkv_send.wait();
   kernels::copy(flat(home, 0, 2 * R.nkv), dk, 2 * R.nkv);
   kernels::copy(flat(home, 2 * R.nkv, 2 * R.nkv), dv, 2 * R.nkv);
 }
 
 // ---- ulysses ------------------------------------------------------------------------------
+
+// rows x cols elements from x (from element x0, rows ldx apart) to y (from y0, ldy apart), in
+// the tensors' space.
+void copy_block(const Tensor& x, int64_t x0, int64_t ldx, const Tensor& y, int64_t y0, int64_t ldy,
+                int64_t rows, int64_t cols) {
+  kernels::copy_rows(x.slice(x0, x.numel() - x0), ldx, y.slice(y0, y.numel() - y0), ldy, rows,
+                     cols);
+}
 
 // x[B, Tl, H, D] (this rank's tokens, every head) -> y[B, T, H/P, D] (every token, this rank's
 // heads), T = P x Tl.
@@ -198,19 +205,11 @@ void to_heads(StepContext& ctx, const Tensor& x, const Tensor& y, int64_t B, int
   const int64_t P = comm.size(), Hl = H / P, n = B * Tl * Hl * D;
   const Tensor send = ctx.scratch.get(ScratchId::cp_a2a_send, {n * P});
   const Tensor recv = ctx.scratch.get(ScratchId::cp_a2a_recv, {n * P});
-  const float* in = x.f32();
-  float* s = send.f32();
-  for (int64_t j = 0; j < P; ++j)
-    for (int64_t bt = 0; bt < B * Tl; ++bt)
-      std::memcpy(s + (j * B * Tl + bt) * Hl * D, in + (bt * H + j * Hl) * D,
-                  size_t(Hl * D) * sizeof(float));
-  comm.all_to_all(send.f32(), recv.f32(), n);
-  const float* rv = recv.f32();
-  float* out = y.f32();
-  for (int64_t j = 0; j < P; ++j)
-    for (int64_t b = 0; b < B; ++b)
-      std::memcpy(out + (b * P * Tl + j * Tl) * Hl * D, rv + (j * B + b) * Tl * Hl * D,
-                  size_t(Tl * Hl * D) * sizeof(float));
+  for (int64_t j = 0; j < P; ++j)  // [bt][H] -> [j][bt][Hl]
+    copy_block(x, j * Hl * D, H * D, send, j * n, Hl * D, B * Tl, Hl * D);
+  comm.all_to_all(send.comm_f32(), recv.comm_f32(), n);
+  for (int64_t j = 0; j < P; ++j)  // [j][b][Tl] -> [b][j Tl]
+    copy_block(recv, j * n, Tl * Hl * D, y, j * Tl * Hl * D, P * Tl * Hl * D, B, Tl * Hl * D);
 }
 
 // The inverse: y[B, T, H/P, D] -> x[B, Tl, H, D].
@@ -220,19 +219,11 @@ void to_sequence(StepContext& ctx, const Tensor& y, const Tensor& x, int64_t B, 
   const int64_t P = comm.size(), Hl = H / P, n = B * Tl * Hl * D;
   const Tensor send = ctx.scratch.get(ScratchId::cp_a2a_send, {n * P});
   const Tensor recv = ctx.scratch.get(ScratchId::cp_a2a_recv, {n * P});
-  const float* in = y.f32();
-  float* s = send.f32();
-  for (int64_t j = 0; j < P; ++j)
-    for (int64_t b = 0; b < B; ++b)
-      std::memcpy(s + (j * B + b) * Tl * Hl * D, in + (b * P * Tl + j * Tl) * Hl * D,
-                  size_t(Tl * Hl * D) * sizeof(float));
-  comm.all_to_all(send.f32(), recv.f32(), n);
-  const float* rv = recv.f32();
-  float* out = x.f32();
-  for (int64_t j = 0; j < P; ++j)
-    for (int64_t bt = 0; bt < B * Tl; ++bt)
-      std::memcpy(out + (bt * H + j * Hl) * D, rv + (j * B * Tl + bt) * Hl * D,
-                  size_t(Hl * D) * sizeof(float));
+  for (int64_t j = 0; j < P; ++j)  // [b][j Tl] -> [j][b][Tl]
+    copy_block(y, j * Tl * Hl * D, P * Tl * Hl * D, send, j * n, Tl * Hl * D, B, Tl * Hl * D);
+  comm.all_to_all(send.comm_f32(), recv.comm_f32(), n);
+  for (int64_t j = 0; j < P; ++j)  // [j][bt][Hl] -> [bt][H]
+    copy_block(recv, j * n, Hl * D, x, j * Hl * D, H * D, B * Tl, Hl * D);
 }
 
 struct Ulysses {

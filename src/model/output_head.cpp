@@ -31,10 +31,10 @@ void OutputHead::parallel_cross_entropy(StepContext& ctx, const Tensor& logits,
   const Tensor sum = ctx.scratch.get(ScratchId::ce_sum_exp, {N}, DType::f64);
   const Tensor target = ctx.scratch.get(ScratchId::ce_target, {N});
   kernels::cross_entropy_local_max(logits, mx, N, Vl, valid);
-  ctx.par.tp.all_reduce(mx.f32(), N, ReduceOp::max);
+  ctx.par.tp.all_reduce(mx.comm_f32(), N, ReduceOp::max);
   kernels::cross_entropy_local_exp(logits, targets, mx, sum, target, N, Vl, valid, v0);
   ctx.par.tp.all_reduce(static_cast<double*>(sum.data), N);
-  ctx.par.tp.all_reduce(target.f32(), N);
+  ctx.par.tp.all_reduce(target.comm_f32(), N);
   kernels::cross_entropy_local_finish(logits, targets, sum, target, losses, N, Vl, valid, v0,
                                       ctx.loss_scale);
 }
@@ -64,9 +64,11 @@ double OutputHead::forward(StepContext& ctx, const Tensor& x, const Tensor& targ
     kernels::cross_entropy_fused(logits, targets, losses, N, Vl, cfg_.vocab, ctx.loss_scale);
   else
     parallel_cross_entropy(ctx, logits, targets, losses);
-  // Host bookkeeping: the losses are summed in order in double (the reported loss).
+  // Host bookkeeping: the losses are summed in order in double (the reported loss), read back
+  // from device memory first.
+  const float* host_losses = ctx.scratch.readable(ScratchId::head_losses, losses).f32();
   double loss = 0;
-  for (int64_t n = 0; n < N; ++n) loss += losses.f32()[n];
+  for (int64_t n = 0; n < N; ++n) loss += host_losses[n];
   if (ctx.training) {
     // logits now hold dlogits: dW += dlogits^T xn, dxn = dlogits W (summed over the ranks'
     // vocabulary blocks).

@@ -33,6 +33,8 @@ void ParamStore::finalize(Allocator& alloc, const StoreLayout& layout, DType com
   if (compute != DType::f32 && compute != DType::bf16 && compute != DType::f16)
     throw std::logic_error(std::string("ParamStore: no compute copy in ") + dtype_name(compute));
   compute_dtype_ = compute;
+  alloc_ = &alloc;
+  space_ = alloc.space();
   std::vector<std::pair<int, int>> ranges = layout.parts;
   if (ranges.empty()) ranges.push_back({0, int(params_.size())});
   const int64_t align = std::max<int64_t>(16, layout.align);
@@ -54,14 +56,16 @@ void ParamStore::finalize(Allocator& alloc, const StoreLayout& layout, DType com
   // Without the value buffer (ZeRO-3) the owner makes each part's compute copy when it gathers it.
   if (compute != DType::f32 && layout.values)
     compute_ = Buffer(alloc, Shape{numel_}, compute, Charge::params);
+  auto slice = [&](const Buffer& b, const Param& p, DType dtype) {
+    return b.empty() ? Tensor{nullptr, dtype, space_, p.local}
+                     : b.view().slice(p.offset, p.local.numel()).reshaped(p.local);
+  };
   for (Param& p : params_) {
-    p.value = Tensor{layout.values ? values_.f32() + p.offset : nullptr, DType::f32, Space::host,
-                     p.local};
-    p.grad = Tensor{layout.grads ? grads_.f32() + p.offset : nullptr, DType::f32, Space::host,
-                    p.local};
+    p.value = slice(values_, p, DType::f32);
+    p.grad = slice(grads_, p, DType::f32);
     p.compute = compute == DType::f32 ? p.value
                 : compute_.empty()
-                    ? Tensor{nullptr, compute, Space::host, p.local}
+                    ? Tensor{nullptr, compute, space_, p.local}
                     : compute_.view().slice(p.offset, p.local.numel()).reshaped(p.local);
   }
 }
@@ -80,8 +84,11 @@ void ParamStore::initialize(uint64_t seed) {
   for (Param& p : params_) initialize(p, seed);
 }
 
-void ParamStore::initialize(Param& p, uint64_t seed) {
-  float* v = p.value.f32();
+namespace {
+
+// The initial values of p (a pure function of seed, name and global index), into host memory.
+void initial_values(const Param& p, uint64_t seed, const Tensor& value) {
+  float* v = value.f32();
   const int64_t n = p.global.numel();
   const int64_t row = p.global.ndim > 1 ? n / p.global[0] : 1;
   const int64_t valid = p.init.valid_rows < 0 ? n : p.init.valid_rows * row;
@@ -107,10 +114,10 @@ void ParamStore::initialize(Param& p, uint64_t seed) {
   }
   switch (p.init.kind) {
     case ParamInit::ones:
-      kernels::fill(p.value, 1.0f, n);
+      kernels::fill(value, 1.0f, n);
       break;
     case ParamInit::zeros:
-      kernels::fill(p.value, 0.0f, n);
+      kernels::fill(value, 0.0f, n);
       break;
     case ParamInit::normal:
       // Elements 2j and 2j+1 share one Philox call (CounterRng::normal_pair).
@@ -123,6 +130,15 @@ void ParamStore::initialize(Param& p, uint64_t seed) {
       }
       break;
   }
+}
+
+}  // namespace
+
+void ParamStore::initialize(Param& p, uint64_t seed) {
+  if (p.value.space == Space::host) return initial_values(p, seed, p.value);
+  Buffer host(alloc_->host(), p.local, DType::f32, Charge::workspace);  // staging
+  initial_values(p, seed, host.view());
+  kernels::transfer(host.view(), p.value, p.local.numel());
 }
 
 void ParamStore::zero_grads() {

@@ -76,8 +76,9 @@ class ParamStore {
   void finalize(Allocator& alloc, const StoreLayout& layout = {}, DType compute = DType::f32);
   // Initialises every value from (seed, name, global element index): a block of a split
   // parameter holds exactly the values of the same elements of the whole one.
+  // In device memory the values are computed in a host staging buffer and copied over.
   void initialize(uint64_t seed);
-  static void initialize(Param& p, uint64_t seed);
+  void initialize(Param& p, uint64_t seed);
   void zero_grads();
   // compute copy = values, rounded to nearest even; nothing when the compute dtype is f32 or
   // there is no flat value buffer.
@@ -88,16 +89,21 @@ class ParamStore {
   Param& param(int index) { return params_[size_t(index)]; }
   const std::vector<ParamPart>& parts() const { return parts_; }
   const Param* find(const std::string& name) const;
-  int64_t numel() const { return numel_; }      // padded length of the flat buffers
-  int64_t elements() const;                      // parameters proper, without padding
-  float* values() const { return values_.f32(); }
-  float* grads() const { return grads_.f32(); }
+  int64_t numel() const { return numel_; }  // padded length of the flat buffers
+  int64_t elements() const;                 // parameters proper, without padding
+  // The flat buffers' pointers in any space (pointer arithmetic and comm/'s collectives;
+  // host code that reads them stages them first).
+  float* values() const { return values_.comm_f32(); }
+  float* grads() const { return grads_.comm_f32(); }
+  Space space() const { return space_; }  // where the buffers are (the allocator's space)
 
  private:
   std::deque<Param> params_;  // deque: pointers stay valid while layers register
   std::vector<ParamPart> parts_;
   int64_t numel_ = 0;
   DType compute_dtype_ = DType::f32;
+  Space space_ = Space::host;
+  Allocator* alloc_ = nullptr;  // from finalize; its host() holds the initialisation staging
   Buffer values_, grads_, compute_;
 };
 

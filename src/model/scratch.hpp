@@ -95,13 +95,16 @@ enum class ScratchId : int {
 class Scratch {
  public:
   explicit Scratch(Allocator& alloc) : alloc_(alloc) {}
-  // A host tensor of `shape` and `dtype` in buffer `id`; its contents are whatever the previous
-  // user of the buffer left.
+  // A tensor of `shape` and `dtype` in buffer `id`, in the allocator's space; its contents are
+  // whatever the previous user of the buffer left.
   Tensor get(ScratchId id, Shape shape, DType dtype = DType::f32);
+  // t for host code to read: t itself in host memory, else a copy of it in host staging
+  // buffer `id` (allocated once from the allocator's host(); only a device run has these).
+  Tensor readable(ScratchId id, const Tensor& t);
 
  private:
   Allocator& alloc_;
-  std::vector<Buffer> buffers_;
+  std::vector<Buffer> buffers_, staging_;
 };
 
 }  // namespace tessera

@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/kernels.hpp"
+
 namespace tessera {
 
 Tensor Scratch::get(ScratchId id, Shape shape, DType dtype) {
@@ -11,7 +13,18 @@ Tensor Scratch::get(ScratchId id, Shape shape, DType dtype) {
   // Held as f32 words: the byte counts stay those of the f32 buffers the memory model assumes.
   const int64_t words = (shape.numel() * int64_t(dtype_size(dtype)) + 3) / 4;
   if (b.numel() < words) b = Buffer(alloc_, Shape{words}, DType::f32, Charge::workspace);
-  return view_of(b.view().data, dtype, shape);
+  return view_of(b.view().data, dtype, shape, b.view().space);
+}
+
+Tensor Scratch::readable(ScratchId id, const Tensor& t) {
+  if (t.space == Space::host) return t;
+  if (staging_.empty()) staging_.resize(size_t(ScratchId::count));
+  Buffer& b = staging_[size_t(id)];
+  const int64_t words = (t.numel() * int64_t(dtype_size(t.dtype)) + 3) / 4;
+  if (b.numel() < words) b = Buffer(alloc_.host(), Shape{words}, DType::f32, Charge::workspace);
+  const Tensor h = view_of(b.view().data, t.dtype, t.shape);
+  kernels::transfer(t, h, t.numel());
+  return h;
 }
 
 int64_t rows_of(const Tensor& t, int64_t cols, const char* what) {

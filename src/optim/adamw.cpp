@@ -39,9 +39,10 @@ void AdamW::step(double lr, int64_t step, float* values, Index index, const floa
       if (a >= b) continue;
       const int64_t l = s.local + (a - s.global);
       const int64_t n = b - a;
-      kernels::adamw(view_of(values + (index == Index::global ? a : l), {n}),
-                     view_of(grads + l, {n}), m_.view().slice(l, n), v_.view().slice(l, n), n,
-                     args);
+      const Space space = m_.view().space;  // the values and gradients are in the same one
+      kernels::adamw(view_of(values + (index == Index::global ? a : l), {n}, space),
+                     view_of(grads + l, {n}, space), m_.view().slice(l, n), v_.view().slice(l, n),
+                     n, args);
     }
   }
 }
@@ -54,8 +55,8 @@ GradSquares grad_squares(ParamStore& store, const std::vector<ShardSegment>& seg
       const int64_t a = std::max(s.global, p->offset);
       const int64_t b = std::min(s.global + s.n, p->offset + p->local.numel());
       if (a >= b || p == skip) continue;
-      (p->tp.split() ? sq.split : sq.replicated) +=
-          kernels::sum_squares(view_of(grads + s.local + (a - s.global), {b - a}), b - a);
+      (p->tp.split() ? sq.split : sq.replicated) += kernels::sum_squares(
+          view_of(grads + s.local + (a - s.global), {b - a}, store.space()), b - a);
     }
   return sq;
 }

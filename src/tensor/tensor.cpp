@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "tensor/device_pool.hpp"
 
 namespace tessera {
 
@@ -99,6 +100,13 @@ Tensor Tensor::slice(int64_t begin, int64_t count) const {
   return t;
 }
 
+void* Tensor::host_data() const {
+  if (space != Space::host && data != nullptr)
+    throw std::logic_error("host access to a tensor " + shape.str() + " in " + space_name(space) +
+                           " memory: copy it to host memory first (kernels::transfer)");
+  return data;
+}
+
 Tensor view_of(const void* p, DType dtype, Shape s, Space space) {
   return Tensor{const_cast<void*>(p), dtype, space, s};
 }
@@ -129,6 +137,12 @@ size_t MemoryLedger::live_total() const {
 }
 
 void* Allocator::allocate(size_t bytes, Charge c) {
+  if (pool_) {  // the pool raises its own out-of-memory error, with the device's ledger
+    void* p = pool_->allocate(bytes, c);
+    pool_->raw().zero(p, bytes);
+    ledger_.add(bytes, c);
+    return p;
+  }
   const size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded ? rounded : 64);
   // Out of memory: the bytes asked for and held, not a bare std::bad_alloc (issue 19). Only
@@ -144,7 +158,10 @@ void* Allocator::allocate(size_t bytes, Charge c) {
 }
 
 void Allocator::release(void* p, size_t bytes, Charge c) {
-  std::free(p);
+  if (pool_)
+    pool_->release(p);
+  else
+    std::free(p);
   ledger_.remove(bytes, c);
 }
 
@@ -152,7 +169,7 @@ Buffer::Buffer(Allocator& alloc, Shape shape, DType dtype, Charge charge)
     : alloc_(&alloc), charge_(charge), bytes_(size_t(shape.numel()) * dtype_size(dtype)) {
   view_.data = alloc.allocate(bytes_, charge);
   view_.dtype = dtype;
-  view_.space = Space::host;
+  view_.space = alloc.space();
   view_.shape = shape;
 }
 

@@ -41,14 +41,23 @@ struct Tensor {
   Shape shape;
 
   int64_t numel() const { return shape.numel(); }
-  float* f32() const { return static_cast<float*>(data); }
-  int32_t* i32() const { return static_cast<int32_t*>(data); }
+  // Host access: the elements as host code reads and writes them. A tensor in cuda memory
+  // raises std::logic_error here, so a host loop that misses its staging copy
+  // (kernels::transfer) fails, also where emulated device memory would let it work.
+  float* f32() const { return static_cast<float*>(host_data()); }
+  int32_t* i32() const { return static_cast<int32_t*>(host_data()); }
+  // The pointer in any space, for comm/'s raw-pointer collectives only. Each call is a site
+  // that needs the device-aware (Tensor) form of the collective on a real GPU (doc/cuda.md).
+  float* comm_f32() const { return static_cast<float*>(data); }
   // Rows [begin, begin+count) of the outermost dimension.
   Tensor rows(int64_t begin, int64_t count) const;
   Tensor reshaped(Shape s) const;
   // Elements [begin, begin+count) of the flattened tensor, as a 1-D view (the flat parameter,
   // gradient and shard buffers are cut this way).
   Tensor slice(int64_t begin, int64_t count) const;
+
+ private:
+  void* host_data() const;
 };
 
 // A view of memory the caller owns, typed by the pointer. Tensor carries no const: a kernel's
@@ -74,10 +83,20 @@ class MemoryLedger {
   size_t peak_total_ = 0;
 };
 
-// Host memory: tracks live and peak bytes per category for one rank.
+class DevicePool;
+
+// Memory of one space for one rank, tracking live and peak bytes per category. The default is
+// host memory; constructed on a DevicePool, its buffers are the pool's (cuda memory, or host
+// memory standing in for it under emulation, kernels::Device) and host() is the allocator of
+// the host staging buffers that copies to and from them go through.
 class Allocator {
  public:
-  void* allocate(size_t bytes, Charge c);
+  Allocator() = default;
+  Allocator(DevicePool& pool, Allocator& host) : pool_(&pool), host_(&host) {}
+  Space space() const { return pool_ ? Space::cuda : Space::host; }
+  // Host memory for staging (itself when it is host memory).
+  Allocator& host() { return host_ ? *host_ : *this; }
+  void* allocate(size_t bytes, Charge c);  // zero-filled
   void release(void* p, size_t bytes, Charge c);
   size_t live(Charge c) const { return ledger_.live(c); }
   size_t peak(Charge c) const { return ledger_.peak(c); }
@@ -87,9 +106,12 @@ class Allocator {
 
  private:
   MemoryLedger ledger_;
+  DevicePool* pool_ = nullptr;
+  Allocator* host_ = nullptr;
 };
 
-// An owning allocation, charged to a category, 64-byte aligned, zero-filled.
+// An owning allocation in the allocator's space, charged to a category, 64-byte aligned,
+// zero-filled.
 class Buffer {
  public:
   Buffer() = default;
@@ -101,8 +123,9 @@ class Buffer {
   Buffer& operator=(const Buffer&) = delete;
 
   const Tensor& view() const { return view_; }
-  float* f32() const { return view_.f32(); }
+  float* f32() const { return view_.f32(); }  // host access (Tensor::f32)
   int32_t* i32() const { return view_.i32(); }
+  float* comm_f32() const { return view_.comm_f32(); }
   int64_t numel() const { return view_.numel(); }
   bool empty() const { return view_.data == nullptr; }
 

@@ -27,9 +27,6 @@ void require_device(const HardwareSection& hardware, Communicator& world) {
                  cat("hardware.device = cuda: ", on_node, " ranks share the node of rank ",
                      world.rank(), " but it sees ", devices, " GPU(s); tessera runs one rank per "
                      "GPU (Slurm: --ntasks-per-node and --gpus-per-task=1, jobscripts/README.md)"));
-  TESSERA_REQUIRE(false,
-                  "hardware.device = cuda: the GPU training path is not built yet (the "
-                  "kernels are, doc/kokkos.md, doc/cuda.md); set hardware.device = cpu");
 }
 
 void warn_precision_cost(const RunConfig& run, Communicator& world) {

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/rng.hpp"
+#include "kernels/kernels.hpp"
 
 namespace tessera {
 
@@ -18,13 +19,28 @@ std::vector<int32_t> generate(Transformer& model, StepContext ctx, std::vector<i
   std::vector<float> logits(size_t(T * V));
   std::vector<int32_t> order(static_cast<size_t>(V));
   const CounterRng rng(opt.seed, "sample");
+  // A model in device memory reads the window from, and writes the logits to, device buffers
+  // that the host vectors are copied through.
+  const bool device = ctx.alloc.space() != Space::host;
+  Buffer device_window, device_logits;
+  if (device) {
+    device_window = Buffer(ctx.alloc, Shape{1, T}, DType::i32, Charge::workspace);
+    device_logits = Buffer(ctx.alloc, Shape{T, V}, DType::f32, Charge::activations);
+  }
   if (prompt.empty()) prompt.push_back(0);
   for (int64_t n = 0; n < opt.length; ++n) {
     // Causal attention: positions after the last real token do not affect its logits, so the
     // window is the last T tokens, left-aligned, padded with zeros.
     const int64_t len = std::min<int64_t>(T, int64_t(prompt.size()));
     std::copy(prompt.end() - len, prompt.end(), window.begin());
-    model.logits(ctx, view_of(window.data(), {1, T}), view_of(logits.data(), {T, V}));
+    const Tensor w = view_of(window.data(), {1, T}), l = view_of(logits.data(), {T, V});
+    if (device) {
+      kernels::transfer(w, device_window.view(), T);
+      model.logits(ctx, device_window.view(), device_logits.view());
+      kernels::transfer(device_logits.view(), l, T * V);
+    } else {
+      model.logits(ctx, w, l);
+    }
     const float* row = logits.data() + (len - 1) * V;
     int32_t next;
     if (opt.temperature <= 0) {

@@ -41,6 +41,20 @@ DType dtype_of(TrainPrecision p) {
   return DType::f32;
 }
 
+// hardware.device = cuda: this rank's device, the one of its index among the ranks of its
+// node (one rank per GPU, checked by require_device).
+std::unique_ptr<kernels::Device> open_device(const RunConfig& run, ProcessGrid& grid) {
+  if (run.hardware.device == DeviceKind::cpu) return nullptr;
+  Communicator& world = grid.world();
+  std::vector<double> node(size_t(world.size()), 0.0);
+  node[size_t(world.rank())] = grid.node();
+  world.all_reduce(node.data(), world.size());
+  int index = 0;
+  for (int r = 0; r < world.rank(); ++r) index += node[size_t(r)] == double(grid.node());
+  // A rank that sees only its own GPU (Slurm's --gpu-bind=per_task:1) takes device 0.
+  return std::make_unique<kernels::Device>(index % std::max(1, kernels::cuda_device_count()));
+}
+
 }  // namespace
 
 bool LossScaler::update(double scaled_norm) {
@@ -63,7 +77,10 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid,
       cfg_(ModelConfig::from(run.model, run.train)),
       geo_(BatchGeometry::from(run.train, grid.dp().size())),
       grid_(grid),
-      par_{grid.dp(), grid.group(Group::tp), run.parallel.sequence_parallel, &grid.group(Group::cp)},
+      par_{grid.dp(), grid.group(Group::tp), run.parallel.sequence_parallel,
+           &grid.group(Group::cp)},
+      device_(open_device(run, grid)),
+      alloc_(device_ ? Allocator(device_->pool(), host_alloc_) : Allocator()),
       scratch_(alloc_),
       seed_(uint64_t(run.train.seed)),
       steps_(run.train.steps),
@@ -119,9 +136,13 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid,
   spike_.factor = run.train.loss_spike;
   spike_.window = size_t(run.train.loss_spike_window);
   const int64_t T = cfg_.seq_local(), B = geo_.micro_batch;
-  tokens_ = Buffer(alloc_, Shape{B, cfg_.seq_len + 1}, DType::i32, Charge::workspace);
+  tokens_ = Buffer(alloc_.host(), Shape{B, cfg_.seq_len + 1}, DType::i32, Charge::workspace);
   inputs_ = Buffer(alloc_, Shape{B, T}, DType::i32, Charge::workspace);
   targets_ = Buffer(alloc_, Shape{B, T}, DType::i32, Charge::workspace);
+  if (alloc_.space() != Space::host) {  // loaded on the host, then copied to the device
+    host_inputs_ = Buffer(alloc_.host(), Shape{B, T}, DType::i32, Charge::workspace);
+    host_targets_ = Buffer(alloc_.host(), Shape{B, T}, DType::i32, Charge::workspace);
+  }
   // Every step runs through the pipeline executor; with one stage its schedule is one
   // forward then one backward per micro-batch (1f1b with p = 1), the serial loop.
   pp::ScheduleShape shape{1, int(geo_.accum), 1, PipeSchedule::one_f_one_b};
@@ -213,15 +234,22 @@ void Trainer::load_micro_batch(const std::function<void(int64_t, int32_t*)>& sam
   for (int64_t b = 0; b < B; ++b) sample_row(b, tokens_.i32() + b * (T + 1));
   // This rank's segments of each sequence (all of it without context parallelism), laid out
   // segment by segment: [segment][sequence][token of the segment].
+  const bool staged = !host_inputs_.empty();
+  int32_t* inputs = (staged ? host_inputs_ : inputs_).i32();
+  int32_t* targets = (staged ? host_targets_ : targets_).i32();
   int64_t n = 0;
   for (const ContextParallel::Segment& g : cfg_.cp.segments(T))
     for (int64_t b = 0; b < B; ++b) {
       const int32_t* row = tokens_.i32() + b * (T + 1) + g.pos0;
       for (int64_t t = 0; t < g.len; ++t, ++n) {
-        inputs_.i32()[n] = row[t];
-        targets_.i32()[n] = row[t + 1];
+        inputs[n] = row[t];
+        targets[n] = row[t + 1];
       }
     }
+  if (staged) {
+    kernels::transfer(host_inputs_.view(), inputs_.view(), n);
+    kernels::transfer(host_targets_.view(), targets_.view(), n);
+  }
 }
 
 bool Trainer::eval_due(int64_t step, int64_t last_step) const {
@@ -243,8 +271,8 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx) {
   if (!serial && (stage == 0 || stage == last)) {  // stage 0 reads the inputs, the last the targets
     for (int64_t m = 0; m < geo_.accum; ++m) {
       load(m);
-      std::copy(inputs_.i32(), inputs_.i32() + n, pp_inputs_.i32() + m * n);
-      std::copy(targets_.i32(), targets_.i32() + n, pp_targets_.i32() + m * n);
+      kernels::transfer(inputs_.view(), pp_inputs_.view().slice(m * n, n), n);
+      kernels::transfer(targets_.view(), pp_targets_.view().slice(m * n, n), n);
     }
   }
   // Gradients are reduced over data-parallel ranks as each part finishes its last
@@ -301,10 +329,10 @@ double Trainer::pipeline_evaluate() {
       load_micro_batch([&](int64_t b, int32_t* row) { data_.validation_sample(first + b, row); });
     for (int c = 0; c < C; ++c) {
       if (shape.stage_of(c) != stage) continue;
-      if (c > 0) pp.irecv(x.f32(), n, shape.stage_of(c - 1), 0).wait();
+      if (c > 0) pp.irecv(x.comm_f32(), n, shape.stage_of(c - 1), 0).wait();
       const Tensor out = model_->forward_chunk(ctx, shape.local_chunk_of(c), inputs_.view(),
                                                c > 0 ? x : Tensor{}, targets_.view(), &loss_sum);
-      if (c < C - 1) pp.isend(out.f32(), n, shape.stage_of(c + 1), 0).wait();
+      if (c < C - 1) pp.isend(out.comm_f32(), n, shape.stage_of(c + 1), 0).wait();
     }
   }
   grid_.group(Group::dp_cp).all_reduce(&loss_sum, 1);
@@ -359,7 +387,7 @@ StepResult Trainer::step(int64_t s) {
     if (!tied_over_pipeline()) return;
     Param* tied = model_->tied_copy();
     if (!tied) tied = const_cast<Param*>(store_.find("embed.tok.weight"));
-    grid_.group(Group::embedding).all_reduce(tied->grad.f32(), tied->local.numel());
+    grid_.group(Group::embedding).all_reduce(tied->grad.comm_f32(), tied->local.numel());
   };
   const float* grads = dp_->reduce_gradients(sum_tied);  // indexed as the segments say
   // The global norm: tensor-parallel blocks summed over tp, ZeRO pieces over the shard group,
@@ -437,6 +465,8 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors() {
     }
     return ct;
   };
+  const Holding values = host_copy(dp_->values(), 0), m = host_copy(dp_->state(optim_->m()), 1),
+                v = host_copy(dp_->state(optim_->v()), 2);
   std::vector<CheckpointTensor> t;
   // Every rank passes every tensor of the whole model in one order; a pipeline stage passes
   // those of other stages with nothing held (n = 0).
@@ -452,11 +482,30 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors() {
       }
       continue;
     }
-    t.push_back(piece("params/" + n, *p, dp_->values()));
-    t.push_back(piece("optim/adam_m/" + n, *p, dp_->state(optim_->m())));
-    t.push_back(piece("optim/adam_v/" + n, *p, dp_->state(optim_->v())));
+    t.push_back(piece("params/" + n, *p, values));
+    t.push_back(piece("optim/adam_m/" + n, *p, m));
+    t.push_back(piece("optim/adam_v/" + n, *p, v));
   }
   return t;
+}
+
+Holding Trainer::host_copy(const Holding& h, size_t i) {
+  if (alloc_.space() == Space::host) return h;
+  int64_t n = 0;
+  for (const ShardSegment& s : *h.segments) n = std::max(n, s.local + s.n);
+  if (staging_.size() <= i) staging_.resize(i + 1);
+  Staged& st = staging_[i];
+  if (st.host.numel() < n) st.host = Buffer(alloc_.host(), Shape{n}, DType::f32, Charge::workspace);
+  st.device = h.data, st.n = n;
+  kernels::transfer(view_of(h.data, {n}, alloc_.space()), st.host.view(), n);
+  Holding c = h;
+  c.data = st.host.f32();
+  return c;
+}
+
+void Trainer::unstage() {
+  for (const Staged& st : staging_)
+    kernels::transfer(st.host.view(), view_of(st.device, {st.n}, alloc_.space()), st.n);
 }
 
 std::string Trainer::layout_json() const {
@@ -488,6 +537,7 @@ int64_t Trainer::restore(Checkpointer& ckpt, bool for_sampling) {
   if (path.empty()) return 0;
   CheckpointMeta meta;
   meta = ckpt.load(path, checkpoint_tensors());
+  unstage();
   dp_->refresh_compute();
   if (scaler_.dynamic && meta.loss_scale > 0)  // resuming fp16 from fp16: the scaler goes on
     scaler_.scale = meta.loss_scale, scaler_.good = meta.loss_scale_good;

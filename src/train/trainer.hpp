@@ -12,6 +12,7 @@
 #include "core/timer.hpp"
 #include "io/checkpoint.hpp"
 #include "io/token_dataset.hpp"
+#include "kernels/kernels.hpp"
 #include "model/transformer.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
@@ -99,6 +100,8 @@ class Trainer {
   const BatchGeometry& batch() const { return geo_; }
   ParamStore& params() { return store_; }
   Transformer& model() { return *model_; }
+  // The run's memory: device memory under hardware.device = cuda (its host() then holds the
+  // staging buffers of the copies to and from it).
   Allocator& allocator() { return alloc_; }
   const PhaseTimer& timer() const { return timer_; }
   // How gradients are reduced and the model state is held over data-parallel ranks.
@@ -107,7 +110,8 @@ class Trainer {
   std::vector<const Communicator*> own_groups() const;
   StepContext context(bool training);
   // The checkpoint's tensors (parameter values and Adam moments) as this rank holds them:
-  // whole, or its ZeRO pieces.
+  // whole, or its ZeRO pieces. In device memory they are host copies (staging_), filled from
+  // the device by this call; restore() copies them back after a load.
   std::vector<CheckpointTensor> checkpoint_tensors();
   int zero_stage() const { return dp_->zero_stage(); }
   // A tied token table split over pipeline stages: the first stage's table and the last
@@ -150,12 +154,18 @@ class Trainer {
   // The checkpoint names and global shapes of the whole model, in registration order (a
   // stage holds only some of them; every rank passes all).
   void index_whole_model();
+  // h in host memory: h itself, or (device memory) its array copied into staging buffer i.
+  Holding host_copy(const Holding& h, size_t i);
+  // After a checkpoint load into the staging buffers: copies them to the device arrays.
+  void unstage();
 
   const RunConfig& run_;
   ModelConfig cfg_;
   BatchGeometry geo_;
   ProcessGrid& grid_;
   ParallelContext par_;
+  std::unique_ptr<kernels::Device> device_;  // hardware.device = cuda
+  Allocator host_alloc_;                     // host staging memory of a device run
   Allocator alloc_;
   Scratch scratch_;
   ParamStore store_;
@@ -170,7 +180,14 @@ class Trainer {
   int64_t steps_ = 0;
   TokenDataset data_;
   int64_t eval_every_ = 0, eval_samples_ = 0;
-  Buffer tokens_, inputs_, targets_;  // one micro-batch
+  Buffer tokens_, inputs_, targets_;   // one micro-batch (tokens_ in host memory)
+  Buffer host_inputs_, host_targets_;  // device run: inputs_ and targets_ as loaded, on the host
+  struct Staged {  // device run: a host copy of a flat array the checkpoint reads or writes
+    float* device = nullptr;
+    int64_t n = 0;
+    Buffer host;
+  };
+  std::vector<Staged> staging_;
   std::unique_ptr<pp::Executor> pipeline_;
   std::vector<int64_t> chunk_layers_;
   Buffer pp_inputs_, pp_targets_;  // every micro-batch of a step (pipeline)

@@ -148,4 +148,10 @@ Context& current() {
   return *current_context;
 }
 
+void copy_bytes(void* dst, const void* src, size_t bytes, bool wait) {
+  Context& ctx = current();
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx.stream()));
+  if (wait) ctx.synchronize();
+}
+
 }  // namespace tessera::kernels::cuda

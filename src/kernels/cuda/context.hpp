@@ -85,4 +85,8 @@ class ContextScope {
 // The calling thread's current context; tessera::Error when there is none.
 Context& current();
 
+// Copies bytes between any two spaces on the current context's stream (cudaMemcpyDefault);
+// wait: returns only when the copy has finished (a copy into host memory that the host reads).
+void copy_bytes(void* dst, const void* src, size_t bytes, bool wait);
+
 }  // namespace tessera::kernels::cuda

@@ -51,7 +51,7 @@ void GradBuckets::arm(bool last_microbatch) {
 }
 
 Tensor GradBuckets::grads(const Bucket& b) const {
-  return view_of(store_.grads(), {store_.numel()}).slice(b.begin, b.end - b.begin);
+  return view_of(store_.grads(), {store_.numel()}, store_.space()).slice(b.begin, b.end - b.begin);
 }
 
 Tensor GradBuckets::staged(const Bucket& b) const {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "kernels/kernels.hpp"
 
 namespace tessera::pp {
 
@@ -36,7 +37,7 @@ void Executor::run(StageWork& work) {
     const int tag = message_tag(shape_, message_of(shape_, stage_, op));
     const bool act = op.kind == Op::recv_act;
     Buffer& b = buffer(act ? recv_act_ : recv_grad_, op.micro, op.chunk);
-    (act ? recv_act : recv_grad)[index(op)] = pp_.irecv(b.f32(), b.numel(), op.peer, tag);
+    (act ? recv_act : recv_grad)[index(op)] = pp_.irecv(b.comm_f32(), b.numel(), op.peer, tag);
   }
   std::vector<int> slot_of(n, -1);
   std::vector<char> slot_busy;
@@ -101,8 +102,8 @@ void Executor::run(StageWork& work) {
         span.micro(op.micro, op.chunk)
             .message(op.kind == Op::send_act ? "activation" : "gradient", op.peer, bytes);
         Buffer& b = buffer(op.kind == Op::send_act ? send_act_ : send_grad_, op.micro, op.chunk);
-        std::memcpy(b.f32(), out.data, size_t(b.numel()) * sizeof(float));
-        sends.push_back(pp_.isend(b.f32(), b.numel(), op.peer,
+        kernels::transfer(out, b.view(), b.numel());  // in the buffers' space
+        sends.push_back(pp_.isend(b.comm_f32(), b.numel(), op.peer,
                                   message_tag(shape_, message_of(shape_, stage_, op))));
         out = Tensor{};
         break;
