@@ -158,10 +158,10 @@ void ModelConfig::check_experts(int64_t ep, int64_t tp, int64_t cp, int zero) co
   TESSERA_REQUIRE(cp == 1, "parallel.cp = ", cp, " with mixture-of-experts blocks (model.",
                   "experts = ", moe.experts, ") is not available yet: the balancing loss and ",
                   "capacity are defined per whole sequence; set parallel.cp = 1");
-  TESSERA_REQUIRE(zero == 0 || moe.bias_step == 0, "parallel.zero = ", zero,
-                  " with model.router_bias_step = ", moe.bias_step, " is not available yet ",
-                  "(the selection bias is updated outside the optimizer); set parallel.zero = 0 "
-                  "or router_bias_step = 0");
+  TESSERA_REQUIRE(zero < 3 || moe.bias_step == 0, "parallel.zero = 3 with ",
+                  "model.router_bias_step = ", moe.bias_step, " is not available yet (ZeRO-3 ",
+                  "holds the selection bias only while its block runs, and it is updated after ",
+                  "the step); use parallel.zero <= 2 or router_bias_step = 0");
 }
 
 int64_t ModelConfig::param_count() const {

@@ -50,6 +50,7 @@ Moe::Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg)
   last_.load.assign(size_t(E), 0.0);
   key_.resize(size_t(E)), ds_.resize(size_t(E)), mine_.resize(size_t(E));
   used_.resize(size_t(E)), fill_.resize(size_t(E));
+  sums_.resize(size_t(E) + 5);
 }
 
 int Moe::ep_size(const StepContext& ctx) const {
@@ -414,8 +415,10 @@ void Moe::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Te
 
 const Moe::Stats& Moe::end_step(Communicator& dp, bool applied) {
   const size_t E = step_.load.size();
-  std::vector<double> v(step_.load);
-  v.insert(v.end(), {step_.dropped, step_.aux, step_.z, step_.sequences, step_.tokens});
+  std::vector<double>& v = sums_;  // sized once: E + 5
+  std::copy(step_.load.begin(), step_.load.end(), v.begin());
+  const double tail[5] = {step_.dropped, step_.aux, step_.z, step_.sequences, step_.tokens};
+  std::copy(tail, tail + 5, v.begin() + std::ptrdiff_t(E));
   if (dp.size() > 1) dp.all_reduce(v.data(), int64_t(v.size()));
   last_.load.assign(v.begin(), v.begin() + std::ptrdiff_t(E));
   last_.dropped = v[E], last_.aux = v[E + 1], last_.z = v[E + 2];

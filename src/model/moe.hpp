@@ -109,7 +109,7 @@ class Moe {
   Stats step_, last_;
   // Per-token work space of the routing, sized once: [E] each.
   std::vector<float> key_, mine_;
-  std::vector<double> ds_;
+  std::vector<double> ds_, sums_;
   std::vector<int64_t> used_, fill_;
 };
 
