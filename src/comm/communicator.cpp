@@ -501,7 +501,7 @@ Request Communicator::device_collective(DeviceOp, const Tensor&, const Tensor&) 
 
 Request Communicator::all_reduce_async(const Tensor& buf) {
   if (buf.space == Space::cuda && nccl_) return device_collective(DeviceOp::all_reduce, buf, buf);
-  if (buf.dtype == DType::f32) return all_reduce_async(buf.f32(), buf.numel());
+  if (buf.dtype == DType::f32) return all_reduce_async(buf.comm_f32(), buf.numel());
   if (buf.dtype == DType::bf16)
     return all_reduce_async_bf16(static_cast<uint16_t*>(buf.data), buf.numel());
   throw std::logic_error(std::string("all_reduce_async: cannot sum ") + dtype_name(buf.dtype));
@@ -516,7 +516,7 @@ Request Communicator::reduce_scatter_async(const Tensor& in, const Tensor& out) 
                            out.shape.str() + " over " + std::to_string(size_) + " ranks");
   if (in.space == Space::cuda && nccl_)
     return device_collective(DeviceOp::reduce_scatter, in, out);
-  if (in.dtype == DType::f32) return reduce_scatter_async(in.f32(), out.f32(), n);
+  if (in.dtype == DType::f32) return reduce_scatter_async(in.comm_f32(), out.comm_f32(), n);
   if (in.dtype == DType::bf16)
     return reduce_scatter_async_bf16(static_cast<const uint16_t*>(in.data),
                                      static_cast<uint16_t*>(out.data), n);
@@ -532,7 +532,7 @@ Request Communicator::all_gather_async(const Tensor& in, const Tensor& out) {
                            in.shape.str() + " into " + dtype_name(out.dtype) + " " +
                            out.shape.str() + " over " + std::to_string(size_) + " ranks");
   if (in.space == Space::cuda && nccl_) return device_collective(DeviceOp::all_gather, in, out);
-  if (bytes == 4) return all_gather_async(static_cast<const float*>(in.data), out.f32(), n);
+  if (bytes == 4) return all_gather_async(static_cast<const float*>(in.data), out.comm_f32(), n);
   const int cnt = int_count(n, "all_gather_async");
   const char* src = static_cast<const char*>(in.data);
   char* dst = static_cast<char*>(out.data);
