@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
     const RunConfig run = RunConfig::from_deck(Deck::from_args(args));
     ProcessGrid grid(MPI_COMM_WORLD);
     TESSERA_REQUIRE(grid.world().size() == 1, "tessera-sample runs on one rank");
-    require_device(run.hardware, grid.world());
+    require_device(run, grid.world());
     TESSERA_REQUIRE(run.checkpoint.resume != "none",
                     "tessera-sample needs a trained model: set --checkpoint.resume=latest or "
                     "the path of a checkpoint");

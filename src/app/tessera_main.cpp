@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       return;
     }
-    tessera::require_device(run.hardware, grid.world());
+    tessera::require_device(run, grid.world());
     tessera::warn_precision_cost(run, grid.world());
     TESSERA_REQUIRE(!run.output.dir.empty(),
                     "output.dir is empty; name the directory for "

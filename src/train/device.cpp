@@ -8,7 +8,8 @@
 
 namespace tessera {
 
-void require_device(const HardwareSection& hardware, Communicator& world) {
+void require_device(const RunConfig& run, Communicator& world) {
+  const HardwareSection& hardware = run.hardware;
   if (hardware.device == DeviceKind::cpu) return;
   // The same on every rank (one executable): no agreement needed.
   TESSERA_REQUIRE(kernels::cuda_backend_built(),
@@ -27,6 +28,18 @@ void require_device(const HardwareSection& hardware, Communicator& world) {
                  cat("hardware.device = cuda: ", on_node, " ranks share the node of rank ",
                      world.rank(), " but it sees ", devices, " GPU(s); tessera runs one rank per "
                      "GPU (Slurm: --ntasks-per-node and --gpus-per-task=1, jobscripts/README.md)"));
+  // What the device path does not cover yet (doc/cuda.md). The emulated GPU of the tests keeps
+  // device memory on the host, where MPI can read it, so it runs every layout.
+  if (kernels::cuda_emulated() == 0) {
+    TESSERA_REQUIRE(world.size() == 1,
+                    "hardware.device = cuda runs on one rank so far: the model's collectives do "
+                    "not yet pass device memory to NCCL (doc/cuda.md); run one rank, or set "
+                    "hardware.device = cpu");
+  }
+  TESSERA_REQUIRE(run.model.experts == 0,
+                  "hardware.device = cuda: mixtures of experts (model.experts = ",
+                  run.model.experts, ") route tokens on the host so far; set hardware.device = "
+                  "cpu");
 }
 
 void warn_precision_cost(const RunConfig& run, Communicator& world) {
