@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A plain GPT-2 trained in PyTorch, timed step by step: the PyTorch side of
+"""A plain GPT-2 or llama trained in PyTorch, timed step by step: the PyTorch side of
 bench/run-gpt2-small. Run it with Debian's /usr/bin/python3 (the python3 on PATH has no
 torch).
 
@@ -13,9 +13,20 @@ cross-entropy is taken over the first V (real) logits only (--head real: GEMM ov
 first V rows only). Attention uses F.scaled_dot_product_attention when this torch has it
 (2.0+), else explicit matmul / masked softmax / matmul (torch 1.13 on Debian 12).
 
+--arch llama: the model of tests/reference/reference_model.py (doc/model.md) written for
+speed: token embedding [Vp, C] (padding rows zero), L pre-RMSNorm blocks
+(x * rsqrt(mean(x^2) + eps) * w), q/k/v as one bias-free nn.Linear C -> (Hq + 2 Hkv) D
+(the same function as three), RoPE on q and k rotating interleaved pairs (2j, 2j+1) by
+t * theta^(-2j/D), grouped-query attention (query head h uses key/value head h / (Hq/Hkv)),
+causal softmax with scale 1/sqrt(D), bias-free output C -> C, SwiGLU MLP
+down(silu(gate(x)) * up(x)) with gate and up as one nn.Linear C -> 2F, F = --ffn-hidden or
+tessera's rule (8C/3 rounded up to 64), final RMSNorm, untied output head [Vp, C] (llama's
+default, model.tie_embeddings = auto), padding rows zero. Initialisation as tessera's: weights
+normal(0, 0.02), attention output and MLP down / sqrt(2L), norm weights 1.
+
 Optimizer: AdamW(lr 3e-4, betas (0.9, 0.95), eps 1e-8, foreach=True (the multi-tensor
 kernels; torch 1.13 defaults to the per-tensor loop on CPU), weight decay 0.1 on the weights
-of linear layers only, as tessera), clip_grad_norm_(1.0). Data: random windows of T+1
+of linear layers (and llama's untied head) only, as tessera), clip_grad_norm_(1.0). Data: random windows of T+1
 bytes of the byte-level KJV corpus (ids < 256 of the 50257 vocab).
 --precision bf16 runs forward and loss under torch.autocast("cpu", torch.bfloat16) (fp32
 parameters and optimizer, as tessera's train.precision = bf16), and calibrates GEMM with bf16
@@ -23,7 +34,8 @@ operands.
 
 Output: '# ...' info lines, then one line per measured item, machine-readable:
   GEMM <flop/s>                      best of 5 1536^3 sgemm (torch.mm), after one warm-up
-  FLOPS_PER_TOKEN <flops>            tessera's formula (src/perf/flops.hpp)
+  FLOPS_PER_TOKEN <flops>            tessera's formula (src/perf/flops.cpp)
+  PARAMETERS <n>                     parameter count (padding rows included, as tessera's)
   STEP <i> <seconds> <tokens/s> <loss>
 """
 import argparse
@@ -39,9 +51,15 @@ def parse_args():
     p.add_argument("--data", default="data/kjv.txt")
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--arch", choices=["gpt2", "llama"], default="gpt2")
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--d-model", type=int, default=768)
     p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--kv-heads", type=int, default=0, help="llama: key/value heads (0: --heads)")
+    p.add_argument("--ffn-hidden", type=int, default=0,
+                   help="MLP width; 0: 4C (gpt2) or 8C/3 rounded up to 64 (llama), as tessera")
+    p.add_argument("--norm-eps", type=float, default=1e-5)
+    p.add_argument("--rope-theta", type=float, default=10000.0)
     p.add_argument("--vocab", type=int, default=50257)
     p.add_argument("--vocab-multiple", type=int, default=64)
     p.add_argument("--seq-len", type=int, default=64)
@@ -164,15 +182,106 @@ class GPT2(nn.Module):
         return F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1))
 
 
-def flops_per_token(L, C, H, V, T):
-    """tessera's model_flops_per_token (src/perf/flops.hpp) for gpt2 with F = 4C."""
-    Fh = 4 * C
-    matmul_params = L * (C * C + 2 * C * C + C * C + 2 * C * Fh) + V * C
-    return 6.0 * matmul_params + 12.0 * L * T * C
+class RMSNorm(nn.Module):
+    def __init__(self, C, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(C))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, C, H, Hkv, Fh, eps, attention):
+        super().__init__()
+        self.H, self.Hkv, self.D, self.Fh, self.attention = H, Hkv, C // H, Fh, attention
+        self.attn_norm = RMSNorm(C, eps)
+        self.qkv = nn.Linear(C, (H + 2 * Hkv) * self.D, bias=False)
+        self.proj = nn.Linear(H * self.D, C, bias=False)
+        self.mlp_norm = RMSNorm(C, eps)
+        self.gate_up = nn.Linear(C, 2 * Fh, bias=False)
+        self.down = nn.Linear(Fh, C, bias=False)
+
+    @staticmethod
+    def rope(x, cos, sin):  # x [B, H, T, D]; rotate interleaved pairs (2j, 2j+1)
+        xe, xo = x[..., 0::2], x[..., 1::2]
+        return torch.stack((xe * cos - xo * sin, xe * sin + xo * cos), dim=-1).flatten(-2)
+
+    def attn(self, x, mask, cos, sin):
+        B, T, C = x.shape
+        H, Hkv, D = self.H, self.Hkv, self.D
+        q, k, v = self.qkv(x).split([H * D, Hkv * D, Hkv * D], dim=2)
+        q = self.rope(q.view(B, T, H, D).transpose(1, 2), cos, sin)
+        k = self.rope(k.view(B, T, Hkv, D).transpose(1, 2), cos, sin)
+        v = v.view(B, T, Hkv, D).transpose(1, 2)
+        if Hkv != H:  # query head h -> key/value head h // (H / Hkv)
+            k = k.repeat_interleave(H // Hkv, dim=1)
+            v = v.repeat_interleave(H // Hkv, dim=1)
+        if self.attention == "sdpa":
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+            att = att.masked_fill(mask, float("-inf"))
+            y = F.softmax(att, dim=-1) @ v
+        return self.proj(y.transpose(1, 2).reshape(B, T, H * D))
+
+    def forward(self, x, mask, cos, sin):
+        x = x + self.attn(self.attn_norm(x), mask, cos, sin)
+        gate, up = self.gate_up(self.mlp_norm(x)).split(self.Fh, dim=2)
+        return x + self.down(F.silu(gate) * up)
+
+
+class Llama(nn.Module):
+    def __init__(self, L, C, H, Hkv, Fh, V, Vp, T, eps, theta, attention, head):
+        super().__init__()
+        self.V, self.head_mode = V, head
+        D = C // H
+        self.embed = nn.Embedding(Vp, C)
+        self.blocks = nn.ModuleList([LlamaBlock(C, H, Hkv, Fh, eps, attention) for _ in range(L)])
+        self.final_norm = RMSNorm(C, eps)
+        self.head = nn.Linear(C, Vp, bias=False)  # untied (model.tie_embeddings = auto)
+        self.register_buffer("mask", torch.triu(torch.ones(T, T, dtype=torch.bool), 1))
+        j = torch.arange(D // 2, dtype=torch.float64)
+        ang = torch.arange(T, dtype=torch.float64)[:, None] * theta ** (-2.0 * j / D)[None, :]
+        self.register_buffer("cos", torch.cos(ang).float())
+        self.register_buffer("sin", torch.sin(ang).float())
+        with torch.no_grad():  # tessera's init (doc/model.md)
+            for name, p in self.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.fill_(1.0)
+                else:
+                    std = 0.02 / math.sqrt(2 * L) if name.endswith(("proj.weight", "down.weight")) else 0.02
+                    p.normal_(0.0, std)
+            self.embed.weight[V:].zero_()
+            self.head.weight[V:].zero_()
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        x = self.embed(idx)
+        for blk in self.blocks:
+            x = blk(x, self.mask, self.cos, self.sin)
+        x = self.final_norm(x)
+        if self.head_mode == "padded":  # head GEMM over all Vp rows, loss over the first V
+            logits = self.head(x)[..., : self.V]
+        else:
+            logits = F.linear(x, self.head.weight[: self.V])
+        return F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1))
+
+
+def flops_per_token(arch, L, C, H, Hkv, Fh, V, T):
+    """tessera's model_flops_per_token (src/perf/flops.cpp)."""
+    D = C // H
+    qd, kvd = H * D, Hkv * D
+    per_layer = C * qd + 2 * C * kvd + qd * C + (3 if arch == "llama" else 2) * C * Fh
+    return 6.0 * (L * per_layer + V * C) + 12.0 * L * T * qd
 
 
 def main():
     L, C, H, V, T, B = args.layers, args.d_model, args.heads, args.vocab, args.seq_len, args.micro_batch
+    Hkv = args.kv_heads or H
+    Fh = args.ffn_hidden or (4 * C if args.arch == "gpt2" else (8 * C // 3 + 63) // 64 * 64)
+    assert args.arch == "llama" or (Hkv == H and Fh == 4 * C), "gpt2 here has Hkv = H and F = 4C"
     Vp = (V + args.vocab_multiple - 1) // args.vocab_multiple * args.vocab_multiple
     attention = args.attention
     if attention == "auto":
@@ -208,18 +317,24 @@ def main():
 
     if not args.no_gemm:
         print(f"GEMM {measure_gemm():.6g}", flush=True)
-    fpt = flops_per_token(L, C, H, V, T)
+    fpt = flops_per_token(args.arch, L, C, H, Hkv, Fh, V, T)
     print(f"FLOPS_PER_TOKEN {fpt:.10g}", flush=True)
 
     torch.manual_seed(args.seed)
-    model = GPT2(L, C, H, V, Vp, T, attention, args.head)
-    decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith(("wte", "wpe"))]
-    no_decay = [p for n, p in model.named_parameters() if not (p.dim() == 2 and not n.startswith(("wte", "wpe")))]
+    if args.arch == "gpt2":
+        model = GPT2(L, C, H, V, Vp, T, attention, args.head)
+    else:
+        model = Llama(L, C, H, Hkv, Fh, V, Vp, T, args.norm_eps, args.rope_theta, attention, args.head)
+    embeddings = ("wte", "wpe", "embed")
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith(embeddings)]
+    no_decay = [p for n, p in model.named_parameters() if not (p.dim() == 2 and not n.startswith(embeddings))]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=3e-4, betas=(0.9, 0.95), eps=1e-8, foreach=foreach)
     nparams = sum(p.numel() for p in model.parameters())
-    info(f"model: gpt2 L={L} C={C} H={H} V={V} (Vp {Vp}) T={T} B={B}, {nparams / 1e6:.3f}M parameters, "
+    print(f"PARAMETERS {nparams}", flush=True)
+    info(f"model: {args.arch} L={L} C={C} H={H} Hkv={Hkv} F={Fh} V={V} (Vp {Vp}) T={T} B={B}, "
+         f"{nparams / 1e6:.3f}M parameters, "
          f"attention {attention}, head GEMM over {'Vp' if args.head == 'padded' else 'V'} rows, "
          f"AdamW foreach={args.foreach}")
 
