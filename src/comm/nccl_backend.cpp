@@ -176,11 +176,12 @@ std::function<bool(bool)> NcclCommunicator::queued(CUstream_st* after,
   };
 }
 
+// A group of one is a copy, which NCCL makes itself; an empty tensor queues nothing.
 std::function<bool(bool)> NcclCommunicator::all_reduce(const Tensor& buf, CUstream_st* after) {
   const ncclDataType_t t = nccl_type(buf.dtype, true);
   const size_t cnt = count_of(buf.numel(), "nccl all_reduce");
   return queued(after, [&] {
-    if (size_ > 1 && cnt > 0) NCCL_CHECK(ncclAllReduce(buf.data, buf.data, cnt, t, ncclSum, comm_, stream_));
+    if (cnt > 0) NCCL_CHECK(ncclAllReduce(buf.data, buf.data, cnt, t, ncclSum, comm_, stream_));
   });
 }
 
@@ -189,10 +190,7 @@ std::function<bool(bool)> NcclCommunicator::reduce_scatter(const Tensor& in, con
   const ncclDataType_t t = nccl_type(in.dtype, true);
   const size_t cnt = count_of(out.numel(), "nccl reduce_scatter");
   return queued(after, [&] {
-    if (cnt == 0) return;
-    if (size_ > 1) NCCL_CHECK(ncclReduceScatter(in.data, out.data, cnt, t, ncclSum, comm_, stream_));
-    else if (in.data != out.data)
-      CUDA_CHECK(cudaMemcpyAsync(out.data, in.data, cnt * dtype_size(in.dtype), cudaMemcpyDeviceToDevice, stream_));
+    if (cnt > 0) NCCL_CHECK(ncclReduceScatter(in.data, out.data, cnt, t, ncclSum, comm_, stream_));
   });
 }
 
@@ -201,10 +199,7 @@ std::function<bool(bool)> NcclCommunicator::all_gather(const Tensor& in, const T
   const ncclDataType_t t = nccl_type(in.dtype, false);
   const size_t cnt = count_of(in.numel(), "nccl all_gather");
   return queued(after, [&] {
-    if (cnt == 0) return;
-    if (size_ > 1) NCCL_CHECK(ncclAllGather(in.data, out.data, cnt, t, comm_, stream_));
-    else if (in.data != out.data)
-      CUDA_CHECK(cudaMemcpyAsync(out.data, in.data, cnt * dtype_size(in.dtype), cudaMemcpyDeviceToDevice, stream_));
+    if (cnt > 0) NCCL_CHECK(ncclAllGather(in.data, out.data, cnt, t, comm_, stream_));
   });
 }
 
@@ -219,25 +214,14 @@ void Communicator::attach_device(void* compute_stream, void* comm_stream) {
 Request Communicator::device_collective(DeviceOp op, const Tensor& in, const Tensor& out) {
   const double t0 = mpi::wtime();
   CUstream_st* after = static_cast<CUstream_st*>(compute_stream_);
-  const int64_t elem = int64_t(dtype_size(in.dtype));
-  switch (op) {
-    case DeviceOp::all_reduce: {
-      auto done = nccl_->all_reduce(in, after);
-      count(in.numel() * elem, t0, "all_reduce_async");
-      return Request(std::move(done), &stats_);
-    }
-    case DeviceOp::reduce_scatter: {
-      auto done = nccl_->reduce_scatter(in, out, after);
-      count(in.numel() * elem, t0, "reduce_scatter_async");
-      return Request(std::move(done), &stats_);
-    }
-    case DeviceOp::all_gather: {
-      auto done = nccl_->all_gather(in, out, after);
-      count(in.numel() * elem, t0, "all_gather_async");
-      return Request(std::move(done), &stats_);
-    }
-  }
-  throw std::logic_error("device_collective: unknown operation");
+  std::function<bool(bool)> done =
+      op == DeviceOp::all_reduce       ? nccl_->all_reduce(in, after)
+      : op == DeviceOp::reduce_scatter ? nccl_->reduce_scatter(in, out, after)
+                                       : nccl_->all_gather(in, out, after);
+  static const char* names[] = {"all_reduce_async", "reduce_scatter_async", "all_gather_async"};
+  // Bytes as the MPI forms count them: the buffer, the whole input, this rank's block.
+  count(in.numel() * int64_t(dtype_size(in.dtype)), t0, names[int(op)]);
+  return Request(std::move(done), &stats_);
 }
 
 void NcclCommunicator::group_start() {
