@@ -85,6 +85,19 @@ class Request {
   bool device_done_ = false;
 };
 
+// What a Communicator needs to move device tensors, given by the layer that owns the device
+// (train/: kernels::Device): the streams (cudaStream_t; null on an emulated device), the
+// staging copy between memory spaces (kernels::transfer: a copy into host memory has finished
+// when it returns, one into device memory is queued after the compute stream's work), and
+// whether collectives go through NCCL (a GPU) or through MPI on the memory as it is (the
+// tests' emulated device, whose memory is host memory).
+struct DeviceLink {
+  void* compute_stream = nullptr;
+  void* comm_stream = nullptr;
+  std::function<void(const Tensor& src, const Tensor& dst, int64_t n)> copy;
+  bool nccl = true;
+};
+
 class NcclCommunicator;  // comm/nccl_backend.hpp
 
 class Communicator {
@@ -102,6 +115,9 @@ class Communicator {
   int size() const { return size_; }
   // How many ranks of this communicator share this rank's node (its shared-memory domain).
   int size_on_node() const;
+  // The ranks of this communicator on this rank's node (its shared-memory domain), numbered
+  // in this communicator's order (collective).
+  Communicator node_group() const;
   const std::string& name() const { return name_; }
   const TrafficStats& stats() const { return stats_; }
   MPI_Comm raw() const { return comm_; }
@@ -126,27 +142,43 @@ class Communicator {
   Request reduce_scatter_async_bf16(const uint16_t* in, uint16_t* out, int64_t n);
 
   // ---- typed forms: the count and element type come from the tensors ----
-  // all_reduce_async: f32 or bf16 (the bf16 sum above), in place over buf.
-  // reduce_scatter_async: in[n*size] -> out[n], f32 or bf16 (sum).
-  // all_gather_async: in[n] -> out[n*size], any 4- or 2-byte dtype (bits moved, no arithmetic).
-  // A dtype a form cannot move, mixed memory spaces, or sizes that do not match, is a
-  // logic_error. Device tensors (Space::cuda) go through this group's NCCL communicator when
-  // one is attached (attach_device): queued on its stream after the compute stream's work so
-  // far, and counted here like the MPI forms. Without one they are handed to MPI as they are
-  // (the tests' emulated device keeps them in host memory; a CUDA-aware MPI takes device
-  // pointers).
+  // all_reduce(_async): f32, f64 (blocking) or bf16 (the bf16 sum above; sum only), in place.
+  // reduce_scatter(_async): in[n*size] -> out[n], f32 or bf16 (sum).
+  // all_gather(_async): in[n] -> out[n*size], any 4- or 2-byte dtype (bits moved, no
+  //   arithmetic); in place when in is out's block rank().
+  // all_to_all: in[n*size] -> out[n*size], f32.
+  // isend / irecv: the whole tensor, any dtype.
+  // On host tensors these are the raw-pointer forms below (the same MPI calls, counted the
+  // same). A dtype a form cannot move, mixed memory spaces, or sizes that do not match, is a
+  // logic_error. Device tensors (Space::cuda) need attach_device first:
+  //   * collectives go through this group's NCCL communicator: queued on the communication
+  //     stream after the compute stream's work so far; wait() makes the compute stream wait
+  //     for them (the host does not block), so the blocking forms return with the result
+  //     ordered before every later kernel. Under an emulated device (DeviceLink::nccl false)
+  //     they are MPI on the memory as it is (host memory).
+  //   * point-to-point and all-to-all go through host staging buffers and MPI: a send copies
+  //     the tensor to the host (after the compute stream's work) and posts the MPI send; a
+  //     receive posts into a host buffer and its test()/wait() copies the message to the
+  //     device once it has arrived. MPI matches messages by tag in any order, which a
+  //     pipeline's op lists rely on (NCCL's point-to-point matches by order).
+  //   * a group of one copies locally (no NCCL communicator exists for it).
   Request all_reduce_async(const Tensor& buf);
   Request reduce_scatter_async(const Tensor& in, const Tensor& out);
   Request all_gather_async(const Tensor& in, const Tensor& out);
+  void all_reduce(const Tensor& buf, ReduceOp op = ReduceOp::sum);
+  void reduce_scatter(const Tensor& in, const Tensor& out);
+  void all_gather(const Tensor& in, const Tensor& out);
+  void all_to_all(const Tensor& in, const Tensor& out);
+  Request isend(const Tensor& buf, int peer, int tag);
+  Request irecv(const Tensor& buf, int peer, int tag);
 
-  // ---- device collectives (hardware.device = cuda; builds with TESSERA_NCCL) ----
-  // Makes this group's NCCL communicator (collective over the group: every member calls it,
-  // groups in the same order on every rank; nothing for a group of one). compute_stream and
-  // comm_stream are cudaStream_t: operations wait for the compute stream's queued work, run on
-  // the communication stream, and a Request's wait() makes the compute stream wait for them.
-  // Without NCCL in the build this is an error naming the missing piece.
-  void attach_device(void* compute_stream, void* comm_stream);
-  bool device_attached() const { return nccl_ != nullptr; }
+  // ---- device tensors (hardware.device = cuda) ----
+  // Gives this group what it needs to move device tensors (collective over the group: every
+  // member calls it, groups in the same order on every rank). With link.nccl, a group of
+  // more than one rank makes its NCCL communicator (builds without TESSERA_NCCL: an error
+  // naming the missing piece). Groups split from this one later inherit the link.
+  void attach_device(const DeviceLink& link);
+  bool device_attached() const { return link_ != nullptr; }
 
   // ---- broadcast from root ----
   void broadcast(void* buf, int64_t bytes, int root);  // counted in BYTES
@@ -193,7 +225,14 @@ class Communicator {
   void reduce_impl(void* buf, int64_t n, MPI_Datatype type, int64_t elem_bytes, ReduceOp op);
   // The typed forms on device tensors through NCCL (nccl_backend.cpp; absent builds: error).
   enum class DeviceOp { all_reduce, reduce_scatter, all_gather };
-  Request device_collective(DeviceOp op, const Tensor& in, const Tensor& out);
+  Request device_collective(DeviceOp op, const Tensor& in, const Tensor& out,
+                            ReduceOp rop = ReduceOp::sum);
+  std::shared_ptr<NcclCommunicator> make_nccl(void* comm_stream);
+  // Device tensors: whether t is one (and this group can move it: attach_device was called),
+  // a local copy for a group of one, and a host staging buffer of t's dtype and shape.
+  bool on_device(const Tensor& t, const char* what) const;
+  void local_copy(const Tensor& in, const Tensor& out) const;
+  Request p2p(bool send, const Tensor& buf, int peer, int tag);
   void check_peer(int peer, const char* what) const;
   const void* gather_send(const float* in, float* out, int64_t n) const;
   // Counts one operation that began at MPI_Wtime() t0; a collective names itself (op) for
@@ -206,8 +245,8 @@ class Communicator {
   TrafficStats stats_;
   Trace* trace_ = nullptr;
   int16_t trace_group_ = -1;
-  std::shared_ptr<NcclCommunicator> nccl_;  // attach_device
-  void* compute_stream_ = nullptr;          // cudaStream_t the device collectives wait for
+  std::shared_ptr<const DeviceLink> link_;  // attach_device
+  std::shared_ptr<NcclCommunicator> nccl_;   // with link_->nccl, for a group of several ranks
 };
 
 }  // namespace tessera

@@ -46,6 +46,7 @@ ncclDataType_t nccl_type(DType t, bool sum) {
     case DType::f32: return ncclFloat32;
     case DType::bf16: return ncclBfloat16;
     case DType::f16: return ncclFloat16;
+    case DType::f64: return ncclFloat64;
     default: break;
   }
   if (!sum && dtype_size(t) == 4) return ncclFloat32;  // bits moved, no arithmetic
@@ -177,11 +178,12 @@ std::function<bool(bool)> NcclCommunicator::queued(CUstream_st* after,
 }
 
 // A group of one is a copy, which NCCL makes itself; an empty tensor queues nothing.
-std::function<bool(bool)> NcclCommunicator::all_reduce(const Tensor& buf, CUstream_st* after) {
+std::function<bool(bool)> NcclCommunicator::all_reduce(const Tensor& buf, CUstream_st* after,
+                                                       ReduceOp op) {
   const ncclDataType_t t = nccl_type(buf.dtype, true);
   const size_t cnt = count_of(buf.numel(), "nccl all_reduce");
   return queued(after, [&] {
-    if (cnt > 0) NCCL_CHECK(ncclAllReduce(buf.data, buf.data, cnt, t, ncclSum, comm_, stream_));
+    if (cnt > 0) NCCL_CHECK(ncclAllReduce(buf.data, buf.data, cnt, t, nccl_op(op), comm_, stream_));
   });
 }
 
@@ -205,17 +207,16 @@ std::function<bool(bool)> NcclCommunicator::all_gather(const Tensor& in, const T
 
 // ---- Communicator's device collectives (declared in communicator.hpp) ----------------------
 
-void Communicator::attach_device(void* compute_stream, void* comm_stream) {
-  compute_stream_ = compute_stream;
-  if (size_ > 1 && !nccl_)
-    nccl_ = std::make_shared<NcclCommunicator>(*this, static_cast<CUstream_st*>(comm_stream));
+std::shared_ptr<NcclCommunicator> Communicator::make_nccl(void* comm_stream) {
+  return std::make_shared<NcclCommunicator>(*this, static_cast<CUstream_st*>(comm_stream));
 }
 
-Request Communicator::device_collective(DeviceOp op, const Tensor& in, const Tensor& out) {
+Request Communicator::device_collective(DeviceOp op, const Tensor& in, const Tensor& out,
+                                        ReduceOp rop) {
   const double t0 = mpi::wtime();
-  CUstream_st* after = static_cast<CUstream_st*>(compute_stream_);
+  CUstream_st* after = static_cast<CUstream_st*>(link_->compute_stream);
   std::function<bool(bool)> done =
-      op == DeviceOp::all_reduce       ? nccl_->all_reduce(in, after)
+      op == DeviceOp::all_reduce       ? nccl_->all_reduce(in, after, rop)
       : op == DeviceOp::reduce_scatter ? nccl_->reduce_scatter(in, out, after)
                                        : nccl_->all_gather(in, out, after);
   static const char* names[] = {"all_reduce_async", "reduce_scatter_async", "all_gather_async"};

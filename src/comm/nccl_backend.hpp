@@ -57,7 +57,8 @@ class NcclCommunicator {
   // these, count them). after: a cudaStream_t whose queued work the operation waits for (null:
   // none). The result polls (false: finished?) or orders (true: after waits for the
   // operation; the host blocks only when after is null).
-  std::function<bool(bool)> all_reduce(const Tensor& buf, CUstream_st* after);
+  std::function<bool(bool)> all_reduce(const Tensor& buf, CUstream_st* after,
+                                       ReduceOp op = ReduceOp::sum);
   std::function<bool(bool)> reduce_scatter(const Tensor& in, const Tensor& out, CUstream_st* after);
   std::function<bool(bool)> all_gather(const Tensor& in, const Tensor& out, CUstream_st* after);
 

@@ -94,9 +94,9 @@ std::string ProcessGrid::traffic_table(const std::vector<const Communicator*>& e
   return os.str();
 }
 
-void ProcessGrid::attach_device(void* compute_stream, void* comm_stream) {
-  world_.attach_device(compute_stream, comm_stream);
-  for (Communicator& c : groups_) c.attach_device(compute_stream, comm_stream);
+void ProcessGrid::attach_device(const DeviceLink& link) {
+  world_.attach_device(link);
+  for (Communicator& c : groups_) c.attach_device(link);
 }
 
 std::string ProcessGrid::traffic_json(const std::vector<const Communicator*>& extra) const {

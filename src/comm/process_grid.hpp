@@ -37,9 +37,10 @@ class ProcessGrid {
   // Traffic per group (calls, bytes, seconds) as a table, this rank's counts; extra lists
   // groups made outside the grid (e.g. HSDP's shard and replica groups).
   std::string traffic_table(const std::vector<const Communicator*>& extra = {}) const;
-  // hardware.device = cuda: every group of more than one rank gets its NCCL communicator
-  // (Communicator::attach_device; collective over the world, groups in one order).
-  void attach_device(void* compute_stream, void* comm_stream);
+  // hardware.device = cuda: every group can move device tensors, and with link.nccl every
+  // group of more than one rank gets its NCCL communicator (Communicator::attach_device;
+  // collective over the world, groups in one order). Groups split later inherit the link.
+  void attach_device(const DeviceLink& link);
   // The same counters as JSON, with the bytes split by kind of operation (traffic.json):
   // {"group": {"calls": ., "bytes": ., "seconds": ., "kinds": {"all_reduce": ., ...}}, ...}
   std::string traffic_json(const std::vector<const Communicator*>& extra = {}) const;

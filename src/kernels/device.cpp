@@ -97,6 +97,24 @@ DevicePool& Device::pool() {
   return *impl_->emulated_pool;
 }
 
+void* Device::compute_stream() {
+#ifdef TESSERA_CUDA
+  if (impl_->context) return impl_->context->stream();
+#endif
+  return nullptr;
+}
+
+void* Device::comm_stream() {
+#ifdef TESSERA_CUDA
+  if (impl_->context) return impl_->context->comm_stream();
+#endif
+  return nullptr;
+}
+
+bool Device::emulated() const {
+  return impl_->emulated_pool != nullptr;
+}
+
 void Device::synchronize() {
 #ifdef TESSERA_CUDA
   if (impl_->context) impl_->context->synchronize();

@@ -118,6 +118,15 @@ int cuda_device_count() {
 #endif
 }
 
+std::string cuda_device_id(int index) {
+  if (cuda_emulated()) return "emulated " + std::to_string(index);
+#ifdef TESSERA_CUDA
+  return cuda::pci_bus_id(index);
+#else
+  return "";
+#endif
+}
+
 void matmul(const Tensor& A, const Tensor& B, const Tensor& C, int64_t M, int64_t N, int64_t K,
             bool trans_a, bool trans_b, float alpha, float beta) {
   // An empty C reads nothing; K = 0 scales C without reading A or B.

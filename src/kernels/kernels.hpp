@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "tensor/tensor.hpp"
 
@@ -29,6 +30,9 @@ namespace tessera::kernels {
 // the backend counts as built and the count is the emulated one.
 bool cuda_backend_built();
 int cuda_device_count();
+// Which physical GPU the visible device `index` is (its PCI bus id; "emulated N" under
+// emulation): two ranks of a node that see different devices as index 0 are told apart.
+std::string cuda_device_id(int index);
 // Emulated CUDA devices (tests only, doc/testing.md): TESSERA_EMULATE_CUDA=N, N > 0, makes
 // N devices visible whose memory is host memory and whose kernels are the host ones, so the
 // GPU path's control flow (device allocation, every staging copy) runs without a GPU and
@@ -47,6 +51,12 @@ class Device {
   Device& operator=(const Device&) = delete;
   DevicePool& pool();  // its blocks are Space::cuda (Allocator(pool, host))
   void synchronize();  // waits for the queued work; raises a kernel's fault
+  // What collectives on its memory need (comm/'s DeviceLink): the kernels' stream and a
+  // communication stream (cudaStream_t; null on an emulated device), and whether the device
+  // is emulated (its memory is host memory, which MPI reads as it is).
+  void* compute_stream();
+  void* comm_stream();
+  bool emulated() const;
 
  private:
   struct Impl;

@@ -101,8 +101,8 @@ void ring_forward(StepContext& ctx, const ModelConfig& cfg, const Tensor& q, con
     const int src = (R.r - i + R.P) % R.P;
     StepTransfers kv(ctx.par.cp_timing);
     if (i < R.P - 1) {  // the next block travels while this one is attended to
-      kv.add(comm.irecv(nxt.comm_f32(), R.block(), R.prev, kTagKv));
-      kv.add(comm.isend(cur.comm_f32(), R.block(), R.next, kTagKv));
+      kv.add(comm.irecv(nxt.slice(0, R.block()), R.prev, kTagKv));
+      kv.add(comm.isend(cur.slice(0, R.block()), R.next, kTagKv));
     }
     for (int qj = 0; qj < 2; ++qj)
       for (int kj = 0; kj < 2; ++kj) {
@@ -151,10 +151,10 @@ void ring_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_att
     const Tensor& acc = dkv[i % 2];
     StepTransfers xfer(ctx.par.cp_timing);
     if (i < R.P - 1) {
-      xfer.add(comm.irecv(nxt.comm_f32(), R.block(), R.prev, kTagKv));
-      xfer.add(comm.isend(cur.comm_f32(), R.block(), R.next, kTagKv));
+      xfer.add(comm.irecv(nxt.slice(0, R.block()), R.prev, kTagKv));
+      xfer.add(comm.isend(cur.slice(0, R.block()), R.next, kTagKv));
     }
-    if (i > 0) xfer.add(comm.irecv(acc.comm_f32(), R.block(), R.prev, kTagDkv));
+    if (i > 0) xfer.add(comm.irecv(acc.slice(0, R.block()), R.prev, kTagDkv));
     kernels::fill(local, 0.0f, R.block());
     for (int qj = 0; qj < 2; ++qj)
       for (int kj = 0; kj < 2; ++kj) {
@@ -176,12 +176,12 @@ void ring_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_att
     else
       kernels::copy(local, acc, R.block());
     dkv_send.wait();  // the previous step's, from the other buffer
-    dkv_send = comm.isend(acc.comm_f32(), R.block(), R.next, kTagDkv);
+    dkv_send = comm.isend(acc.slice(0, R.block()), R.next, kTagDkv);
     std::swap(cur, nxt);
   }
   // This rank's own block comes home from the previous rank with every contribution.
   const Tensor& home = dkv[R.P % 2];
-  comm.irecv(home.comm_f32(), R.block(), R.prev, kTagDkv).wait();
+  comm.irecv(home.slice(0, R.block()), R.prev, kTagDkv).wait();
   dkv_send.wait();
   kernels::copy(flat(home, 0, 2 * R.nkv), dk, 2 * R.nkv);
   kernels::copy(flat(home, 2 * R.nkv, 2 * R.nkv), dv, 2 * R.nkv);
@@ -207,7 +207,7 @@ void to_heads(StepContext& ctx, const Tensor& x, const Tensor& y, int64_t B, int
   const Tensor recv = ctx.scratch.get(ScratchId::cp_a2a_recv, {n * P});
   for (int64_t j = 0; j < P; ++j)  // [bt][H] -> [j][bt][Hl]
     copy_block(x, j * Hl * D, H * D, send, j * n, Hl * D, B * Tl, Hl * D);
-  comm.all_to_all(send.comm_f32(), recv.comm_f32(), n);
+  comm.all_to_all(send.slice(0, n * P), recv.slice(0, n * P));
   for (int64_t j = 0; j < P; ++j)  // [j][b][Tl] -> [b][j Tl]
     copy_block(recv, j * n, Tl * Hl * D, y, j * Tl * Hl * D, P * Tl * Hl * D, B, Tl * Hl * D);
 }
@@ -221,7 +221,7 @@ void to_sequence(StepContext& ctx, const Tensor& y, const Tensor& x, int64_t B, 
   const Tensor recv = ctx.scratch.get(ScratchId::cp_a2a_recv, {n * P});
   for (int64_t j = 0; j < P; ++j)  // [b][j Tl] -> [j][b][Tl]
     copy_block(y, j * Tl * Hl * D, P * Tl * Hl * D, send, j * n, Tl * Hl * D, B, Tl * Hl * D);
-  comm.all_to_all(send.comm_f32(), recv.comm_f32(), n);
+  comm.all_to_all(send.slice(0, n * P), recv.slice(0, n * P));
   for (int64_t j = 0; j < P; ++j)  // [j][bt][Hl] -> [bt][H]
     copy_block(recv, j * n, Hl * D, x, j * Hl * D, H * D, B * Tl, Hl * D);
 }

@@ -31,10 +31,10 @@ void OutputHead::parallel_cross_entropy(StepContext& ctx, const Tensor& logits,
   const Tensor sum = ctx.scratch.get(ScratchId::ce_sum_exp, {N}, DType::f64);
   const Tensor target = ctx.scratch.get(ScratchId::ce_target, {N});
   kernels::cross_entropy_local_max(logits, mx, N, Vl, valid);
-  ctx.par.tp.all_reduce(mx.comm_f32(), N, ReduceOp::max);
+  ctx.par.tp.all_reduce(mx.slice(0, N), ReduceOp::max);
   kernels::cross_entropy_local_exp(logits, targets, mx, sum, target, N, Vl, valid, v0);
-  ctx.par.tp.all_reduce(static_cast<double*>(sum.data), N);
-  ctx.par.tp.all_reduce(target.comm_f32(), N);
+  ctx.par.tp.all_reduce(sum.slice(0, N));
+  ctx.par.tp.all_reduce(target.slice(0, N));
   kernels::cross_entropy_local_finish(logits, targets, sum, target, losses, N, Vl, valid, v0,
                                       ctx.loss_scale);
 }

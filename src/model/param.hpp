@@ -93,8 +93,8 @@ class ParamStore {
   int64_t elements() const;                 // parameters proper, without padding
   // The flat buffers' pointers in any space (pointer arithmetic and comm/'s collectives;
   // host code that reads them stages them first).
-  float* values() const { return values_.comm_f32(); }
-  float* grads() const { return grads_.comm_f32(); }
+  float* values() const { return values_.ptr_f32(); }
+  float* grads() const { return grads_.ptr_f32(); }
   Space space() const { return space_; }  // where the buffers are (the allocator's space)
 
  private:

@@ -51,7 +51,7 @@ auto Transformer::around(StepContext& ctx, int part, Pass pass, Fn&& fn) {
   if (pass == Pass::backward && ctx.reduce_partial_grads && ctx.par.tp.size() > 1)
     for (int i = ranges_[size_t(part)].first; i < ranges_[size_t(part)].second; ++i)
       if (Param& p = store_.param(i); p.tp_partial_grad)
-        ctx.par.tp.all_reduce(p.grad.comm_f32(), p.local.numel());
+        ctx.par.tp.all_reduce(p.grad.slice(0, p.local.numel()));
   if (ctx.hooks) ctx.hooks->end(part, pass, ctx.training);
   return result;
 }

@@ -35,8 +35,8 @@ class AdamW {
 
   const std::vector<ShardSegment>& segments() const { return segments_; }
   // Moments, indexed locally.
-  float* m() const { return m_.comm_f32(); }  // any space (the checkpoint stages them)
-  float* v() const { return v_.comm_f32(); }
+  float* m() const { return m_.ptr_f32(); }  // any space (the checkpoint stages them)
+  float* v() const { return v_.ptr_f32(); }
   int64_t local_size() const { return m_.numel(); }
 
  private:

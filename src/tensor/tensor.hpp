@@ -46,9 +46,10 @@ struct Tensor {
   // (kernels::transfer) fails, also where emulated device memory would let it work.
   float* f32() const { return static_cast<float*>(host_data()); }
   int32_t* i32() const { return static_cast<int32_t*>(host_data()); }
-  // The pointer in any space, for comm/'s raw-pointer collectives only. Each call is a site
-  // that needs the device-aware (Tensor) form of the collective on a real GPU (doc/cuda.md).
-  float* comm_f32() const { return static_cast<float*>(data); }
+  // The pointer in any space, for pointer arithmetic and views in the tensor's space (flat
+  // parameter and shard buffers); never read on the host, never given to comm/ (which takes
+  // Tensors, so a device tensor goes through NCCL or staging: doc/cuda.md).
+  float* ptr_f32() const { return static_cast<float*>(data); }
   // Rows [begin, begin+count) of the outermost dimension.
   Tensor rows(int64_t begin, int64_t count) const;
   Tensor reshaped(Shape s) const;
@@ -125,7 +126,7 @@ class Buffer {
   const Tensor& view() const { return view_; }
   float* f32() const { return view_.f32(); }  // host access (Tensor::f32)
   int32_t* i32() const { return view_.i32(); }
-  float* comm_f32() const { return view_.comm_f32(); }
+  float* ptr_f32() const { return view_.ptr_f32(); }
   int64_t numel() const { return view_.numel(); }
   bool empty() const { return view_.data == nullptr; }
 

@@ -1,12 +1,19 @@
 #include "train/device.hpp"
 
 #include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "kernels/kernels.hpp"
 
 namespace tessera {
+
+int device_index(Communicator& world) {
+  return world.node_group().rank();
+}
 
 void require_device(const RunConfig& run, Communicator& world) {
   const HardwareSection& hardware = run.hardware;
@@ -21,21 +28,33 @@ void require_device(const RunConfig& run, Communicator& world) {
                  cat("hardware.device = cuda: no CUDA device is visible to rank ", world.rank(),
                      "; check the node's GPUs, driver and CUDA_VISIBLE_DEVICES, or set "
                      "hardware.device = cpu"));
-  // One rank per GPU: the ranks sharing a node take its devices by their order on the node.
-  const int on_node = world.size_on_node();
+  // One rank per GPU: the ranks sharing a node take its devices by their order on the node
+  // (device_index), modulo the devices each sees; two that would take the same physical GPU
+  // (the same PCI bus id) stop the run. Each rank seeing its own GPU as device 0 (Slurm's
+  // --gpu-bind=per_task:1) is fine.
+  Communicator node = world.node_group();
   const int devices = kernels::cuda_device_count();
-  agree_or_throw(world, on_node <= devices,
-                 cat("hardware.device = cuda: ", on_node, " ranks share the node of rank ",
-                     world.rank(), " but it sees ", devices, " GPU(s); tessera runs one rank per "
-                     "GPU (Slurm: --ntasks-per-node and --gpus-per-task=1, jobscripts/README.md)"));
-  // What the device path does not cover yet (doc/cuda.md). The emulated GPU of the tests keeps
-  // device memory on the host, where MPI can read it, so it runs every layout.
-  if (kernels::cuda_emulated() == 0) {
-    TESSERA_REQUIRE(world.size() == 1,
-                    "hardware.device = cuda runs on one rank so far: the model's collectives do "
-                    "not yet pass device memory to NCCL (doc/cuda.md); run one rank, or set "
-                    "hardware.device = cpu");
-  }
+  const std::string id = kernels::cuda_device_id(device_index(world) % devices);
+  std::vector<int64_t> keys(size_t(node.size()), 0);
+  keys[size_t(node.rank())] = int64_t(std::hash<std::string>{}(id) >> 1) + 1;
+  node.all_reduce(keys.data(), node.size());
+  int shares = -1;
+  for (int r = 0; r < node.rank() && shares < 0; ++r)
+    if (keys[size_t(r)] == keys[size_t(node.rank())]) shares = r;
+  agree_or_throw(world, shares < 0,
+                 cat("hardware.device = cuda: ", node.size(), " ranks share the node of rank ",
+                     world.rank(), " and ranks ", shares, " and ", node.rank(),
+                     " of the node would both use GPU ", id, " (it sees ", devices,
+                     " GPU(s)); tessera runs one rank per GPU (Slurm: --ntasks-per-node and "
+                     "--gpus-per-task=1 or --gpu-bind=per_task:1, jobscripts/README.md)"));
+  // Several ranks on GPUs reduce through NCCL (doc/cuda.md, "Device collectives"). The
+  // emulated GPU of the tests keeps device memory on the host, where MPI reads it.
+#ifndef TESSERA_NCCL
+  TESSERA_REQUIRE(world.size() == 1 || kernels::cuda_emulated() > 0,
+                  "hardware.device = cuda on ", world.size(), " ranks needs NCCL, which this "
+                  "build lacks (install libnccl-dev and reconfigure with TESSERA_NCCL=ON); run "
+                  "one rank, or set hardware.device = cpu");
+#endif
   TESSERA_REQUIRE(run.model.experts == 0,
                   "hardware.device = cuda: mixtures of experts (model.experts = ",
                   run.model.experts, ") route tokens on the host so far; set hardware.device = "

@@ -8,8 +8,12 @@ namespace tessera {
 
 // Returns when the ranks can compute on hardware.device; otherwise a collective Error on
 // every rank of world saying what is missing (the CUDA backend in this build, a GPU on the
-// lowest rank without one) or that the GPU training path does not exist yet.
+// lowest rank without one, one GPU per rank, NCCL for several ranks) or what the GPU path
+// does not cover (experts).
 void require_device(const RunConfig& run, Communicator& world);
+// The CUDA device a rank takes, before the modulo of the devices it sees: its index among the
+// ranks of its node, in world order (collective).
+int device_index(Communicator& world);
 // One warning from rank 0 when train.precision costs speed on this device instead of saving it
 // (bf16 on a CPU without AVX512-BF16; fp16 on any CPU, whose GEMMs are widened to fp32).
 void warn_precision_cost(const RunConfig& run, Communicator& world);

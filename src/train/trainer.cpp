@@ -9,6 +9,7 @@
 #include "kernels/kernels.hpp"
 #include "model/tensor_parallel.hpp"
 #include "parallel/pp/stage_layers.hpp"
+#include "train/device.hpp"
 #include "train/nonfinite.hpp"
 
 namespace tessera {
@@ -42,17 +43,21 @@ DType dtype_of(TrainPrecision p) {
 }
 
 // hardware.device = cuda: this rank's device, the one of its index among the ranks of its
-// node (one rank per GPU, checked by require_device).
+// (physical) node (one rank per GPU, checked by require_device).
 std::unique_ptr<kernels::Device> open_device(const RunConfig& run, ProcessGrid& grid) {
   if (run.hardware.device == DeviceKind::cpu) return nullptr;
-  Communicator& world = grid.world();
-  std::vector<double> node(size_t(world.size()), 0.0);
-  node[size_t(world.rank())] = grid.node();
-  world.all_reduce(node.data(), world.size());
-  int index = 0;
-  for (int r = 0; r < world.rank(); ++r) index += node[size_t(r)] == double(grid.node());
+  const int index = device_index(grid.world());
   // A rank that sees only its own GPU (Slurm's --gpu-bind=per_task:1) takes device 0.
-  return std::make_unique<kernels::Device>(index % std::max(1, kernels::cuda_device_count()));
+  auto device = std::make_unique<kernels::Device>(index % std::max(1, kernels::cuda_device_count()));
+  // Every group moves device tensors from now on: collectives through NCCL on a GPU, MPI on
+  // an emulated device's host memory; point-to-point and all-to-all through host staging.
+  DeviceLink link;
+  link.compute_stream = device->compute_stream();
+  link.comm_stream = device->comm_stream();
+  link.copy = [](const Tensor& src, const Tensor& dst, int64_t n) { kernels::transfer(src, dst, n); };
+  link.nccl = !device->emulated();
+  grid.attach_device(link);
+  return device;
 }
 
 }  // namespace
@@ -329,10 +334,10 @@ double Trainer::pipeline_evaluate() {
       load_micro_batch([&](int64_t b, int32_t* row) { data_.validation_sample(first + b, row); });
     for (int c = 0; c < C; ++c) {
       if (shape.stage_of(c) != stage) continue;
-      if (c > 0) pp.irecv(x.comm_f32(), n, shape.stage_of(c - 1), 0).wait();
+      if (c > 0) pp.irecv(x.slice(0, n), shape.stage_of(c - 1), 0).wait();
       const Tensor out = model_->forward_chunk(ctx, shape.local_chunk_of(c), inputs_.view(),
                                                c > 0 ? x : Tensor{}, targets_.view(), &loss_sum);
-      if (c < C - 1) pp.isend(out.comm_f32(), n, shape.stage_of(c + 1), 0).wait();
+      if (c < C - 1) pp.isend(out.slice(0, n), shape.stage_of(c + 1), 0).wait();
     }
   }
   grid_.group(Group::dp_cp).all_reduce(&loss_sum, 1);
@@ -387,7 +392,7 @@ StepResult Trainer::step(int64_t s) {
     if (!tied_over_pipeline()) return;
     Param* tied = model_->tied_copy();
     if (!tied) tied = const_cast<Param*>(store_.find("embed.tok.weight"));
-    grid_.group(Group::embedding).all_reduce(tied->grad.comm_f32(), tied->local.numel());
+    grid_.group(Group::embedding).all_reduce(tied->grad.slice(0, tied->local.numel()));
   };
   const float* grads = dp_->reduce_gradients(sum_tied);  // indexed as the segments say
   // The global norm: tensor-parallel blocks summed over tp, ZeRO pieces over the shard group,

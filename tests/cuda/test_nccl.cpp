@@ -13,6 +13,7 @@
 #include "comm/communicator.hpp"
 #include "comm/nccl_backend.hpp"
 #include "kernels/cuda/context.hpp"
+#include "kernels/kernels.hpp"
 
 namespace tessera {
 namespace {
@@ -123,8 +124,12 @@ TEST_F(Nccl, CommunicatorTypedFormsOnDevice) {
   Communicator c(dup, "typed");
   cudaStream_t comm_stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking), cudaSuccess);
-  c.attach_device(ctx_->stream(), comm_stream);
-  EXPECT_EQ(c.device_attached(), size() > 1);
+  c.attach_device(DeviceLink{ctx_->stream(), comm_stream,
+                             [](const Tensor& a, const Tensor& b, int64_t k) {
+                               kernels::transfer(a, b, k);
+                             },
+                             true});
+  EXPECT_TRUE(c.device_attached());
   const int64_t n = 64;
   std::vector<float> in(n * size());
   for (int64_t j = 0; j < n * size(); ++j) in[j] = float(rank() + j);
@@ -152,7 +157,25 @@ TEST_F(Nccl, CommunicatorTypedFormsOnDevice) {
     EXPECT_EQ(c.stats().kind_bytes[int(CommKind::all_gather)], n * 4);
     EXPECT_EQ(c.stats().kind_bytes[int(CommKind::all_reduce)], n * 4);
   }
-  for (float* p : {din, dout, gathered}) ctx_->pool().release(p);
+  // The blocking forms, a max, and what goes through host staging: all-to-all and a ring of
+  // point-to-point messages.
+  c.all_reduce(view_of(din, Shape{n * size()}, Space::cuda), ReduceOp::max);
+  ASSERT_EQ(cudaStreamSynchronize(ctx_->stream()), cudaSuccess);
+  const std::vector<float> mx = host(din, n * size());
+  for (int64_t j = 0; j < n * size(); ++j) ASSERT_EQ(mx[j], float(size() - 1 + j)) << j;
+  float* a2a = device(std::vector<float>(n * size()));
+  c.all_to_all(view_of(din, Shape{n * size()}, Space::cuda), view_of(a2a, Shape{n * size()}, Space::cuda));
+  const std::vector<float> got = host(a2a, n * size());
+  for (int r = 0; r < size(); ++r) ASSERT_EQ(got[r * n], float(size() - 1 + rank() * n)) << r;
+  const int next = (rank() + 1) % size(), prev = (rank() + size() - 1) % size();
+  Request in_flight = c.irecv(view_of(gathered, Shape{n}, Space::cuda), prev, 7);
+  Request out_going = c.isend(tout, next, 7);
+  in_flight.wait();
+  out_going.wait();
+  ASSERT_EQ(cudaStreamSynchronize(ctx_->stream()), cudaSuccess);
+  // tout was all-reduced above, so prev sent what this rank holds.
+  EXPECT_EQ(host(gathered, n), host(dout, n));
+  for (float* p : {din, dout, gathered, a2a}) ctx_->pool().release(p);
   cudaStreamDestroy(comm_stream);
 }
 

@@ -10,6 +10,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -255,6 +256,64 @@ TEST(CommunicatorTyped, Bf16FormsAndBytesByKind) {
                std::logic_error);  // dtypes differ
   EXPECT_THROW(c.reduce_scatter_async(view_of(ints.data(), Shape{n * P}), view_of(ints.data(), Shape{n})),
                std::logic_error);  // no integer sum
+}
+
+// Device tensors (Space::cuda; here host memory that says so, as the emulated GPU's does):
+// refused without attach_device; with a link whose collectives are MPI (nccl = false),
+// point-to-point and all-to-all go through host staging with the link's copy (a receive
+// reaches the tensor only at its test()/wait()), collectives run on the memory as it is, a
+// group of one copies locally, and a split group inherits the link.
+TEST(CommunicatorDevice, StagedPointToPointAllToAllAndLocalCopies) {
+  Communicator c = make_comm(false);
+  const int P = c.size(), r = c.rank();
+  const int64_t n = 6;
+  std::vector<float> mine(n), got(n, -1.0f);
+  for (int64_t i = 0; i < n; ++i) mine[size_t(i)] = float(100 * r + i);
+  const Tensor dmine = view_of(mine.data(), Shape{n}, Space::cuda);
+  const Tensor dgot = view_of(got.data(), Shape{n}, Space::cuda);
+  EXPECT_THROW(c.isend(dmine, (r + 1) % P, 3), std::logic_error);  // no device attached
+  EXPECT_THROW(c.all_reduce(dmine), std::logic_error);
+  int to_host = 0, to_device = 0, local = 0;
+  DeviceLink link;
+  link.copy = [&](const Tensor& src, const Tensor& dst, int64_t k) {
+    (src.space == dst.space ? local : dst.space == Space::host ? to_host : to_device) += 1;
+    std::memmove(dst.data, src.data, size_t(k) * dtype_size(src.dtype));
+  };
+  link.nccl = false;
+  c.attach_device(link);
+  EXPECT_TRUE(c.device_attached());
+  const int next = (r + 1) % P, prev = (r + P - 1) % P;
+  Request in = c.irecv(dgot, prev, 3);
+  Request out = c.isend(dmine, next, 3);
+  EXPECT_EQ(to_host, 1);  // the send staged its tensor at once
+  out.wait();
+  c.barrier();            // every message has been sent...
+  EXPECT_EQ(got[0], -1.0f);  // ...but reaches the device tensor only at wait()
+  in.wait();
+  EXPECT_EQ(to_device, 1);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(got[size_t(i)], float(100 * prev + i));
+  EXPECT_EQ(c.stats().kind_bytes[int(CommKind::p2p)], n * 4);
+
+  std::vector<float> a(size_t(n * P)), b(size_t(n * P));
+  for (int64_t j = 0; j < n * P; ++j) a[size_t(j)] = float(1000 * r + j);
+  c.all_to_all(view_of(a.data(), Shape{n * P}, Space::cuda), view_of(b.data(), Shape{n * P}, Space::cuda));
+  for (int s = 0; s < P; ++s)  // block s came from rank s, its block r
+    EXPECT_EQ(b[size_t(s * n)], float(1000 * s + r * n)) << s;
+  EXPECT_EQ(to_host, 2);
+  EXPECT_EQ(to_device, 2);
+
+  c.all_reduce(dmine, ReduceOp::max);  // MPI on the memory as it is: no staging
+  EXPECT_EQ(mine[0], float(100 * (P - 1)));
+  EXPECT_EQ(to_host, 2);
+
+  Communicator half = c.split(r % 2, r, "half");  // inherits the link
+  EXPECT_TRUE(half.device_attached());
+  Communicator self = c.split(r, 0, "self");
+  std::vector<float> piece(n, 0.0f);
+  self.reduce_scatter(dmine, view_of(piece.data(), Shape{n}, Space::cuda));
+  EXPECT_EQ(piece[0], mine[0]);
+  EXPECT_EQ(local, 1);  // a group of one copies locally, device to device
+  EXPECT_EQ(self.stats().calls, 0);
 }
 
 TEST(CommunicatorErrors, RejectsBadArguments) {

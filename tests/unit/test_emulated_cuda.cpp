@@ -64,11 +64,11 @@ TEST_F(EmulatedCuda, AViewThatLostItsSpaceIsCaught) {
   Allocator alloc(device.pool(), host);
   Buffer x(alloc, Shape{16}, DType::f32, Charge::params);
   // view_of without a space says host: a GPU would fault on it, emulation raises instead.
-  const Tensor lost = view_of(x.view().comm_f32() + 4, Shape{4});
+  const Tensor lost = view_of(x.view().ptr_f32() + 4, Shape{4});
   EXPECT_THROW(kernels::fill(lost, 1.0f, 4), Error);
   Buffer h(host, Shape{4}, DType::f32, Charge::workspace);
   EXPECT_THROW(kernels::transfer(lost, h.view(), 4), Error);
-  kernels::fill(view_of(x.view().comm_f32() + 4, Shape{4}, Space::cuda), 1.0f, 4);
+  kernels::fill(view_of(x.view().ptr_f32() + 4, Shape{4}, Space::cuda), 1.0f, 4);
   EXPECT_EQ(kernels::sum_squares(x.view(), 16), 4.0);
 }
 

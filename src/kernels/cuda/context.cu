@@ -23,6 +23,15 @@ int device_count() {
   return n;
 }
 
+std::string pci_bus_id(int device) {
+  char id[64] = {0};
+  if (cudaDeviceGetPCIBusId(id, int(sizeof id), device) != cudaSuccess) {
+    cudaGetLastError();
+    return "cuda device " + std::to_string(device);
+  }
+  return id;
+}
+
 // ---- CudaMemory -------------------------------------------------------------------------------
 
 void* CudaMemory::allocate(size_t bytes) {
@@ -52,6 +61,7 @@ void CudaMemory::zero(void* p, size_t bytes) {
 struct Context::Impl {
   int device = 0;
   cudaStream_t stream = nullptr;
+  cudaStream_t comm_stream = nullptr;
   cublasHandle_t blas = nullptr;
   std::unique_ptr<CudaMemory> memory;
   std::unique_ptr<DevicePool> pool;
@@ -71,6 +81,7 @@ Context::Context(int device) : impl_(std::make_unique<Impl>()) {
   c.sm_count = prop.multiProcessorCount;
   c.max_shared = prop.sharedMemPerBlockOptin;
   TESSERA_CUDA_CHECK(cudaStreamCreate(&c.stream));
+  TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&c.comm_stream, cudaStreamNonBlocking));
   c.memory = std::make_unique<CudaMemory>(c.stream);
   c.pool = std::make_unique<DevicePool>(*c.memory);
   TESSERA_CUBLAS_CHECK(cublasCreate(&c.blas));
@@ -88,6 +99,8 @@ Context::~Context() {
   if (c.blas) cublasDestroy(c.blas);
   c.pool.reset();  // frees every block (waits for the stream first)
   c.memory.reset();
+  cudaStreamSynchronize(c.comm_stream);
+  cudaStreamDestroy(c.comm_stream);
   cudaStreamDestroy(c.stream);
 }
 
@@ -96,6 +109,9 @@ int Context::device() const {
 }
 CUstream_st* Context::stream() const {
   return impl_->stream;
+}
+CUstream_st* Context::comm_stream() const {
+  return impl_->comm_stream;
 }
 cublasContext* Context::blas() const {
   return impl_->blas;

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "tensor/device_pool.hpp"
 
@@ -24,6 +25,9 @@ namespace tessera::kernels::cuda {
 
 // Number of visible CUDA devices (0 when there is no driver or no device).
 int device_count();
+// The PCI bus id of a visible device ("0000:1b:00.0"): the same GPU has the same id in every
+// process of a node, whatever CUDA_VISIBLE_DEVICES numbers it.
+std::string pci_bus_id(int device);
 
 // Device memory for a DevicePool: cudaMalloc/cudaFree; zero() is queued on `stream`, the
 // stream the pool's blocks are used on.
@@ -54,6 +58,8 @@ class Context {
 
   int device() const;
   CUstream_st* stream() const;
+  // A second stream, non-blocking, for collectives (NCCL) that overlap the kernels' stream.
+  CUstream_st* comm_stream() const;
   cublasContext* blas() const;
   DevicePool& pool() const;
   int sm_count() const;

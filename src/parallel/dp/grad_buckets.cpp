@@ -61,10 +61,10 @@ Tensor GradBuckets::staged(const Bucket& b) const {
 void GradBuckets::start(Bucket& b) {
   b.posted = mpi::wtime();
   if (staging_.empty()) {
-    b.request = dp_.all_reduce_async(store_.grads() + b.begin, b.end - b.begin);
+    b.request = dp_.all_reduce_async(grads(b));
   } else {
     kernels::cast(grads(b), staged(b), b.end - b.begin);
-    b.request = dp_.all_reduce_async_bf16(static_cast<uint16_t*>(staged(b).data), b.end - b.begin);
+    b.request = dp_.all_reduce_async(staged(b));
   }
   b.started = true;
 }

@@ -114,7 +114,7 @@ void Zero::build(int part) {
   const ParamPart& pp = store_.parts()[size_t(part)];
   Buffer full = pool_.take(pp.size);
   kernels::fill(full.view(), 0.0f, pp.size);
-  point_values(part, full.comm_f32());
+  point_values(part, full.ptr_f32());
   for (int i = pp.first; i < pp.last; ++i) store_.initialize(store_.param(i), seed_);
   kernels::copy(full.view().slice(shard_comm_.rank() * piece(part), piece(part)),
                 value_shard_.view().slice(local_of(part), piece(part)), piece(part));
@@ -148,16 +148,18 @@ void Zero::reduce(int part) {
     p.piece = pool_.take(piece(part), reduce_dtype_);
     p.request = shard_comm_.reduce_scatter_async(p.staged.view(), p.piece.view());
   } else if (stage_ == 1) {  // straight from the full gradient buffer into the shard
-    p.request =
-        shard_comm_.reduce_scatter_async(store_.grads() + store_.parts()[size_t(part)].begin,
-                                         grad_shard_.comm_f32() + local_of(part), piece(part));
+    const Tensor grads = view_of(store_.grads(), Shape{store_.numel()}, store_.space());
+    p.request = shard_comm_.reduce_scatter_async(
+        grads.slice(store_.parts()[size_t(part)].begin, piece(part) * shard_comm_.size()),
+        grad_shard_.view().slice(local_of(part), piece(part)));
   } else {
     PartState& s = parts_[size_t(part)];
     point_grads(part, nullptr);
     p.staged = std::move(s.grads);
     p.piece = pool_.take(piece(part));
-    p.request =
-        shard_comm_.reduce_scatter_async(p.staged.comm_f32(), p.piece.comm_f32(), piece(part));
+    p.request = shard_comm_.reduce_scatter_async(
+        p.staged.view().slice(0, piece(part) * shard_comm_.size()),
+        p.piece.view().slice(0, piece(part)));
   }
   pending_.push_back(std::move(p));
 }
@@ -203,7 +205,7 @@ void Zero::run(const std::vector<ZeroAction>& actions) {
           s.values = pool_.take(size);
           kernels::cast(s.compute.view(), s.values.view(), size);
         }
-        point_values(a.part, s.values.comm_f32());
+        point_values(a.part, s.values.ptr_f32());
         break;
       case ZeroAction::release:
         s.gather.wait();  // a buffer MPI still writes into cannot be reused
@@ -215,7 +217,7 @@ void Zero::run(const std::vector<ZeroAction>& actions) {
         const int64_t size = store_.parts()[size_t(a.part)].size;
         s.grads = pool_.take(size);
         kernels::fill(s.grads.view(), 0.0f, size);
-        point_grads(a.part, s.grads.comm_f32());
+        point_grads(a.part, s.grads.ptr_f32());
         break;
       }
       case ZeroAction::reduce: reduce(a.part); break;
@@ -255,9 +257,9 @@ const float* Zero::reduce_gradients(const std::function<void()>& whole_final) {
     kernels::cast(h.view(), grad_shard_.view(), local_size_);
     pool_.give(std::move(h));
   } else {
-    replica_comm_.all_reduce(grad_shard_.comm_f32(), local_size_);
+    replica_comm_.all_reduce(grad_shard_.view().slice(0, local_size_));
   }
-  return grad_shard_.comm_f32();
+  return grad_shard_.ptr_f32();
 }
 
 void Zero::after_optimizer() {
@@ -266,13 +268,14 @@ void Zero::after_optimizer() {
     const ParamPart& pp = store_.parts()[q];
     const int64_t n = piece(int(q));
     if (n == 0) continue;
-    float* part = store_.values() + pp.begin;
-    shard_comm_.all_gather(part + shard_comm_.rank() * n, part, n);  // in place
+    const Tensor part = view_of(store_.values(), Shape{store_.numel()}, store_.space())
+                            .slice(pp.begin, n * shard_comm_.size());
+    shard_comm_.all_gather(part.slice(shard_comm_.rank() * n, n), part);  // in place
   }
 }
 
 Holding Zero::values() {
-  if (stage_ == 3) return {value_shard_.comm_f32(), &segments_, &replica_comm_};
+  if (stage_ == 3) return {value_shard_.ptr_f32(), &segments_, &replica_comm_};
   return {store_.values(), &whole_, &holders_};
 }
 

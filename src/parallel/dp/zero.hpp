@@ -90,7 +90,7 @@ class Zero : public DataParallel {
   void sum_over_shards(double* x, int n) override { shard_comm_.all_reduce(x, n); }
   // Stage 3: the parameter shard (indexed locally); below: the whole flat buffer.
   float* optimizer_values() override {
-    return stage_ == 3 ? value_shard_.comm_f32() : store_.values();
+    return stage_ == 3 ? value_shard_.ptr_f32() : store_.values();
   }
   AdamW::Index optimizer_index() const override {
     return stage_ == 3 ? AdamW::Index::local : AdamW::Index::global;

@@ -37,7 +37,7 @@ void Executor::run(StageWork& work) {
     const int tag = message_tag(shape_, message_of(shape_, stage_, op));
     const bool act = op.kind == Op::recv_act;
     Buffer& b = buffer(act ? recv_act_ : recv_grad_, op.micro, op.chunk);
-    (act ? recv_act : recv_grad)[index(op)] = pp_.irecv(b.comm_f32(), b.numel(), op.peer, tag);
+    (act ? recv_act : recv_grad)[index(op)] = pp_.irecv(b.view(), op.peer, tag);
   }
   std::vector<int> slot_of(n, -1);
   std::vector<char> slot_busy;
@@ -103,8 +103,8 @@ void Executor::run(StageWork& work) {
             .message(op.kind == Op::send_act ? "activation" : "gradient", op.peer, bytes);
         Buffer& b = buffer(op.kind == Op::send_act ? send_act_ : send_grad_, op.micro, op.chunk);
         kernels::transfer(out, b.view(), b.numel());  // in the buffers' space
-        sends.push_back(pp_.isend(b.comm_f32(), b.numel(), op.peer,
-                                  message_tag(shape_, message_of(shape_, stage_, op))));
+        sends.push_back(
+            pp_.isend(b.view(), op.peer, message_tag(shape_, message_of(shape_, stage_, op))));
         out = Tensor{};
         break;
       }
