@@ -145,8 +145,12 @@ int main(int argc, char** argv) {
     TESSERA_REQUIRE(!run.output.dir.empty(),
                     "output.dir is empty; name the directory for "
                     "this run's metrics, report and checkpoints (say --output.dir=run1)");
-    tessera::ModelConfig::from(run.model, run.train)
-        .check_experts(d.ep, d.tp, d.cp, run.parallel.zero);
+    {
+      tessera::ModelConfig model = tessera::ModelConfig::from(run.model, run.train);
+      model.check_experts(d.ep, d.tp, d.cp, run.parallel.zero);
+      model.limit_nodes(run.parallel.ep_nodes, grid.blocked_nodes(tessera::Group::ep),
+                        run.parallel.ep_max_nodes);
+    }
     // output.trace: made first so that it outlives everything that records into it.
     const std::unique_ptr<tessera::TraceFile> trace = tessera::TraceFile::open(run, grid);
     tessera::Trainer trainer(run, grid, [&] { require_memory(run, grid); });

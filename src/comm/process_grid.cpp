@@ -49,6 +49,27 @@ ProcessGrid::ProcessGrid(MPI_Comm world, GridDegrees degrees, const std::string&
   }
 }
 
+int ProcessGrid::blocked_nodes(Group g) const {
+  int nodes = -1;
+  for (const std::vector<int>& members : layout_.all_groups(g)) {
+    const size_t n = members.size();
+    std::vector<int> seen;  // the nodes in order of first appearance
+    for (size_t i = 0; i < n; ++i) {
+      const int node = node_of_rank_[size_t(members[i])];
+      if (i > 0 && node == node_of_rank_[size_t(members[i - 1])]) continue;
+      if (std::find(seen.begin(), seen.end(), node) != seen.end()) return 0;  // not a block
+      seen.push_back(node);
+    }
+    if (n % seen.size() != 0) return 0;
+    const size_t block = n / seen.size();
+    for (size_t i = 0; i < n; ++i)
+      if (node_of_rank_[size_t(members[i])] != seen[i / block]) return 0;  // unequal blocks
+    if (nodes >= 0 && nodes != int(seen.size())) return 0;
+    nodes = int(seen.size());
+  }
+  return nodes < 0 ? 1 : nodes;
+}
+
 std::string ProcessGrid::describe() const {
   std::ostringstream os;
   os << "layout: " << layout_.describe() << " on " << nodes_ << " node(s)"

@@ -28,6 +28,10 @@ class ProcessGrid {
   GridLayout::Coord coord() const { return layout_.coord(world_.rank()); }
   int node() const { return node_of_rank_[size_t(world_.rank())]; }
   int nodes() const { return nodes_; }
+  // The nodes each group of g spans when every group sits on its nodes in equal blocks of
+  // consecutive group ranks, all groups on the same number (1 for one node); 0 otherwise. The
+  // expert->node map of node-limited routing (doc/moe.md).
+  int blocked_nodes(Group g) const;
 
   // Every group's collectives (the world's too) become spans of trace (null: none).
   void set_trace(Trace* trace);

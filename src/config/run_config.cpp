@@ -113,6 +113,8 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   p.pp_layers = r.str("parallel.pp_layers");
   p.dp = r.narrow("parallel.dp");
   p.ep = r.narrow("parallel.ep");
+  p.ep_max_nodes = r.integer("parallel.ep_max_nodes");
+  p.ep_nodes = r.integer("parallel.ep_nodes");
   p.order = r.str("parallel.order");
   p.zero = r.narrow("parallel.zero");
   p.zero_inflight = r.narrow("parallel.zero_inflight");

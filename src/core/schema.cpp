@@ -213,6 +213,16 @@ std::vector<KeySpec> build_schema() {
               "Expert-parallel degree, folded inside data parallelism: it must divide dp (dp = "
               "ep x edp), and must divide model.experts: each of the ep ranks runs experts / ep "
               "routed experts, tokens travel to them by all-to-all (doc/moe.md)."),
+      integer("parallel", "ep_max_nodes", "0", 0, 1 << 20,
+              "Node-limited routing (DeepSeek-V3): each token's routed experts are chosen among "
+              "at most this many nodes, the nodes ranked by the sum of their experts' highest "
+              "ceil(experts_top_k / ep_max_nodes) selection keys; 0 = unrestricted. Experts sit "
+              "on nodes as on the ep ranks that run them (parallel.ep_nodes; doc/moe.md)."),
+      integer("parallel", "ep_nodes", "0", 0, 1 << 20,
+              "The nodes node-limited routing spreads the experts over, in equal blocks of "
+              "consecutive experts; 0 = the nodes the expert-parallel group spans "
+              "(hardware.ranks_per_node). Set it on a run whose ep group spans one node (the "
+              "serial run, a test) to route as a run spread over that many nodes (doc/moe.md)."),
       {"parallel",
        "order",
        KeyType::string,

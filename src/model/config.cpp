@@ -1,9 +1,10 @@
 #include "model/config.hpp"
 
-#include "config/run_config.hpp"
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
+#include "config/run_config.hpp"
 #include "core/error.hpp"
 
 namespace tessera {
@@ -153,8 +154,10 @@ void ModelConfig::check_experts(int64_t ep, int64_t tp, int64_t cp, int zero) co
   TESSERA_REQUIRE(moe.experts % ep == 0, "model.experts = ", moe.experts,
                   " is not divisible by parallel.ep = ", ep,
                   "; every expert-parallel rank holds the same number of routed experts");
-  TESSERA_REQUIRE(tp == 1, "parallel.tp = ", tp, " with mixture-of-experts blocks (model.",
-                  "experts = ", moe.experts, ") is not available yet; set parallel.tp = 1");
+  TESSERA_REQUIRE(moe.shared == 0 || (moe.shared * moe.ffn) % tp == 0, "parallel.tp = ", tp,
+                  " does not divide the shared experts' width model.shared_experts x expert_ffn",
+                  " = ", moe.shared * moe.ffn, " (tensor parallelism splits the shared experts as",
+                  " the dense MLP); pick a tp that divides it");
   TESSERA_REQUIRE(cp == 1, "parallel.cp = ", cp, " with mixture-of-experts blocks (model.",
                   "experts = ", moe.experts, ") is not available yet: the balancing loss and ",
                   "capacity are defined per whole sequence; set parallel.cp = 1");
@@ -162,6 +165,33 @@ void ModelConfig::check_experts(int64_t ep, int64_t tp, int64_t cp, int zero) co
                   "model.router_bias_step = ", moe.bias_step, " is not available yet (ZeRO-3 ",
                   "holds the selection bias only while its block runs, and it is updated after ",
                   "the step); use parallel.zero <= 2 or router_bias_step = 0");
+}
+
+void ModelConfig::limit_nodes(int64_t ep_nodes, int placed, int64_t max_nodes) {
+  moe.placed_nodes = std::max(placed, 1);
+  moe.nodes = moe.placed_nodes, moe.max_nodes = 0;
+  if (max_nodes == 0 && ep_nodes == 0) return;
+  TESSERA_REQUIRE(moe.enabled(), "parallel.ep_max_nodes = ", max_nodes,
+                  " and parallel.ep_nodes = ", ep_nodes,
+                  " need routed experts (model.experts = 0); set them to 0");
+  TESSERA_REQUIRE(placed > 0, "parallel.ep_max_nodes: the expert-parallel groups do not sit on ",
+                  "their nodes in equal blocks of consecutive ep ranks (parallel.order, ",
+                  "hardware.ranks_per_node), so experts have no node map; change the order or the ",
+                  "ranks per node");
+  TESSERA_REQUIRE(ep_nodes == 0 || placed == 1 || ep_nodes == placed,
+                  "parallel.ep_nodes = ", ep_nodes, " but the expert-parallel group spans ", placed,
+                  " nodes; set ", "parallel.ep_nodes = ", placed, " or 0");
+  const int64_t G = ep_nodes > 0 ? ep_nodes : placed;
+  TESSERA_REQUIRE(moe.experts % G == 0, "model.experts = ", moe.experts, " does not divide over ",
+                  "the ", G, " nodes of node-limited routing (parallel.ep_nodes)");
+  TESSERA_REQUIRE(max_nodes <= G, "parallel.ep_max_nodes = ", max_nodes, " is larger than the ", G,
+                  " nodes the expert-parallel group spans (parallel.ep_nodes, ",
+                  "hardware.ranks_per_node); use at most ", G, ", or 0 for unrestricted routing");
+  TESSERA_REQUIRE(max_nodes == 0 || max_nodes * (moe.experts / G) >= moe.top_k,
+                  "parallel.ep_max_nodes = ", max_nodes, " nodes hold ", max_nodes, " x ",
+                  moe.experts / G, " = ", max_nodes * (moe.experts / G), " experts, fewer than ",
+                  "model.experts_top_k = ", moe.top_k, "; raise ep_max_nodes");
+  moe.nodes = G, moe.max_nodes = max_nodes;
 }
 
 int64_t ModelConfig::param_count() const {

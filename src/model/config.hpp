@@ -48,6 +48,12 @@ struct MoeConfig {
   Router router = Router::softmax;
   float aux_loss = 0, bias_step = 0, z_loss = 0, capacity_factor = 0;
   int64_t every = 1, after = 0;  // moe_layers: every:K, after:K (all = every:1)
+  // Node-limited routing (parallel.ep_max_nodes, doc/moe.md): node g holds experts
+  // [g E/nodes, (g+1) E/nodes); each token chooses among at most max_nodes of them (0 or
+  // max_nodes >= nodes: unrestricted). placed_nodes: the nodes the ep group really spans (ep
+  // rank d on node d x placed_nodes / ep), for counting the cross-node dispatch bytes.
+  int64_t nodes = 1, max_nodes = 0, placed_nodes = 1;
+  bool node_limited() const { return max_nodes > 0 && max_nodes < nodes; }
   bool enabled() const { return experts > 0; }
   // Whether block `layer` (global index) is a mixture-of-experts block.
   bool is_moe(int64_t layer) const {
@@ -88,6 +94,10 @@ struct ModelConfig {
   // Checks the routed experts split over ep expert-parallel ranks, and the parallel degrees a
   // mixture of experts composes with so far (doc/moe.md); a collective error otherwise.
   void check_experts(int64_t ep, int64_t tp, int64_t cp, int zero) const;
+  // Node-limited routing (doc/moe.md): the nodes the experts are spread over, parallel.ep_nodes
+  // or else `placed` (ProcessGrid::blocked_nodes of the ep group, 0: not in equal blocks), and
+  // at most max_nodes of them per token; checked, then kept in moe.
+  void limit_nodes(int64_t ep_nodes, int placed, int64_t max_nodes);
   // Tokens of one sequence this rank holds (seq_len without context parallelism).
   int64_t seq_local() const { return seq_len / cp.size; }
   // Global position of row n of a micro-batch of B sequences as this rank lays them out.

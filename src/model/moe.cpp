@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 
 #include "kernels/kernels.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace tessera {
 namespace {
@@ -46,11 +49,19 @@ Moe::Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg)
     x.up = Linear(store, n + ".up", C, F, bias, cfg.init_std);
     x.down = Linear(store, n + ".down", F, C, bias, resid_std);
   }
+  // With sequence parallelism each tensor-parallel rank runs the router's backward and the
+  // routed experts on its own tokens only: their gradients are partial sums over tp.
+  if (cfg.tp.sequence_parallel && cfg.tp.size > 1)
+    for (Param* p : store.params())
+      if (p->name == name + ".router.weight" || p->name.rfind(name + ".experts.", 0) == 0)
+        p->tp_partial_grad = true;
   step_.load.assign(size_t(E), 0.0);
   last_.load.assign(size_t(E), 0.0);
   key_.resize(size_t(E)), ds_.resize(size_t(E)), mine_.resize(size_t(E));
   used_.resize(size_t(E)), fill_.resize(size_t(E));
-  sums_.resize(size_t(E) + 5);
+  sums_.resize(size_t(E) + 7);
+  node_score_.resize(size_t(cfg.moe.nodes)), node_keep_.resize(size_t(cfg.moe.nodes));
+  node_top_.resize(size_t(E / cfg.moe.nodes));
 }
 
 int Moe::ep_size(const StepContext& ctx) const {
@@ -87,7 +98,7 @@ Moe::Saved& Moe::kept(const StepContext& ctx) {
 
 // Scores, top-k selection (by score + bias; ties to the lower expert index), combine weights,
 // capacity (per sequence, token order), packed rows, the balancing loss's fractions.
-void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T) {
+void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T, int64_t r0, int64_t R) {
   const int64_t N = B * T, E = cfg_.moe.experts, K = cfg_.moe.top_k;
   const bool sigmoid = cfg_.moe.router == Router::sigmoid;
   const float* l = s.logits.f32();
@@ -100,6 +111,12 @@ void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T) {
   std::vector<float>& key = key_;
   std::vector<int64_t>& used = used_;
   std::vector<int64_t>& fill = fill_;
+  // The cross-node dispatch bytes (doc/moe.md): the nodes the ep ranks really sit on.
+  const int64_t ep = ep_size(ctx), placed = cfg_.moe.placed_nodes;
+  const bool count_nodes = placed > 1;
+  const int64_t my_node = (ctx.par.ep ? ctx.par.ep->rank() : 0) * placed / ep;
+  const double row_bytes = double(cfg_.d_model) * double(sizeof(float));
+  auto node_of_expert = [&](int64_t e) { return e / (E / ep) * placed / ep; };
   const int64_t cap =
       cfg_.moe.capacity_factor > 0
           ? int64_t(std::ceil(double(cfg_.moe.capacity_factor) * double(T * K) / double(E)))
@@ -115,14 +132,18 @@ void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T) {
     else
       std::copy(key.begin(), key.end(), sn);
     if (training) step_.z += z * z, step_.tokens += 1;
-    for (int64_t e = 0; e < E; ++e) key[size_t(e)] = sn[e] + bias[e], fill[size_t(e)] = 0;
+    for (int64_t e = 0; e < E; ++e) key[size_t(e)] = sn[e] + bias[e];
+    const bool own = n >= r0 && n < r0 + R;
+    if (count_nodes && own && training) {  // where unrestricted routing would send the token
+      top_k(key.data(), choice + n * K);
+      for (int64_t j = 0; j < K; ++j)
+        if (node_of_expert(choice[n * K + j]) != my_node) step_.cross_bytes_free += row_bytes;
+    }
+    if (cfg_.moe.node_limited()) limit_to_nodes(key.data());
+    top_k(key.data(), choice + n * K);
     double sum = 0;
     for (int64_t j = 0; j < K; ++j) {
-      int64_t best = -1;  // the highest key not yet taken, the lowest index among equals
-      for (int64_t e = 0; e < E; ++e)
-        if (!fill[size_t(e)] && (best < 0 || key[size_t(e)] > key[size_t(best)])) best = e;
-      fill[size_t(best)] = 1;
-      choice[n * K + j] = int32_t(best);
+      const int32_t best = choice[n * K + j];
       w[n * K + j] = sn[best];
       sum += sn[best];
     }
@@ -139,11 +160,13 @@ void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T) {
       for (int64_t j = 0; j < K; ++j) {
         const int32_t e = choice[n * K + j];
         const bool keep = used[size_t(e)]++ < cap;
-        row[n * K + j] = keep ? 0 : -1;
-        if (keep)
-          ++s.offset[size_t(e) + 1];
-        else
-          ++dropped;
+        // Packed (dispatched) only when the token is one of this rank's rows.
+        const bool own = n >= r0 && n < r0 + R;
+        row[n * K + j] = keep && own ? 0 : -1;
+        if (keep && own) ++s.offset[size_t(e) + 1];
+        if (!keep) ++dropped;
+        if (keep && own && count_nodes && training && node_of_expert(e) != my_node)
+          step_.cross_bytes += row_bytes;
       }
     for (int64_t e = 0; e < E; ++e) {
       f[b * E + e] = float(double(E) / double(K * T) * double(used[size_t(e)]));
@@ -152,7 +175,7 @@ void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T) {
   }
   for (int64_t e = 0; e < E; ++e) s.offset[size_t(e) + 1] += s.offset[size_t(e)];
   for (int64_t e = 0; e < E; ++e) fill[size_t(e)] = s.offset[size_t(e)];
-  for (int64_t n = 0; n < N; ++n)
+  for (int64_t n = r0; n < r0 + R; ++n)
     for (int64_t j = 0; j < K; ++j)
       if (row[n * K + j] == 0) row[n * K + j] = int32_t(fill[size_t(choice[n * K + j])]++);
   if (!training) return;
@@ -177,6 +200,46 @@ void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T) {
     step_.aux += aux;
     step_.sequences += 1;
   }
+}
+
+// The k highest keys, in order; equal keys to the lower expert index.
+void Moe::top_k(const float* key, int32_t* out) {
+  const int64_t E = cfg_.moe.experts, K = cfg_.moe.top_k;
+  std::fill(fill_.begin(), fill_.end(), 0);
+  for (int64_t j = 0; j < K; ++j) {
+    int64_t best = -1;  // the highest key not yet taken, the lowest index among equals
+    for (int64_t e = 0; e < E; ++e)
+      if (!fill_[size_t(e)] && (best < 0 || key[e] > key[size_t(best)])) best = e;
+    fill_[size_t(best)] = 1;
+    out[j] = int32_t(best);
+  }
+}
+
+// Node-limited routing (DeepSeek-V3): node g holds experts [g E/G, (g+1) E/G); its score is
+// the sum of its q = min(ceil(k / M), E/G) highest keys (in descending order, in float); the
+// M best nodes are kept (equal scores to the lower node) and every other expert's key becomes
+// -inf.
+void Moe::limit_to_nodes(float* key) {
+  const int64_t E = cfg_.moe.experts, K = cfg_.moe.top_k, G = cfg_.moe.nodes;
+  const int64_t M = cfg_.moe.max_nodes, per = E / G, q = std::min((K + M - 1) / M, per);
+  std::vector<float>& score = node_score_;
+  std::vector<float>& top = node_top_;
+  for (int64_t g = 0; g < G; ++g) {
+    std::copy(key + g * per, key + (g + 1) * per, top.begin());
+    std::partial_sort(top.begin(), top.begin() + q, top.begin() + per, std::greater<float>());
+    float sum = 0;
+    for (int64_t i = 0; i < q; ++i) sum += top[size_t(i)];
+    score[size_t(g)] = sum;
+  }
+  std::fill(node_keep_.begin(), node_keep_.end(), 0);
+  for (int64_t m = 0; m < M; ++m) {
+    int64_t best = -1;
+    for (int64_t g = 0; g < G; ++g)
+      if (!node_keep_[size_t(g)] && (best < 0 || score[size_t(g)] > score[size_t(best)])) best = g;
+    node_keep_[size_t(best)] = 1;
+  }
+  for (int64_t e = 0; e < E; ++e)
+    if (!node_keep_[size_t(e / per)]) key[e] = -std::numeric_limits<float>::infinity();
 }
 
 template <class Fn>
@@ -264,15 +327,23 @@ void Moe::run_experts(StepContext& ctx, Saved& s) {
   }
 }
 
-void Moe::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
+// Tensor parallelism (doc/moe.md): the router is replicated and every tp rank routes all N
+// tokens of the micro-batch (gathered first under sequence parallelism), so the capacity and
+// the balancing loss see whole sequences and agree bit for bit across tp ranks; each rank then
+// dispatches only its own rows [r0, r0 + R) (all N without sequence parallelism). The shared
+// experts are the column/row-parallel Mlp.
+void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y) {
   const int64_t B = ctx.batch, T = cfg_.seq_local(), N = B * T, K = cfg_.moe.top_k;
-  const int64_t C = cfg_.d_model;
+  const int64_t C = cfg_.d_model, R = tp::rows(ctx, N), r0 = tp::first_row(ctx, N);
+  const Tensor x =
+      tp::gather(ctx, x_rows,
+                 ctx.scratch.get(ScratchId::sp_gathered, {tp::sequence_parallel(ctx) ? N * C : 1}));
   Saved& s = kept(ctx);
   router_.forward(ctx, x, s.logits.view());
-  route(ctx, s, B, T);
+  route(ctx, s, B, T, r0, R);
   const float* xf = x.f32();
   const int32_t* row = s.row.i32();
-  for (int64_t n = 0; n < N; ++n)
+  for (int64_t n = r0; n < r0 + R; ++n)
     for (int64_t j = 0; j < K; ++j)
       if (const int32_t r = row[n * K + j]; r >= 0)
         std::copy(xf + n * C, xf + (n + 1) * C, s.xin.f32() + int64_t(r) * C);
@@ -281,9 +352,9 @@ void Moe::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
   run_experts(ctx, s);
   from_experts(ctx, s, s.oe, s.out.view());
   if (shared_) shared_->forward(ctx, x, y);
-  float* yf = y.f32();
+  float* yf = y.f32() - r0 * C;  // indexed by the token's row among the N
   const float* w = s.weight.f32();
-  for (int64_t n = 0; n < N; ++n)
+  for (int64_t n = r0; n < r0 + R; ++n)
     for (int64_t j = 0; j < K; ++j)
       if (const int32_t r = row[n * K + j]; r >= 0) {
         const float* o = s.out.f32() + int64_t(r) * C;
@@ -291,9 +362,9 @@ void Moe::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
       }
 }
 
-void Moe::router_grad(StepContext& ctx, Saved& s, const float* dw, const Tensor& dl, int64_t B,
-                      int64_t T) {
-  const int64_t N = B * T, E = cfg_.moe.experts, K = cfg_.moe.top_k;
+void Moe::router_grad(StepContext& ctx, Saved& s, const float* dw, const Tensor& dl, int64_t T,
+                      int64_t r0, int64_t R) {
+  const int64_t E = cfg_.moe.experts, K = cfg_.moe.top_k;
   const bool sigmoid = cfg_.moe.router == Router::sigmoid;
   const float* sc = s.scores.f32();
   const float* w = s.weight.f32();
@@ -303,8 +374,8 @@ void Moe::router_grad(StepContext& ctx, Saved& s, const float* dw, const Tensor&
   const double zc = 2.0 * double(cfg_.moe.z_loss) * double(ctx.loss_scale);
   std::vector<double>& ds = ds_;
   std::vector<float>& p = key_;
-  float* out = dl.f32();
-  for (int64_t n = 0; n < N; ++n) {
+  float* out = dl.f32() - r0 * E;  // dl holds rows [r0, r0 + R)
+  for (int64_t n = r0; n < r0 + R; ++n) {
     const float* sn = sc + n * E;
     std::fill(ds.begin(), ds.end(), 0.0);
     // The combine weights: softmax w_j = p_e; sigmoid w_j = s_e / sum of the selected s.
@@ -344,17 +415,18 @@ void Moe::router_grad(StepContext& ctx, Saved& s, const float* dw, const Tensor&
   }
 }
 
-void Moe::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, const Tensor& dx) {
   const int64_t B = ctx.batch, T = cfg_.seq_local(), N = B * T, K = cfg_.moe.top_k;
   const int64_t C = cfg_.d_model, F = cfg_.moe.ffn, E = cfg_.moe.experts;
+  const int64_t R = tp::rows(ctx, N), r0 = tp::first_row(ctx, N);
   Saved& s = kept(ctx);
   const int32_t* row = s.row.i32();
   const float* w = s.weight.f32();
-  const float* dyf = dy.f32();
-  // d(expert output) = w dy; d(w) = dy . expert output.
+  const float* dyf = dy.f32() - r0 * C;  // indexed by the token's row among the N
+  // d(expert output) = w dy; d(w) = dy . expert output (this rank's rows).
   const Tensor d_out = ctx.scratch.get(ScratchId::moe_d_out, {N * K, C});
   const Tensor dw = ctx.scratch.get(ScratchId::moe_d_weight, {N, K});
-  for (int64_t n = 0; n < N; ++n)
+  for (int64_t n = r0; n < r0 + R; ++n)
     for (int64_t j = 0; j < K; ++j) {
       const int32_t r = row[n * K + j];
       double dot = 0;
@@ -370,16 +442,16 @@ void Moe::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Te
     }
   // The routed experts, each on its rows of the expert side: d(expert input) there, then
   // back to the packed side (moe_d_in).
-  const int64_t El = int64_t(s.eoffset.size()) - 1, R = s.xe.shape.dims[0];
+  const int64_t El = int64_t(s.eoffset.size()) - 1, Rx = s.xe.shape.dims[0];
   const int64_t first_expert = (ctx.par.ep ? ctx.par.ep->rank() : 0) * El;
   const bool ep = ep_size(ctx) > 1;
   const Tensor d_in = ctx.scratch.get(ScratchId::moe_d_in, {N * K, C});
-  const Tensor d_oe = ep ? ctx.scratch.get(ScratchId::moe_d_side_out, {R, C}) : d_out;
-  const Tensor d_xe = ep ? ctx.scratch.get(ScratchId::moe_d_side_in, {R, C}) : d_in;
+  const Tensor d_oe = ep ? ctx.scratch.get(ScratchId::moe_d_side_out, {Rx, C}) : d_out;
+  const Tensor d_xe = ep ? ctx.scratch.get(ScratchId::moe_d_side_in, {Rx, C}) : d_in;
   to_experts(ctx, s, d_out, d_oe);
-  const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {R, F});
-  const Tensor d_up = ctx.scratch.get(ScratchId::mlp_d_up, {R, F});
-  const Tensor d_gate = ctx.scratch.get(ScratchId::mlp_d_gate, {swiglu_ ? R : 1, F});
+  const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {Rx, F});
+  const Tensor d_up = ctx.scratch.get(ScratchId::mlp_d_up, {Rx, F});
+  const Tensor d_gate = ctx.scratch.get(ScratchId::mlp_d_gate, {swiglu_ ? Rx : 1, F});
   for (int64_t e = 0; e < El; ++e) {
     const int64_t first = s.eoffset[size_t(e)], n = s.eoffset[size_t(e) + 1] - first;
     if (n == 0) continue;
@@ -399,13 +471,21 @@ void Moe::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Te
     }
   }
   from_experts(ctx, s, d_xe, d_in);
-  // dx = shared experts' + router's + the routed experts' (each token's in rank order).
-  const Tensor dl = ctx.scratch.get(ScratchId::moe_d_logits, {N, E});
-  router_grad(ctx, s, dw.f32(), dl, B, T);
-  if (shared_) shared_->backward(ctx, x, dy, dx);
-  router_.backward(ctx, x, dl, dx, /*accumulate_dx=*/shared_ != nullptr);
-  float* dxf = dx.f32();
-  for (int64_t n = 0; n < N; ++n)
+  // dx = shared experts' (reduced over tp) + router's + the routed experts' (each token's in
+  // rank order), the last two on this rank's rows.
+  const Tensor dl = ctx.scratch.get(ScratchId::moe_d_logits, {R, E});
+  router_grad(ctx, s, dw.f32(), dl, T, r0, R);
+  if (shared_) {
+    const bool sp = tp::sequence_parallel(ctx);
+    const Tensor x =
+        tp::gather(ctx, x_rows, ctx.scratch.get(ScratchId::sp_gathered, {sp ? N * C : 1}));
+    const Tensor dyg =
+        tp::gather(ctx, dy, ctx.scratch.get(ScratchId::sp_gathered_grad, {sp ? N * C : 1}));
+    shared_->backward(ctx, x, dyg, dx);
+  }
+  router_.backward(ctx, x_rows, dl, dx, /*accumulate_dx=*/shared_ != nullptr);
+  float* dxf = dx.f32() - r0 * C;
+  for (int64_t n = r0; n < r0 + R; ++n)
     for (int64_t j = 0; j < K; ++j)
       if (const int32_t r = row[n * K + j]; r >= 0) {
         const float* d = d_in.f32() + int64_t(r) * C;
@@ -415,16 +495,21 @@ void Moe::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Te
 
 const Moe::Stats& Moe::end_step(Communicator& dp, bool applied) {
   const size_t E = step_.load.size();
-  std::vector<double>& v = sums_;  // sized once: E + 5
+  std::vector<double>& v = sums_;  // sized once: E + 7
   std::copy(step_.load.begin(), step_.load.end(), v.begin());
-  const double tail[5] = {step_.dropped, step_.aux, step_.z, step_.sequences, step_.tokens};
-  std::copy(tail, tail + 5, v.begin() + std::ptrdiff_t(E));
+  const double tail[7] = {step_.dropped,         step_.aux,    step_.z,
+                          step_.sequences,       step_.tokens, step_.cross_bytes,
+                          step_.cross_bytes_free};
+  std::copy(tail, tail + 7, v.begin() + std::ptrdiff_t(E));
   if (dp.size() > 1) dp.all_reduce(v.data(), int64_t(v.size()));
   last_.load.assign(v.begin(), v.begin() + std::ptrdiff_t(E));
   last_.dropped = v[E], last_.aux = v[E + 1], last_.z = v[E + 2];
   last_.sequences = v[E + 3], last_.tokens = v[E + 4];
+  last_.cross_bytes = v[E + 5], last_.cross_bytes_free = v[E + 6];
+  last_.run_cross_bytes += last_.cross_bytes, last_.run_cross_bytes_free += last_.cross_bytes_free;
   std::fill(step_.load.begin(), step_.load.end(), 0.0);
   step_.dropped = step_.aux = step_.z = step_.sequences = step_.tokens = 0;
+  step_.cross_bytes = step_.cross_bytes_free = 0;
   // Auxiliary-loss-free balancing: an expert above the mean load is selected less often.
   // (ZeRO-3 holds the bias only while its block runs: no update, no range; check_experts.)
   float* bias = bias_->value.f32();

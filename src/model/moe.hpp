@@ -13,6 +13,14 @@
 // registers every expert: the experts a rank does not run get a zero gradient there, so the
 // data-parallel sum (over ep x edp ranks) is each expert's sum over the ranks that ran it.
 //
+// Tensor parallelism (parallel.tp > 1): the router is replicated and routes every token of the
+// micro-batch on every tp rank (the normed input is all-gathered first under sequence
+// parallelism), so capacity and the balancing loss see whole sequences; the routed experts are
+// whole (no expert tensor parallelism) and each tp rank dispatches only its own rows (its
+// sequence shard; all rows without sequence parallelism, where the tp ranks repeat the work);
+// the shared experts are split over tp as the dense MLP. Under sequence parallelism the
+// router's and the experts' gradients are partial sums over tp (Param::tp_partial_grad).
+//
 // Balancing: the load-balancing loss (Switch/GShard, per sequence as DeepSeek-V3's
 // complementary loss), the router z-loss and the auxiliary-loss-free selection bias, which
 // end_step() moves after each step from the step's observed load. With a capacity factor,
@@ -39,14 +47,20 @@ class Moe {
     double z = 0;              // sum over tokens of logsumexp(router logits)^2
     double sequences = 0, tokens = 0;
     float bias_min = 0, bias_max = 0;  // the selection bias after the step's update
+    // Forward dispatch bytes sent to ep ranks on other nodes (hardware.ranks_per_node), by
+    // this tp rank: measured (after capacity), and what unrestricted top-k would have sent
+    // (before capacity); both 0 when the ep group sits on one node.
+    double cross_bytes = 0, cross_bytes_free = 0;
+    double run_cross_bytes = 0, run_cross_bytes_free = 0;  // the same summed over the run
   };
 
   Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg);
 
-  // y[N,C] += moe(x) for x[N,C] (kept by the caller until backward).
+  // y[rows,C] += moe(x) for x[rows,C] (kept by the caller until backward); rows = N, or this
+  // rank's N/tp with sequence parallelism (tp::rows).
   void forward(StepContext& ctx, const Tensor& x, const Tensor& y);
-  // dx[N,C] overwritten for dy[N,C]; parameter gradients accumulated, the router's with the
-  // balancing and z-loss terms.
+  // dx[rows,C] overwritten for dy[rows,C]; parameter gradients accumulated, the router's with
+  // the balancing and z-loss terms.
   void backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx);
 
   // After the optimizer step: sums the step's statistics over `dp` (the ranks that saw the
@@ -81,8 +95,12 @@ class Moe {
   };
 
   Saved& kept(const StepContext& ctx);
-  void route(StepContext& ctx, Saved& s, int64_t B, int64_t T);
+  // Routes all N = B T tokens; packs those of rows [r0, r0 + R) (this tp rank's).
+  void route(StepContext& ctx, Saved& s, int64_t B, int64_t T, int64_t r0, int64_t R);
   void run_experts(StepContext& ctx, Saved& s);
+  // The k highest of E keys into out[k]; node-limited routing's mask of the keys.
+  void top_k(const float* key, int32_t* out);
+  void limit_to_nodes(float* key);
   int ep_size(const StepContext& ctx) const;
   // Rows between the packed (source) side [N*K, C] and the expert side [rows, C]: an
   // all-to-all(v) over ep and a reordering from [source][expert] to [expert][source] (and
@@ -93,9 +111,10 @@ class Moe {
   // The (source, local expert) chunks: their offsets on the packed and expert sides.
   template <class Fn>
   void for_each_chunk(const Saved& s, Fn&& fn) const;
-  // d(objective)/d(router logits) into dl [N,E] from the combine weights' gradients dw [N,K].
-  void router_grad(StepContext& ctx, Saved& s, const float* dw, const Tensor& dl, int64_t B,
-                   int64_t T);
+  // d(objective)/d(router logits) into dl [R,E] (rows [r0, r0 + R) of the N) from the combine
+  // weights' gradients dw [N,K].
+  void router_grad(StepContext& ctx, Saved& s, const float* dw, const Tensor& dl, int64_t T,
+                   int64_t r0, int64_t R);
 
   const ModelConfig& cfg_;
   std::string name_;
@@ -111,6 +130,8 @@ class Moe {
   std::vector<float> key_, mine_;
   std::vector<double> ds_, sums_;
   std::vector<int64_t> used_, fill_;
+  std::vector<float> node_score_, node_top_;  // [nodes], [E / nodes]
+  std::vector<int> node_keep_;                // [nodes]
 };
 
 }  // namespace tessera

@@ -304,6 +304,15 @@ void RunLog::print_moe() {
                 s.sequences > 0 ? s.aux / s.sequences : 0.0, s.tokens > 0 ? s.z / s.tokens : 0.0,
                 double(s.bias_min), double(s.bias_max));
   }
+  if (c.moe.placed_nodes <= 1) return;
+  double sent = 0, unrestricted = 0;
+  for (const Moe* m : trainer_.model().moe_layers())
+    sent += m->last().run_cross_bytes, unrestricted += m->last().run_cross_bytes_free;
+  std::printf(
+      "  cross-node dispatch %.4g MB, unrestricted routing would send %.4g MB (%.3f of "
+      "it; ep_max_nodes %lld of %lld nodes; the whole run, this tp rank's tokens)\n",
+      sent / 1e6, unrestricted / 1e6, unrestricted > 0 ? sent / unrestricted : 0.0,
+      (long long)c.moe.max_nodes, (long long)c.moe.nodes);
 }
 
 // The last step's routing of this rank's mixture-of-experts blocks (doc/moe.md), as a
@@ -312,15 +321,16 @@ std::string RunLog::moe_json() {
   std::string out;
   for (const Moe* m : trainer_.model().moe_layers()) {
     const Moe::Stats& s = m->last();
-    char one[320];
+    char one[480];
     std::snprintf(one, sizeof one,
                   "%s{\"layer\": \"%s\", \"max_over_mean\": %.6g, \"dropped\": %.0f, "
                   "\"routed\": %.0f, \"aux\": %.6g, \"z\": %.6g, \"bias_min\": %.6g, "
-                  "\"bias_max\": %.6g}",
+                  "\"bias_max\": %.6g, \"cross_node_bytes\": %.0f, "
+                  "\"cross_node_bytes_unrestricted\": %.0f}",
                   out.empty() ? "" : ", ", m->name().c_str(), m->imbalance(), s.dropped,
                   s.tokens * double(trainer_.config().moe.top_k),
                   s.sequences > 0 ? s.aux / s.sequences : 0.0, s.tokens > 0 ? s.z / s.tokens : 0.0,
-                  double(s.bias_min), double(s.bias_max));
+                  double(s.bias_min), double(s.bias_max), s.cross_bytes, s.cross_bytes_free);
     out += one;
   }
   return out.empty() ? out : ", \"moe\": [" + out + "]";

@@ -107,6 +107,7 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid,
                              run.parallel.cp_kind});
   cfg_.check_experts(grid.group(Group::ep).size(), grid.group(Group::tp).size(),
                      grid.group(Group::cp).size(), run.parallel.zero);
+  cfg_.limit_nodes(run.parallel.ep_nodes, grid.blocked_nodes(Group::ep), run.parallel.ep_max_nodes);
   const int stages = grid.group(Group::pp).size();
   if (stages > 1)
     model_ = std::make_unique<Transformer>(cfg_, store_, pipeline_stage());

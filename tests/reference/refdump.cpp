@@ -42,6 +42,8 @@ void write_config(H5File& f, const RunConfig& run, const ModelConfig& c, int64_t
     f.attr("router_bias_step", double(m.bias_step));
     f.attr("z_loss", double(m.z_loss));
     f.attr("capacity_factor", double(m.capacity_factor));
+    f.attr("moe_nodes", m.nodes);
+    f.attr("moe_max_nodes", m.node_limited() ? m.max_nodes : int64_t(0));
   }
   const OptimSection& o = run.optim;
   f.attr("lr", o.lr);

@@ -14,7 +14,8 @@ CONFIG_KEYS = ("arch", "layers", "d_model", "heads", "kv_heads", "ffn_hidden", "
 # Mixture of experts (doc/moe.md); absent from a dense model's dump.
 MOE_DEFAULTS = {"experts": 0, "experts_top_k": 2, "shared_experts": 0, "expert_ffn": 0,
                 "moe_every": 1, "moe_after": 0, "router": "softmax", "aux_loss": 0.0,
-                "router_bias_step": 0.0, "z_loss": 0.0, "capacity_factor": 0.0}
+                "router_bias_step": 0.0, "z_loss": 0.0, "capacity_factor": 0.0,
+                "moe_nodes": 1, "moe_max_nodes": 0}
 
 
 def is_moe(cfg, layer):
@@ -188,6 +189,17 @@ class Reference(torch.nn.Module):
         logits = x @ self.w(pre + "router.weight").T  # [B, T, E]
         s = torch.sigmoid(logits) if sigmoid else torch.softmax(logits, dim=-1)
         key = (s + self.w(pre + "router.selection_bias")).detach()
+        # Node-limited routing (parallel.ep_max_nodes): node g holds experts [g E/G, (g+1) E/G);
+        # its score is the sum of its ceil(K/M) highest keys (at most E/G); the M best nodes are
+        # kept (equal scores to the lower node), the other experts cannot be chosen.
+        G, M = c.get("moe_nodes", 1), c.get("moe_max_nodes", 0)
+        if 0 < M < G:
+            per = E // G
+            q = min(-(-K // M), per)
+            node_score = key.view(B, T, G, per).topk(q, dim=-1).values.sum(-1)  # [B, T, G]
+            best = torch.argsort(-node_score, dim=-1, stable=True)[..., :M]
+            chosen = torch.zeros(B, T, G, dtype=torch.bool).scatter_(-1, best, True)
+            key = key.masked_fill(~chosen.repeat_interleave(per, dim=-1), float("-inf"))
         # Top-k by score + bias, ties to the lower expert index (a stable sort).
         order = torch.argsort(-key, dim=-1, stable=True)[..., :K]  # [B, T, K]
         w = torch.gather(s, -1, order)

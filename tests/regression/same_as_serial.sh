@@ -11,9 +11,13 @@ work=$1 mpiexec=$2 np=$3 python=$4 tessera=$5
 shift 5
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work"
-# The serial reference is the plain run: parallel.* settings apply to the NP-rank run only.
+# The serial reference is the plain run: parallel.* settings apply to the NP-rank run only,
+# but for the two that define the model's routing (node-limited routing, doc/moe.md).
 serial_args=()
-for a in "$@"; do [[ $a == --parallel.* ]] || serial_args+=("$a"); done
+for a in "$@"; do
+  [[ $a == --parallel.* && $a != --parallel.ep_max_nodes=* && $a != --parallel.ep_nodes=* ]] ||
+    serial_args+=("$a")
+done
 OMP_NUM_THREADS=1 "$tessera" "${serial_args[@]}" --output.dir="$work/serial" --hardware.peak_flops=1e9 \
   --output.echo_deck=false > "$work/serial.log"
 OMP_NUM_THREADS=1 $mpiexec "$np" "$tessera" "$@" --output.dir="$work/np$np" \

@@ -89,7 +89,31 @@ TEST(MoeConfig, ErrorsNameTheFault) {
               c.check_experts(4, 1, 1, 0);
             }).find("model.experts = 6 is not divisible by parallel.ep = 4"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { c.check_experts(1, 2, 1, 0); }).find("parallel.tp = 2"),
+  EXPECT_EQ(error_of([&] { c.check_experts(1, 2, 1, 0); }), "");
+  EXPECT_NE(error_of([] {
+              model({"--model.experts=4", "--model.shared_experts=1", "--model.expert_ffn=6"})
+                  .check_experts(1, 4, 1, 0);
+            }).find("parallel.tp = 4 does not divide the shared experts' width"),
+            std::string::npos);
+  // Node-limited routing: 6 experts on 3 nodes of 2, top 2 by default.
+  ModelConfig n = model({"--model.experts=6"});
+  EXPECT_EQ(error_of([&] { n.limit_nodes(0, 3, 1); }), "");
+  EXPECT_TRUE(n.moe.node_limited());
+  EXPECT_EQ(n.moe.nodes, 3);
+  EXPECT_EQ(error_of([&] { n.limit_nodes(3, 1, 2); }), "");  // emulated on one node
+  EXPECT_EQ(n.moe.placed_nodes, 1);
+  EXPECT_NE(error_of([&] {
+              n.limit_nodes(0, 3, 4);
+            }).find("parallel.ep_max_nodes = 4 is larger than the 3 nodes"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              model({"--model.experts=6", "--model.experts_top_k=3"}).limit_nodes(0, 3, 1);
+            }).find("1 x 2 = 2 experts, fewer than model.experts_top_k = 3"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { n.limit_nodes(2, 3, 1); }).find("parallel.ep_nodes = 2 but"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { n.limit_nodes(0, 0, 1); }).find("equal blocks"), std::string::npos);
+  EXPECT_NE(error_of([&] { n.limit_nodes(4, 1, 1); }).find("does not divide over the 4 nodes"),
             std::string::npos);
   EXPECT_NE(error_of([] {
               model({}).check_experts(2, 1, 1, 0);
