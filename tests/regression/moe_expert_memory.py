@@ -10,6 +10,7 @@ memory.json (bytes per category measured by the allocator, max over ranks) and c
     numbers), so ep 2 holds half the experts of ep 1;
   * without ZeRO the dense parameters (Psi_d, padded) are the same at ep 1 and ep 2, and
     Psi(ep 2) = Psi(ep 1) - half the experts;
+  * the summary's model-state line names Psi_e and N_e (ep > 1);
   * params, grads and optimizer bytes equal the ZeRO formulas with the dense parameters over
     N ranks and the held experts (Psi_e, padded) over N_e = N / ep:
       stage 0: params 4(Psi_d + Psi_e),       grads the same,             Adam 8(Psi_d + Psi_e)
@@ -46,7 +47,7 @@ def main():
                                  f"--parallel.ep={ep}", f"--parallel.zero={stage}",
                                  "--model.router_bias_step=0", "--hardware.peak_flops=1e9",
                                  "--output.echo_deck=false", "--checkpoint.at_end=false"]
-        subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+        log = subprocess.run(cmd, check=True, env=env, stdout=subprocess.PIPE, text=True).stdout
         with open(os.path.join(out, "memory.json")) as f:
             mem = json.load(f)
         runs[(ranks, ep, stage)] = mem
@@ -59,6 +60,12 @@ def main():
         n_e = max(1, n // ep) if stage > 0 else 1
         experts = mem["held_expert_parameters_padded"]
         dense = mem["parameters_padded"] - experts
+        # The summary's model-state line names the held experts and their shard ranks.
+        line = f"of which routed experts: Psi_e = {experts} ({E // ep} of {E} per block, ep {ep}), N_e = {n_e}:"
+        ok = (line in log) == (ep > 1)
+        bad += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} np {ranks} ep {ep} zero {stage}: summary "
+              f"{'names' if ep > 1 else 'has no'} held experts")
         for cat, want in expected(stage, dense, experts, n, n_e).items():
             got = mem["live"][cat]
             ok = got == want
