@@ -61,6 +61,15 @@ struct MoeConfig {
   }
 };
 
+// Which routed experts this rank holds (doc/moe.md, "Expert parallelism"): with size > 1 the
+// experts are split over `size` expert-parallel ranks and this one registers only experts
+// [rank E/size, (rank+1) E/size) (their parameters, gradients and optimizer state); size 1:
+// every expert (a serial model, or expert parallelism under ZeRO, which still shards every
+// expert over the data-parallel group).
+struct ExpertShard {
+  int64_t size = 1, rank = 0;
+};
+
 struct ModelConfig {
   Arch arch = Arch::llama;
   int64_t layers = 0, d_model = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn_hidden = 0;
@@ -70,6 +79,7 @@ struct ModelConfig {
   TensorParallel tp;
   ContextParallel cp;
   MoeConfig moe;
+  ExpertShard experts_held;
   // Activation recompute (train.recompute, doc/recompute.md): with full, the first
   // recompute_layers blocks of each model chunk (0: all) keep only their input.
   Recompute recompute = Recompute::none;

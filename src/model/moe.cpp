@@ -41,14 +41,21 @@ Moe::Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg)
     shared_cfg_.ffn_hidden = cfg.moe.shared * F;
     shared_ = std::make_unique<Mlp>(store, name + ".shared", shared_cfg_);
   }
-  experts_.resize(size_t(E));
-  for (int64_t e = 0; e < E; ++e) {
-    const std::string n = name + ".experts." + std::to_string(e);
+  // The routed experts this rank holds (all, or its expert-parallel rank's E/ep), under their
+  // global names; sharded ones are marked for the reduction over edp.
+  const int64_t held = E / cfg.experts_held.size;
+  held_first_ = cfg.experts_held.rank * held;
+  const size_t before = store.params().size();
+  experts_.resize(size_t(held));
+  for (int64_t e = 0; e < held; ++e) {
+    const std::string n = name + ".experts." + std::to_string(held_first_ + e);
     Expert& x = experts_[size_t(e)];
     if (swiglu_) x.gate = Linear(store, n + ".gate", C, F, bias, cfg.init_std);
     x.up = Linear(store, n + ".up", C, F, bias, cfg.init_std);
     x.down = Linear(store, n + ".down", F, C, bias, resid_std);
   }
+  if (cfg.experts_held.size > 1)
+    for (size_t i = before; i < store.params().size(); ++i) store.param(int(i)).expert = true;
   // With sequence parallelism each tensor-parallel rank runs the router's backward and the
   // routed experts on its own tokens only: their gradients are partial sums over tp.
   if (cfg.tp.sequence_parallel && cfg.tp.size > 1)
@@ -312,7 +319,7 @@ void Moe::run_experts(StepContext& ctx, Saved& s) {
   for (int64_t e = 0; e < El; ++e) {
     const int64_t first = s.eoffset[size_t(e)], n = s.eoffset[size_t(e) + 1] - first;
     if (n == 0) continue;
-    const Expert& x = experts_[size_t(first_expert + e)];
+    const Expert& x = experts_[size_t(first_expert + e - held_first_)];
     const Tensor xin = rows(s.xe, first, n, C), act = rows(s.act, first, n, F);
     const Tensor up = rows(s.up, first, n, F);
     x.up.forward(ctx, xin, up);
@@ -455,7 +462,7 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   for (int64_t e = 0; e < El; ++e) {
     const int64_t first = s.eoffset[size_t(e)], n = s.eoffset[size_t(e) + 1] - first;
     if (n == 0) continue;
-    const Expert& ex = experts_[size_t(first_expert + e)];
+    const Expert& ex = experts_[size_t(first_expert + e - held_first_)];
     const Tensor xin = rows(s.xe, first, n, C), up = rows(s.up, first, n, F);
     ex.down.backward(ctx, rows(s.act, first, n, F), rows(d_oe, first, n, C),
                      rows(d_act, first, n, F));

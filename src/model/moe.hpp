@@ -9,9 +9,10 @@
 // Expert parallelism (parallel.ep > 1, ParallelContext::ep): rank r of the ep group runs the
 // routed experts [r E/ep, (r+1) E/ep). Each rank routes its own tokens, exchanges the rows per
 // expert with all-to-all(v) after exchanging the counts, runs its experts on the rows it
-// received, and sends the outputs back (and the gradients likewise in backward). Every rank
-// registers every expert: the experts a rank does not run get a zero gradient there, so the
-// data-parallel sum (over ep x edp ranks) is each expert's sum over the ranks that ran it.
+// received, and sends the outputs back (and the gradients likewise in backward). A rank
+// registers only the experts it runs (ModelConfig::experts_held, marked Param::expert), under
+// their global names; the data-parallel strategy sums their gradients over edp, the ranks
+// holding the same experts (doc/moe.md, "Expert memory").
 //
 // Tensor parallelism (parallel.tp > 1): the router is replicated and routes every token of the
 // micro-batch on every tp rank (the normed input is all-gathered first under sequence
@@ -123,7 +124,8 @@ class Moe {
   Linear router_;
   Param* bias_ = nullptr;
   std::unique_ptr<Mlp> shared_;
-  std::vector<Expert> experts_;
+  std::vector<Expert> experts_;  // the experts this rank holds: [held_first_, + size)
+  int64_t held_first_ = 0;
   Slots<Saved> slots_;
   Stats step_, last_;
   // Per-token work space of the routing, sized once: [E] each.

@@ -40,14 +40,25 @@ void ParamStore::finalize(Allocator& alloc, const StoreLayout& layout, DType com
   const int64_t align = std::max<int64_t>(16, layout.align);
   auto round_up = [](int64_t n, int64_t m) { return (n + m - 1) / m * m; };
   numel_ = 0;
+  const int64_t expert_align = std::max<int64_t>(16, layout.expert_align);
   for (auto [first, last] : ranges) {
-    ParamPart part{first, last, numel_, 0};
+    ParamPart part{first, last, numel_, 0, 0};
     int64_t at = numel_;
-    for (int i = first; i < last; ++i) {
+    int i = first;
+    for (; i < last && !params_[size_t(i)].expert; ++i) {
       params_[size_t(i)].offset = at;
       at += round_up(params_[size_t(i)].local.numel(), 16);  // 64-byte aligned parameters
     }
-    part.size = round_up(at - part.begin, align);
+    const int64_t experts = at = part.begin + round_up(at - part.begin, align);
+    for (; i < last; ++i) {
+      if (!params_[size_t(i)].expert)
+        throw std::logic_error("ParamStore: held experts must end their part: " +
+                               params_[size_t(i)].name);
+      params_[size_t(i)].offset = at;
+      at += round_up(params_[size_t(i)].local.numel(), 16);
+    }
+    part.experts = round_up(at - experts, expert_align);
+    part.size = experts - part.begin + part.experts;
     numel_ = part.begin + part.size;
     parts_.push_back(part);
   }

@@ -34,6 +34,10 @@ struct Param {
   // Its gradient is a partial sum over the tensor-parallel ranks (a norm's weight under
   // sequence parallelism sees only this rank's tokens) and is all-reduced over them.
   bool tp_partial_grad = false;
+  // A routed expert this rank holds for its expert-parallel group only (ModelConfig::
+  // experts_held): its gradient is summed over the expert-data-parallel ranks (edp), which
+  // hold the same experts, not over all data-parallel ranks.
+  bool expert = false;
   ParamInit init;
   bool decay = false;
   int64_t offset = 0;  // into the store's flat buffers
@@ -49,15 +53,20 @@ struct Param {
 // A part: consecutive parameters that are used together (the embedding, one block, the
 // head). Each part starts and ends on a multiple of the store's alignment, so it splits
 // evenly into ZeRO shards: rank r of K holds elements [begin + r*size/K, begin + (r+1)*size/K).
+// Held experts (Param::expert) are the part's last parameters and form its expert section,
+// padded apart: [begin + size - experts, begin + size), split over the ranks holding the same
+// experts (expert-data-parallel) instead of all data-parallel ranks.
 struct ParamPart {
   int first = 0, last = 0;      // registration indices [first, last)
   int64_t begin = 0, size = 0;  // element range in the flat buffers, padded
+  int64_t experts = 0;          // elements of the expert section at the part's end (0: none)
 };
 
 struct StoreLayout {
   // Registration-index ranges of the parts, in order; empty: one part holding everything.
   std::vector<std::pair<int, int>> parts;
   int64_t align = 16;   // every part's begin and size are multiples of this (elements)
+  int64_t expert_align = 16;  // and the size of its expert section, of this
   bool values = true;   // allocate the flat value buffer (ZeRO-3 keeps only shards)
   bool grads = true;    // allocate the flat gradient buffer (ZeRO-2/3 stage per part)
 };

@@ -55,7 +55,8 @@ GradSquares grad_squares(ParamStore& store, const std::vector<ShardSegment>& seg
       const int64_t a = std::max(s.global, p->offset);
       const int64_t b = std::min(s.global + s.n, p->offset + p->local.numel());
       if (a >= b || p == skip) continue;
-      (p->tp.split() ? sq.split : sq.replicated) += kernels::sum_squares(
+      double& into = p->expert ? sq.expert : p->tp.split() ? sq.split : sq.replicated;
+      into += kernels::sum_squares(
           view_of(grads + s.local + (a - s.global), {b - a}, store.space()), b - a);
     }
   return sq;

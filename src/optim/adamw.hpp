@@ -49,9 +49,10 @@ class AdamW {
 // Sum of squares of the gradients the segments hold (indexed locally), split into those of
 // parameters split over tensor-parallel ranks (to be summed over them) and of parameters
 // every tensor-parallel rank holds whole (counted once). `skip` (a pipeline stage's copy of a
-// tied table, counted where the table itself is) is left out.
+// tied table, counted where the table itself is) is left out. Routed experts held for this
+// rank's expert-parallel group only (Param::expert) are apart: to be summed over the ep group.
 struct GradSquares {
-  double split = 0, replicated = 0;
+  double split = 0, replicated = 0, expert = 0;
 };
 GradSquares grad_squares(ParamStore& store, const std::vector<ShardSegment>& segments,
                          const float* grads, const Param* skip = nullptr);

@@ -146,8 +146,8 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
   }
   if (rt == Runtime::tessera) {
     if (l.ep > 1)
-      return "tessera runs data, tensor, sequence, context and pipeline parallelism and ZeRO "
-             "today (EP is not implemented yet)";
+      return "the planner does not cost tessera's expert parallelism yet (its memory and "
+             "all-to-alls; doc/status.md); --runtime megatron costs ep";
     if (l.cp > 1 && w.cp_kind == CpKind::ring && c.seq_len % (2 * l.cp) != 0)
       return cat("tessera's ring cuts seq_len ", c.seq_len, " into 2 x cp = ", 2 * l.cp,
                  " zigzag chunks, which does not divide it");

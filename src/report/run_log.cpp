@@ -417,11 +417,29 @@ void RunLog::write_memory_json(const double* peak, const double* live) const {
       << trainer_.zero_stage() << ",\n  \"shard_ranks\": " << trainer_.shard_ranks()
       << ",\n  \"parameters\": " << trainer_.params().elements()
       << ",\n  \"parameters_padded\": " << trainer_.params().numel()
+      << ",\n  \"ep\": " << trainer_.config().experts_held.size
+      << ",\n  \"routed_expert_parameters\": " << routed_expert_elements()
+      << ",\n  \"held_expert_parameters_padded\": " << held_expert_elements()
       << ",\n  \"activations_formula\": "
       << activation_bytes(trainer_.config(), trainer_.batch().micro_batch)
       << ",\n  \"recompute\": \"" << to_string(trainer_.config().recompute) << "\""
       << ",\n  \"activations_per_block\": " << per_block_json() << ",\n  \"live\": " << table(live)
       << ",\n  \"peak\": " << table(peak) << "\n}\n";
+}
+
+// Elements of the expert sections of this rank's store (held experts, padded; 0 without ep).
+int64_t RunLog::held_expert_elements() const {
+  int64_t n = 0;
+  for (const ParamPart& p : trainer_.params().parts()) n += p.experts;
+  return n;
+}
+
+// Elements of the routed experts' parameters this rank registers (held or, at ep 1, all).
+int64_t RunLog::routed_expert_elements() const {
+  int64_t n = 0;
+  for (Param* p : trainer_.params().params())
+    if (p->name.find(".moe.experts.") != std::string::npos) n += p->local.numel();
+  return n;
 }
 
 // Bytes a first block of a chunk keeps per micro-batch under the run's recompute mode,
@@ -517,8 +535,16 @@ void RunLog::finish() {
   // Model state (what ZeRO shards), held for the whole run: measured beside the formula.
   const int stage = trainer_.zero_stage();
   const double psi = double(trainer_.params().numel());
-  const ModelStateBytes f =
-      zero_model_state(stage, psi, double(trainer_.shard_ranks()), Precision::fp32);
+  // Routed experts held for this rank's expert-parallel group only (E/ep of them) are sharded
+  // over N_e = N / ep ranks (at least 1) instead of N.
+  const double held = double(held_expert_elements()),
+               ep = double(trainer_.config().experts_held.size);
+  const double n_e = stage == 0 ? 1 : std::max(1.0, double(trainer_.shard_ranks()) / ep);
+  const ModelStateBytes dense =
+      zero_model_state(stage, psi - held, double(trainer_.shard_ranks()), Precision::fp32);
+  const ModelStateBytes experts = zero_model_state(stage, held, n_e, Precision::fp32);
+  const ModelStateBytes f{dense.params + experts.params, dense.grads + experts.grads,
+                          dense.optimizer + experts.optimizer};
   const double measured =
       live[int(Charge::params)] + live[int(Charge::grads)] + live[int(Charge::optimizer)];
   // Mixed precision keeps the fp32 state and adds the 16-bit compute copy of the parameters:
@@ -536,6 +562,12 @@ void RunLog::finish() {
                  .c_str()
            : "",
       human_bytes(f.total() + copy_bytes).c_str(), psi, (long long)trainer_.shard_ranks());
+  if (held > 0)
+    std::printf(
+        "  of which routed experts: Psi_e = %.0f (%lld of %lld per block, ep %.0f), N_e = %.0f: "
+        "the formula takes Psi_e/N_e for their Psi/N\n",
+        held, (long long)(trainer_.config().moe.experts / trainer_.config().experts_held.size),
+        (long long)trainer_.config().moe.experts, ep, n_e);
   if (const LossScaler& ls = trainer_.loss_scaler(); ls.dynamic)
     std::printf("fp16 loss scaling: %lld steps skipped on overflow, scale now %g\n",
                 (long long)ls.skipped, ls.scale);

@@ -108,6 +108,10 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid,
   cfg_.check_experts(grid.group(Group::ep).size(), grid.group(Group::tp).size(),
                      grid.group(Group::cp).size(), run.parallel.zero);
   cfg_.limit_nodes(run.parallel.ep_nodes, grid.blocked_nodes(Group::ep), run.parallel.ep_max_nodes);
+  // Expert parallelism divides the routed experts' state (doc/moe.md): each rank registers its
+  // ep rank's experts only, reduced (and ZeRO-sharded) over edp.
+  if (cfg_.moe.enabled())
+    cfg_.experts_held = {grid.group(Group::ep).size(), grid.group(Group::ep).rank()};
   const int stages = grid.group(Group::pp).size();
   if (stages > 1)
     model_ = std::make_unique<Transformer>(cfg_, store_, pipeline_stage());
@@ -118,8 +122,10 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid,
   // context-parallel ranks together (dp_cp; the dp group when cp = 1).
   Communicator& dp_cp = grid.group(Group::dp_cp);
   if (before_allocating) before_allocating();
-  store_.finalize(alloc_, DataParallel::store_layout(run.parallel, *model_, dp_cp.size()),
-                  dtype_of(run.train.precision));
+  store_.finalize(
+      alloc_,
+      DataParallel::store_layout(run.parallel, *model_, dp_cp.size(), grid.group(Group::ep).size()),
+      dtype_of(run.train.precision));
   if (run.train.precision == TrainPrecision::fp16) {
     scaler_.dynamic = true;
     scaler_.scale = run.train.loss_scale;
@@ -132,7 +138,8 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid,
   oc.eps = float(run.optim.eps);
   oc.weight_decay = float(run.optim.weight_decay);
   oc.decay_embeddings = run.optim.decay_embeddings;
-  dp_ = make_data_parallel(run.parallel, store_, *model_, dp_cp, dp_cp, alloc_);
+  dp_ = make_data_parallel(run.parallel, store_, *model_, dp_cp, dp_cp, alloc_,
+                           &grid.group(Group::edp));
   if (tied_over_pipeline()) dp_->defer(0);  // summed over the embedding group first
   dp_->initialize(seed_);
   dp_->refresh_compute();
@@ -176,7 +183,9 @@ std::vector<ChunkLayers> Trainer::pipeline_stage() {
 
 void Trainer::index_whole_model() {
   ParamStore whole;
-  Transformer model(cfg_, whole);
+  ModelConfig every = cfg_;
+  every.experts_held = {};  // every expert, as checkpoints hold them
+  Transformer model(every, whole);
   for (Param* p : whole.params()) whole_model_.push_back({p->name, p->global});
 }
 
@@ -401,8 +410,13 @@ StepResult Trainer::step(int64_t s) {
   const Param* copy = tied_over_pipeline() ? model_->tied_copy() : nullptr;
   GradSquares sq = grad_squares(store_, optim_->segments(), grads, copy);
   grid_.group(Group::tp).all_reduce(&sq.split, 1);
+  if (cfg_.experts_held.size > 1) {  // each ep rank holds its own experts
+    dp_->sum_experts_over_shards(&sq.expert, 1);
+    grid_.group(Group::ep).all_reduce(&sq.expert, 1);
+  }
   double squares = sq.split + sq.replicated;
   dp_->sum_over_shards(&squares, 1);
+  squares += sq.expert;
   grid_.group(Group::dp_cp).all_reduce(&loss_sum, 1);
   if (pipeline()) {  // the loss is the last stage's; the norm sums every stage's
     double both[2] = {squares, loss_sum};
@@ -456,7 +470,7 @@ std::vector<CheckpointTensor> Trainer::checkpoint_tensors() {
       ct.block = p.local;
       for (int d = 0; d < p.global.ndim; ++d) ct.start[size_t(d)] = p.block_start(d);
     }
-    std::vector<const Communicator*> groups{h.replicas};
+    std::vector<const Communicator*> groups{p.expert ? h.expert_replicas : h.replicas};
     if (!p.tp.split()) groups.push_back(&grid_.group(Group::tp));
     // The last pipeline stage's copy of a tied table is read back but not written: the
     // first stage's table is the tensor (its ZeRO pieces need not line up with the copy's).

@@ -5,15 +5,16 @@
 
 #include <cmath>
 
+#include "../plan_cluster.hpp"
 #include "core/error.hpp"
 #include "perf/activation_memory.hpp"
 #include "perf/cluster.hpp"
 #include "perf/comm_model.hpp"
 #include "perf/compute_model.hpp"
 #include "perf/cost_model.hpp"
+#include "perf/memory.hpp"
 #include "plan/search.hpp"
 #include "plan/workload.hpp"
-#include "../plan_cluster.hpp"
 
 namespace tessera {
 namespace {
@@ -120,6 +121,30 @@ TEST(PlanCompute, MegatronFlopsWithFullRecompute) {
       e.model_flops_per_step / F,
       72.0 / 96 * (1 + s / (6 * h) + V / (12 * L * h)) / (1 + s / (6 * h) + V / (16 * L * h)),
       1e-12);
+}
+
+TEST(PlanCostModel, ExpertStateShardedOverDataParallelOverEp) {
+  // The Megatron-style runtime holds a rank's E/ep experts and shards them over dp / ep ranks
+  // (the dense state over dp), the rule tessera runs (doc/moe.md, "Expert memory";
+  // moe_expert_memory checks tessera's side to the byte).
+  const Cluster c = Cluster::from_text(kCluster);
+  Workload w = gpt(4, 64);
+  w.moe.experts = 8, w.moe.top_k = 2;
+  for (int ep : {1, 2, 4, 8})
+    for (int zero : {0, 1, 3}) {
+      Layout l;
+      l.dp = 8, l.ep = ep, l.zero = zero;
+      const Estimate e = estimate(w, l, c, Runtime::megatron);
+      const StageParams sp = stage_params(w, l);
+      ASSERT_GT(sp.experts, 0);
+      // The experts a rank holds: 4 layers x E/ep experts x 2 matrices of h x 4h.
+      EXPECT_DOUBLE_EQ(sp.experts, 4.0 * (8 / ep) * 2 * 4096 * 4 * 4096);
+      const Precision prec = l.mixed() ? Precision::mixed : Precision::fp32;
+      const ModelStateBytes d = zero_model_state(zero, sp.first - sp.experts, 8, prec);
+      const ModelStateBytes x = zero_model_state(zero, sp.experts, std::max(1, 8 / ep), prec);
+      EXPECT_DOUBLE_EQ(e.memory.params + e.memory.grads + e.memory.optimizer, d.total() + x.total())
+          << "ep " << ep << " zero " << zero;
+    }
 }
 
 TEST(PlanCostModel, BubbleAndStageParameters) {

@@ -12,14 +12,16 @@ namespace {
 // in buckets that start during the last micro-batch's backward (grad_buckets.hpp).
 class Replicated : public DataParallel {
  public:
-  Replicated(const ParallelSection& o, ParamStore& store, const Transformer& model, Communicator& dp,
-             Communicator& holders, Allocator& alloc)
+  Replicated(const ParallelSection& o, ParamStore& store, const Transformer& model,
+             Communicator& dp, Communicator& holders, Allocator& alloc, Communicator* expert_dp)
       : store_(store),
         parts_(model.parts()),
         dp_(dp),
         holders_(holders),
+        expert_dp_(expert_dp),
         bucket_mb_(o.bucket_mb),
-        buckets_(store, dp, o.bucket_mb, o.overlap, o.progress, o.grad_reduce_dtype, &alloc),
+        buckets_(store, dp, o.bucket_mb, o.overlap, o.progress, o.grad_reduce_dtype, &alloc,
+                 expert_dp),
         whole_{{0, 0, store.numel()}} {}
 
   void initialize(uint64_t seed) override { store_.initialize(seed); }
@@ -43,13 +45,14 @@ class Replicated : public DataParallel {
   }
   const std::vector<ShardSegment>& segments() const override { return whole_; }
   void sum_over_shards(double*, int) override {}
+  void sum_experts_over_shards(double*, int) override {}
   float* optimizer_values() override { return store_.values(); }
   AdamW::Index optimizer_index() const override { return AdamW::Index::global; }
   bool gathers_after_optimizer() const override { return false; }
   void after_optimizer() override {}
   void refresh_compute() override { store_.refresh_compute(); }
-  Holding values() override { return {store_.values(), &whole_, &holders_}; }
-  Holding state(float* local) override { return {local, &whole_, &holders_}; }
+  Holding values() override { return {store_.values(), &whole_, &holders_, expert_dp_}; }
+  Holding state(float* local) override { return {local, &whole_, &holders_, expert_dp_}; }
 
   int zero_stage() const override { return 0; }
   int64_t shard_ranks() const override { return 1; }
@@ -76,6 +79,7 @@ class Replicated : public DataParallel {
   std::vector<std::pair<int, int>> parts_;  // registration-index range of each model part
   Communicator& dp_;
   const Communicator& holders_;
+  const Communicator* expert_dp_;
   double bucket_mb_;
   GradBuckets buckets_;
   std::vector<ShardSegment> whole_;
@@ -87,24 +91,45 @@ int64_t shard_ranks_of(const ParallelSection& o, int64_t dp) {
   return o.shard_group == 0 ? dp : o.shard_group;
 }
 
+// Ranks of an expert shard group: the shard group's share of the expert-data-parallel ranks
+// (K / ep; 1 when the shard group is within an expert-parallel group).
+int64_t expert_shard_ranks_of(const ParallelSection& o, int64_t dp, int64_t ep) {
+  const int64_t k = shard_ranks_of(o, dp);
+  return k >= ep ? k / ep : 1;
+}
+
 }  // namespace
 
-StoreLayout DataParallel::store_layout(const ParallelSection& o, const Transformer& model, int64_t dp) {
+StoreLayout DataParallel::store_layout(const ParallelSection& o, const Transformer& model,
+                                       int64_t dp, int64_t ep) {
   const int64_t k = shard_ranks_of(o, dp);
+  TESSERA_REQUIRE(o.zero == 0 || k % ep == 0 || ep % k == 0, "parallel.shard_group = ", k,
+                  " and parallel.ep = ", ep,
+                  " do not nest (one must divide the other), so the experts cannot be sharded "
+                  "like the rest; choose a shard group that is a multiple or divisor of ep");
   TESSERA_REQUIRE(dp % k == 0, "parallel.shard_group = ", k,
                   " does not divide the data-parallel degree ", dp);
   TESSERA_REQUIRE(k == dp || o.zero >= 1, "parallel.shard_group = ", k,
                   " shards the model state, which needs parallel.zero >= 1");
-  return o.zero >= 1 ? Zero::layout(o.zero, model, k) : StoreLayout{};
+  if (o.zero >= 1) return Zero::layout(o.zero, model, k, expert_shard_ranks_of(o, dp, ep));
+  // Replicated: the model's parts too (a held expert section ends its part; every parameter is
+  // 16-aligned already, so the parts add no padding).
+  StoreLayout l;
+  l.parts = model.parts();
+  return l;
 }
 
 std::unique_ptr<DataParallel> make_data_parallel(const ParallelSection& o, ParamStore& store,
                                                  const Transformer& model, Communicator& dp,
-                                                 Communicator& holders, Allocator& alloc) {
-  if (o.zero == 0) return std::make_unique<Replicated>(o, store, model, dp, holders, alloc);
+                                                 Communicator& holders, Allocator& alloc,
+                                                 Communicator* expert_dp) {
+  if (o.zero == 0)
+    return std::make_unique<Replicated>(o, store, model, dp, holders, alloc, expert_dp);
   const DType reduce = o.grad_reduce_dtype == ReduceDtype::bf16 ? DType::bf16 : DType::f32;
+  const int64_t ep = expert_dp ? dp.size() / expert_dp->size() : 1;
   return std::make_unique<Zero>(o.zero, store, model, dp, holders, shard_ranks_of(o, dp.size()),
-                                o.overlap, o.zero_inflight, reduce, alloc);
+                                o.overlap, o.zero_inflight, reduce, alloc, expert_dp,
+                                expert_shard_ranks_of(o, dp.size(), ep));
 }
 
 }  // namespace tessera

@@ -34,13 +34,18 @@ struct Holding {
   float* data = nullptr;
   const std::vector<ShardSegment>* segments = nullptr;
   const Communicator* replicas = nullptr;
+  // The ranks holding the same routed experts (Param::expert) where this rank holds only its
+  // expert-parallel group's: the expert-data-parallel group; null when no parameter is one.
+  const Communicator* expert_replicas = nullptr;
 };
 
 class DataParallel : public PartHooks {
  public:
   // The store layout the strategy needs (before ParamStore::finalize). Errors (collective,
   // before any work) when the options do not fit the data-parallel degree.
-  static StoreLayout store_layout(const ParallelSection& o, const Transformer& model, int64_t dp);
+  // ep: the expert-parallel degree (held experts are sharded over dp / ep ranks).
+  static StoreLayout store_layout(const ParallelSection& o, const Transformer& model, int64_t dp,
+                                  int64_t ep = 1);
 
   // Parameter values from (seed, name, global element index), wherever they are held.
   virtual void initialize(uint64_t seed) = 0;
@@ -56,6 +61,9 @@ class DataParallel : public PartHooks {
   virtual const std::vector<ShardSegment>& segments() const = 0;
   // Sums a per-rank quantity of the optimizer's elements over the ranks that split them.
   virtual void sum_over_shards(double* x, int n) = 0;
+  // The same for the held experts' elements (Param::expert), which are split over the expert
+  // shard group (the trainer then sums them over the ep group).
+  virtual void sum_experts_over_shards(double* x, int n) = 0;
   // The parameter values the optimizer updates and how they are indexed.
   virtual float* optimizer_values() = 0;
   virtual AdamW::Index optimizer_index() const = 0;
@@ -85,8 +93,11 @@ class DataParallel : public PartHooks {
 };
 
 // The strategy parallel.zero / shard_group select, over a store finalised with store_layout().
+// expert_dp: the expert-data-parallel group (Group::edp), which reduces (and holds copies of)
+// the routed experts a rank holds for its expert-parallel group only (Param::expert).
 std::unique_ptr<DataParallel> make_data_parallel(const ParallelSection& o, ParamStore& store,
                                                  const Transformer& model, Communicator& dp,
-                                                 Communicator& replicas, Allocator& alloc);
+                                                 Communicator& replicas, Allocator& alloc,
+                                                 Communicator* expert_dp = nullptr);
 
 }  // namespace tessera

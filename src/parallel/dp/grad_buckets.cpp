@@ -17,7 +17,8 @@ DpSyncTiming& DpSyncTiming::operator+=(const DpSyncTiming& o) {
 }
 
 GradBuckets::GradBuckets(ParamStore& store, Communicator& dp, double bucket_mb, bool overlap,
-                         DpProgress progress, ReduceDtype reduce, Allocator* alloc)
+                         DpProgress progress, ReduceDtype reduce, Allocator* alloc,
+                         Communicator* expert_dp)
     : store_(store), dp_(dp), overlap_(overlap), progress_(progress) {
   if (reduce == ReduceDtype::bf16 && dp.size() > 1) {
     if (!alloc) throw std::logic_error("GradBuckets: a bf16 reduction needs an allocator");
@@ -30,6 +31,14 @@ GradBuckets::GradBuckets(ParamStore& store, Communicator& dp, double bucket_mb, 
   Bucket current;
   current.end = total;
   for (int i = int(params.size()) - 1; i >= 0; --i) {
+    Communicator* comm = params[size_t(i)]->expert ? expert_dp : &dp;
+    if (!comm) throw std::logic_error("GradBuckets: held experts need an expert_dp group");
+    if (current.params > 0 && comm != current.comm) {  // held experts start or end here
+      buckets_.push_back(current);
+      current = Bucket();
+      current.end = params[size_t(i) + 1]->offset;
+    }
+    current.comm = comm;
     bucket_of_param_[size_t(i)] = int(buckets_.size());
     ++current.params;
     current.begin = params[size_t(i)]->offset;
@@ -61,10 +70,10 @@ Tensor GradBuckets::staged(const Bucket& b) const {
 void GradBuckets::start(Bucket& b) {
   b.posted = mpi::wtime();
   if (staging_.empty()) {
-    b.request = dp_.all_reduce_async(grads(b));
+    b.request = b.comm->all_reduce_async(grads(b));
   } else {
     kernels::cast(grads(b), staged(b), b.end - b.begin);
-    b.request = dp_.all_reduce_async(staged(b));
+    b.request = b.comm->all_reduce_async(staged(b));
   }
   b.started = true;
 }

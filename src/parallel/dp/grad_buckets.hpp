@@ -41,9 +41,12 @@ class GradBuckets {
   // overlap = false reduces every bucket after backward (for comparison).
   // reduce = bf16 (parallel.grad_reduce_dtype) rounds each bucket into a bf16 staging buffer
   // (charged to alloc as communication buffers), all-reduces that and widens the sum back.
+  // expert_dp: the group that reduces the gradients of the routed experts this rank holds
+  // for its expert-parallel group only (Param::expert; the edp group); a bucket holds either
+  // such experts or other parameters, never both.
   GradBuckets(ParamStore& store, Communicator& dp, double bucket_mb, bool overlap,
               DpProgress progress = DpProgress::poll, ReduceDtype reduce = ReduceDtype::fp32,
-              Allocator* alloc = nullptr);
+              Allocator* alloc = nullptr, Communicator* expert_dp = nullptr);
   DpProgress progress() const { return progress_; }
   bool overlap() const { return overlap_; }
 
@@ -64,6 +67,7 @@ class GradBuckets {
   struct Bucket {
     int64_t begin = 0, end = 0;  // element range in the flat gradient buffer
     int params = 0, pending = 0;
+    Communicator* comm = nullptr;  // dp, or expert_dp for a bucket of held experts
     Request request;
     bool started = false, done = false;
     double posted = 0, seen_done = 0;  // mpi::wtime()

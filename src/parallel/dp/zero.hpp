@@ -25,6 +25,11 @@
 // HSDP (shard group K < dp): the shard groups are consecutive data-parallel ranks; after the
 // last micro-batch, each gradient shard is all-reduced across the groups holding the same
 // shard (replica group).
+// Held experts (expert parallelism, Param::expert): a part's expert section (ParamPart) is
+// split the same way over the expert-data-parallel group (edp, the ranks holding the same
+// experts) instead of dp: expert shard groups of K_e consecutive edp ranks (K_e = K / ep, at
+// least 1), their replicas summing the gradient shards. A rank's local layout is its dense
+// pieces of every part, then its expert pieces; each collective on a part is one per section.
 //
 // Model-state bytes per rank for fp32 training (Psi parameters, N = K ranks per shard;
 // checked by the test zero_memory_formulas):
@@ -61,16 +66,18 @@ class BufferPool {
 class Zero : public DataParallel {
  public:
   // The store layout stage and shard group size k need (call before store.finalize).
-  static StoreLayout layout(int stage, const Transformer& model, int64_t k);
+  // expert_k: ranks per expert shard group (K_e).
+  static StoreLayout layout(int stage, const Transformer& model, int64_t k, int64_t expert_k = 1);
 
   // dp is split into shard groups of shard_group consecutive ranks and replica groups.
   // holders: the ranks holding one whole copy of the parameters (stages 1-2).
   // reduce: the dtype gradients travel in (parallel.grad_reduce_dtype): f32, or bf16, rounded
   // into 16-bit staging buffers, summed pairwise in fp32 and rounded again by the collective,
   // and widened into the fp32 gradient shard.
+  // expert_dp (edp) is split into expert shard groups of expert_group consecutive ranks.
   Zero(int stage, ParamStore& store, const Transformer& model, Communicator& dp,
        Communicator& holders, int64_t shard_group, bool overlap, int inflight, DType reduce,
-       Allocator& alloc);
+       Allocator& alloc, Communicator* expert_dp = nullptr, int64_t expert_group = 1);
 
   Communicator& shard_comm() { return shard_comm_; }
   Communicator& replica_comm() { return replica_comm_; }
@@ -88,6 +95,9 @@ class Zero : public DataParallel {
   const float* reduce_gradients(const std::function<void()>& whole_final) override;
   const std::vector<ShardSegment>& segments() const override { return segments_; }
   void sum_over_shards(double* x, int n) override { shard_comm_.all_reduce(x, n); }
+  void sum_experts_over_shards(double* x, int n) override {
+    if (has_experts_) expert_shard_comm_.all_reduce(x, n);
+  }
   // Stage 3: the parameter shard (indexed locally); below: the whole flat buffer.
   float* optimizer_values() override {
     return stage_ == 3 ? value_shard_.ptr_f32() : store_.values();
@@ -105,11 +115,16 @@ class Zero : public DataParallel {
   // Megatron-LM's and FSDP's 16-bit parameters); below stage 3, the store's compute copy.
   void refresh_compute() override;
   Holding values() override;
-  Holding state(float* local) override { return {local, &segments_, &replica_comm_}; }
+  Holding state(float* local) override {
+    return {local, &segments_, &replica_comm_, &expert_replica_comm_};
+  }
 
   int zero_stage() const override { return stage_; }
   int64_t shard_ranks() const override { return k_; }
-  std::vector<Communicator*> own_groups() override { return {&shard_comm_, &replica_comm_}; }
+  std::vector<Communicator*> own_groups() override {
+    if (!has_experts_) return {&shard_comm_, &replica_comm_};
+    return {&shard_comm_, &replica_comm_, &expert_shard_comm_, &expert_replica_comm_};
+  }
   const DpSyncTiming& last_sync() const override { return no_timing_; }
   std::string summary() const override { return ""; }
   std::string sync_settings() const override;
@@ -122,17 +137,29 @@ class Zero : public DataParallel {
   struct PartState {
     Buffer values;  // stage 3: the gathered part while in use
     Buffer compute;  // and its compute copy (train.precision bf16 / fp16): what is gathered
-    Request gather;
+    std::vector<Request> gather;  // one per section
     Buffer grads;   // stages 2-3: staged gradients while the part's backward writes them
   };
   struct Pending {  // a part's gradients being reduce-scattered
     int part = 0;
-    Request request;
+    std::vector<Request> request;  // one per section
     // stage 1 in f32: both empty (full buffer -> gradient shard directly); in bf16 both are.
     Buffer staged, piece;
   };
-  int64_t piece(int part) const { return store_.parts()[size_t(part)].size / k_; }
-  int64_t local_of(int part) const { return store_.parts()[size_t(part)].begin / k_; }
+  // A part's dense section or its expert section: elements [begin, begin + size) of the flat
+  // buffers, split over k ranks; this rank's piece sits at `local` in its shard.
+  struct Section {
+    int64_t begin = 0, size = 0, k = 1, local = 0;
+    bool expert = false;
+    int64_t piece() const { return size / k; }
+  };
+  Communicator& shard_of(const Section& s) { return s.expert ? expert_shard_comm_ : shard_comm_; }
+  // This rank's pieces of a part, all sections together (the pool's piece buffers).
+  int64_t piece(int part) const {
+    int64_t n = 0;
+    for (const Section& s : sections_[size_t(part)]) n += s.piece();
+    return n;
+  }
   void point_values(int part, float* base);
   void point_grads(int part, float* base);
   void run(const std::vector<ZeroAction>& actions);
@@ -143,12 +170,16 @@ class Zero : public DataParallel {
 
   int stage_;
   ParamStore& store_;
-  int64_t k_;
+  int64_t k_, expert_k_;
+  bool has_experts_ = false;  // some part has an expert section
   bool overlap_, armed_ = false;
   DType reduce_dtype_;
   bool half_gather_;  // stage 3 gathers the 16-bit compute shard
-  Communicator shard_comm_, replica_comm_;
+  Communicator shard_comm_, replica_comm_, expert_shard_comm_, expert_replica_comm_;
   const Communicator& holders_;
+  const Communicator* expert_dp_;
+  std::vector<std::vector<Section>> sections_;  // per part
+  int64_t dense_local_ = 0;  // the shard's dense pieces: [0, dense_local_); experts after
   std::vector<ShardSegment> segments_;
   std::vector<ShardSegment> whole_;  // the flat buffers as one segment (stages 1-2 values)
   int64_t local_size_ = 0;
