@@ -22,16 +22,9 @@ import os
 import subprocess
 import sys
 
+from zero_memory import expected  # the ZeRO formula, with the experts over n_e
+
 C, F, E, MOE_BLOCKS = 64, 64, 8, 2  # inputs/tiny-moe.in: d_model, expert_ffn, experts, after:1 of 3
-
-
-def expected(stage, dense, experts, n, n_e):
-    whole = dense + experts
-    shard = dense / n + experts / n_e
-    params = 4 * shard if stage == 3 else 4 * whole
-    grads = {0: 4 * whole, 1: 4 * whole + 4 * shard}.get(stage, 4 * shard)
-    optimizer = 8 * whole if stage == 0 else 8 * shard
-    return {"params": params, "grads": grads, "optimizer": optimizer}
 
 
 def main():
@@ -66,7 +59,7 @@ def main():
         bad += not ok
         print(f"{'ok  ' if ok else 'FAIL'} np {ranks} ep {ep} zero {stage}: summary "
               f"{'names' if ep > 1 else 'has no'} held experts")
-        for cat, want in expected(stage, dense, experts, n, n_e).items():
+        for cat, want in expected(stage, dense, n, experts, n_e).items():
             got = mem["live"][cat]
             ok = got == want
             bad += not ok

@@ -20,10 +20,14 @@ import subprocess
 import sys
 
 
-def expected(stage, psi, n):
-    params = 4 * psi / n if stage == 3 else 4 * psi
-    grads = {0: 4 * psi, 1: 4 * psi + 4 * psi / n}.get(stage, 4 * psi / n)
-    optimizer = 8 * psi if stage == 0 else 8 * psi / n
+def expected(stage, psi, n, experts=0, n_e=1):
+    """Model-state bytes per rank of ZeRO stage `stage` in fp32: psi parameters sharded over n
+    ranks, and `experts` routed-expert parameters over n_e (doc/moe.md, "Expert memory")."""
+    whole = psi + experts
+    shard = psi / n + experts / n_e
+    params = 4 * shard if stage == 3 else 4 * whole
+    grads = {0: 4 * whole, 1: 4 * whole + 4 * shard}.get(stage, 4 * shard)
+    optimizer = 8 * whole if stage == 0 else 8 * shard
     return {"params": params, "grads": grads, "optimizer": optimizer}
 
 
