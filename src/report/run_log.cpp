@@ -229,6 +229,7 @@ void RunLog::step(const StepResult& r) {
       comm_steady_[i] += comm[i] / double(grid_.world().size());
   if (first) first_loss_ = r.loss;
   last_loss_ = r.loss, last_step_ = r.step;
+  gather_moe();
   if (!root_) return;
   const double tokens = double(trainer_.batch().global_batch * trainer_.config().seq_len);
   const double mfu = flops_per_step_ / (seconds * peak_total_);
@@ -287,8 +288,43 @@ void RunLog::step(const StepResult& r) {
     write_errno_ = errno ? errno : EIO;
 }
 
+void RunLog::gather_moe() {
+  const ModelConfig& c = trainer_.config();
+  if (!c.moe.enabled()) return;
+  // One row of K numbers per layer: whether this stage holds its MoE block, then its figures.
+  // Each block sits on one stage, so the sum over the pp group is that stage's row.
+  constexpr int K = 12;
+  std::vector<double> rows(size_t(c.layers * K), 0.0);
+  for (const Moe* m : trainer_.model().moe_layers()) {
+    const Moe::Stats& s = m->last();
+    const int64_t layer = std::stoll(m->name().substr(m->name().find('.') + 1));
+    double* r = rows.data() + layer * K;
+    const double v[K] = {1.0,
+                         m->imbalance(),
+                         s.dropped,
+                         s.tokens * double(c.moe.top_k),
+                         s.sequences > 0 ? s.aux / s.sequences : 0.0,
+                         s.tokens > 0 ? s.z / s.tokens : 0.0,
+                         double(s.bias_min),
+                         double(s.bias_max),
+                         s.cross_bytes,
+                         s.cross_bytes_free,
+                         s.run_cross_bytes,
+                         s.run_cross_bytes_free};
+    std::copy(v, v + K, r);
+  }
+  grid_.group(Group::pp).all_reduce(rows.data(), int64_t(rows.size()));
+  moe_rows_.clear();
+  for (int64_t layer = 0; layer < c.layers; ++layer) {
+    const double* r = rows.data() + layer * K;
+    if (r[0] == 0) continue;
+    moe_rows_.push_back({"layers." + std::to_string(layer) + ".moe", r[1], r[2], r[3], r[4], r[5],
+                         r[6], r[7], r[8], r[9], r[10], r[11]});
+  }
+}
+
 // Mixture of experts: total and active parameters, and the last step's routing per block.
-void RunLog::print_moe() {
+void RunLog::print_moe() const {
   const ModelConfig& c = trainer_.config();
   if (!c.moe.enabled()) return;
   std::printf("mixture of experts: %lld parameters, %lld active per token (%lld blocks of %lld "
@@ -296,18 +332,14 @@ void RunLog::print_moe() {
               (long long)c.param_count(), (long long)c.active_param_count(),
               (long long)c.moe_blocks(), (long long)c.moe.experts, (long long)c.moe.top_k,
               (long long)c.moe.shared, grid_.group(Group::ep).size());
-  for (const Moe* m : trainer_.model().moe_layers()) {
-    const Moe::Stats& s = m->last();
+  for (const MoeRow& m : moe_rows_)
     std::printf("  %-16s tokens per expert max/mean %.3f, dropped %.0f of %.0f, balancing loss "
                 "%.4g, z %.4g, selection bias [%.4g, %.4g]   (last step)\n",
-                m->name().c_str(), m->imbalance(), s.dropped, s.tokens * double(c.moe.top_k),
-                s.sequences > 0 ? s.aux / s.sequences : 0.0, s.tokens > 0 ? s.z / s.tokens : 0.0,
-                double(s.bias_min), double(s.bias_max));
-  }
+                m.name.c_str(), m.imbalance, m.dropped, m.routed, m.aux, m.z, m.bias_min,
+                m.bias_max);
   if (c.moe.placed_nodes <= 1) return;
   double sent = 0, unrestricted = 0;
-  for (const Moe* m : trainer_.model().moe_layers())
-    sent += m->last().run_cross_bytes, unrestricted += m->last().run_cross_bytes_free;
+  for (const MoeRow& m : moe_rows_) sent += m.run_cross, unrestricted += m.run_cross_free;
   std::printf(
       "  cross-node dispatch %.4g MB, unrestricted routing would send %.4g MB (%.3f of "
       "it; ep_max_nodes %lld of %lld nodes; the whole run, this tp rank's tokens)\n",
@@ -315,22 +347,19 @@ void RunLog::print_moe() {
       (long long)c.moe.max_nodes, (long long)c.moe.nodes);
 }
 
-// The last step's routing of this rank's mixture-of-experts blocks (doc/moe.md), as a
-// metrics.jsonl field; empty for a dense model.
-std::string RunLog::moe_json() {
+// The last step's routing of every mixture-of-experts block (doc/moe.md), as a metrics.jsonl
+// field; empty for a dense model.
+std::string RunLog::moe_json() const {
   std::string out;
-  for (const Moe* m : trainer_.model().moe_layers()) {
-    const Moe::Stats& s = m->last();
+  for (const MoeRow& m : moe_rows_) {
     char one[480];
     std::snprintf(one, sizeof one,
                   "%s{\"layer\": \"%s\", \"max_over_mean\": %.6g, \"dropped\": %.0f, "
                   "\"routed\": %.0f, \"aux\": %.6g, \"z\": %.6g, \"bias_min\": %.6g, "
                   "\"bias_max\": %.6g, \"cross_node_bytes\": %.0f, "
                   "\"cross_node_bytes_unrestricted\": %.0f}",
-                  out.empty() ? "" : ", ", m->name().c_str(), m->imbalance(), s.dropped,
-                  s.tokens * double(trainer_.config().moe.top_k),
-                  s.sequences > 0 ? s.aux / s.sequences : 0.0, s.tokens > 0 ? s.z / s.tokens : 0.0,
-                  double(s.bias_min), double(s.bias_max), s.cross_bytes, s.cross_bytes_free);
+                  out.empty() ? "" : ", ", m.name.c_str(), m.imbalance, m.dropped, m.routed, m.aux,
+                  m.z, m.bias_min, m.bias_max, m.cross, m.cross_free);
     out += one;
   }
   return out.empty() ? out : ", \"moe\": [" + out + "]";

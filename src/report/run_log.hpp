@@ -36,8 +36,17 @@ class RunLog {
   std::string per_block_json() const;
   const RunConfig& run_;
   ProcessGrid& grid_;
-  std::string moe_json();
-  void print_moe();
+  // The last step's routing of every mixture-of-experts block of the model, whichever pipeline
+  // stage holds it: gathered over the pp group (collective over the world) into moe_rows_.
+  struct MoeRow {
+    std::string name;
+    double imbalance, dropped, routed, aux, z, bias_min, bias_max, cross, cross_free,
+        run_cross, run_cross_free;
+  };
+  void gather_moe();
+  std::string moe_json() const;
+  void print_moe() const;
+  std::vector<MoeRow> moe_rows_;
   Trainer& trainer_;
   bool root_;
   std::string dir_;
