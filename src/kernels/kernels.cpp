@@ -2,7 +2,9 @@
 // lookup), call its entry with raw pointers.
 #include "kernels/kernels.hpp"
 
+#include <cstdlib>
 #include <initializer_list>
+#include <string>
 
 #include "core/error.hpp"
 #include "kernels/backend.hpp"
@@ -119,7 +121,10 @@ int cuda_device_count() {
 }
 
 std::string cuda_device_id(int index) {
-  if (cuda_emulated()) return "emulated " + std::to_string(index);
+  if (cuda_emulated()) {  // TESSERA_EMULATE_CUDA_FIRST: this process's first emulated device
+    const char* first = std::getenv("TESSERA_EMULATE_CUDA_FIRST");
+    return "emulated " + std::to_string(index + (first ? std::atoi(first) : 0));
+  }
 #ifdef TESSERA_CUDA
   return cuda::pci_bus_id(index);
 #else
