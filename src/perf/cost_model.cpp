@@ -396,13 +396,22 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   t.cp_comm = M * Lp * cp;
   t.ep_comm = M * Lp * ep;
   if (moe && l.ep > 1) {
-    // Each rank's packed rows (T top_k per micro-batch, every one kept: balanced loads, no
-    // drops), of which (ep - 1) / ep go to other ep ranks, in four all-to-alls per MoE block
-    // (dispatch and combine, forward and backward: model/moe.cpp), six with full recompute.
+    // What a rank's all-to-alls send per step, its own rows included (as comm/ counts them):
+    // four per MoE block and micro-batch (dispatch and combine, forward and backward:
+    // model/moe.cpp; six with full recompute), each of the rank's kept rows. With balanced
+    // loads each expert gets s top_k / E rows of a sequence, at most its capacity
+    // ceil(capacity_factor s top_k / E) (model.capacity_factor > 0), so B E min(...) rows
+    // (B s top_k when dropless); tessera's count exchange adds E floats.
     const double blocks = c.moe.enabled() ? double(c.moe_blocks()) / p : Ls;
     const double calls = 4 + (l.recompute == Recompute::full ? 2 : 0);
     const double row = C * (rt == Runtime::tessera ? 4 : a);  // tessera sends fp32 rows
-    e.ep_bytes_per_step = calls * blocks * M * T * w.moe.top_k * row * (l.ep - 1) / l.ep;
+    const double s = double(c.seq_len) / l.cp, E = w.moe.experts, k = w.moe.top_k;
+    double per_expert = s * k / E;  // of one sequence
+    if (c.moe.enabled() && c.moe.capacity_factor > 0)
+      per_expert = std::min(per_expert, std::ceil(double(c.moe.capacity_factor) * s * k / E));
+    const double rows = double(l.micro_batch) * E * per_expert;
+    const double counts = rt == Runtime::tessera ? 4 * E : 0;
+    e.ep_bytes_per_step = blocks * M * (calls * rows * row + counts);
   }
   t.pp_p2p = M * pp_seconds_per_microbatch(w, l, e.links.pp);
   t.pp_bubble = (p - 1) / l.vpp * stage_mb;

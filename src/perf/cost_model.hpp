@@ -103,8 +103,9 @@ struct Estimate {
   DpOverlap dp_overlap;  // the DP/ZeRO traffic term by term, exposed and hidden
   StageLayers stage_layers;
   double mfu_causal = 0;  // MFU counting only the causal half of attention's T x T
-  // MoE (ep > 1): the bytes of the token all-to-alls a rank sends to the other ep ranks per
-  // step (dispatch and combine, forward and backward), assuming balanced loads.
+  // MoE (ep > 1): the bytes of the token all-to-alls a rank sends per step, its own rows
+  // included (dispatch and combine, forward and backward), assuming balanced loads; (ep - 1)
+  // / ep of them leave the rank.
   double ep_bytes_per_step = 0;
   std::vector<std::string> warnings;
   bool fits() const { return memory.total() <= capacity; }

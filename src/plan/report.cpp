@@ -164,8 +164,8 @@ std::string format_explain(const Workload& w, const Estimate& e, const Cluster& 
             pct(t.ep_comm));
   if (e.ep_bytes_per_step > 0)
     os << fmt(
-        "    sent to other ep ranks per step: %.4g MB (4 all-to-alls per MoE block and "
-        "micro-batch, balanced loads)\n",
+        "    all-to-all bytes sent per step: %.4g MB (4 per MoE block and micro-batch, "
+        "balanced loads, own rows included)\n",
         e.ep_bytes_per_step / 1e6);
   os << fmt("  PP send/recv                              %9.3f  %5.1f%%\n", t.pp_p2p,
             pct(t.pp_p2p));

@@ -73,9 +73,13 @@ TEST(PlanMoe, AllToAllBytesPerStep) {
   const Workload w = moe({"--model.moe_layers=every:2"});
   const Estimate e = estimate(w, parse_layout("dp=4 ep=2 mb=2 prec=fp32"), c, Runtime::tessera);
   ASSERT_EQ(e.microbatches, 2);
-  // 4 all-to-alls x 2 blocks x 2 micro-batches x (2 x 256 tokens x top 2) rows x 512 x 4 bytes,
-  // half of them to the other ep rank.
-  EXPECT_DOUBLE_EQ(e.ep_bytes_per_step, 4.0 * 2 * 2 * (2 * 256 * 2) * 512 * 4 / 2);
+  // 2 blocks x 2 micro-batches x (4 all-to-alls x (2 x 256 tokens x top 2) rows x 512 x 4
+  // bytes + the count exchange's 8 floats).
+  EXPECT_DOUBLE_EQ(e.ep_bytes_per_step, 2.0 * 2 * (4.0 * (2 * 256 * 2) * 512 * 4 + 8 * 4));
+  // A capacity of 0.5: ceil(0.5 x 256 x 2 / 8) = 32 rows of a sequence per expert, of 64.
+  const Workload half = moe({"--model.moe_layers=every:2", "--model.capacity_factor=0.5"});
+  const Estimate h = estimate(half, parse_layout("dp=4 ep=2 mb=2 prec=fp32"), c, Runtime::tessera);
+  EXPECT_DOUBLE_EQ(h.ep_bytes_per_step, 2.0 * 2 * (4.0 * (2 * 8 * 32) * 512 * 4 + 8 * 4));
   const Estimate one = estimate(w, parse_layout("dp=4 ep=1 mb=2 prec=fp32"), c, Runtime::tessera);
   EXPECT_DOUBLE_EQ(one.ep_bytes_per_step, 0);
 }
