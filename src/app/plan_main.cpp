@@ -238,6 +238,9 @@ void run(const std::vector<std::string>& argv) {
   w.flash_attention = attention == "flash";
   w.dropout = has("--dropout");
   if (has("--experts")) {
+    TESSERA_REQUIRE(!w.cfg.moe.enabled(), "option --experts ", opt("--experts", ""),
+                    " and the deck's model.experts = ", w.cfg.moe.experts,
+                    " both describe the experts; give one of them");
     w.moe.experts = to_int("--experts", opt("--experts", ""), 1, kMaxCount);
     if (has("--top-k"))
       w.moe.top_k = to_int("--top-k", opt("--top-k", ""), 1, w.moe.experts, "at most --experts");
@@ -249,6 +252,16 @@ void run(const std::vector<std::string>& argv) {
                       " describes a mixture-of-experts model; give --experts E too");
   }
   const Runtime rt = parse_option("--runtime", opt("--runtime", "megatron"), parse_runtime);
+  TESSERA_REQUIRE(rt != Runtime::tessera || !has("--experts"),
+                  "--runtime tessera reads the experts from the deck as tessera does: set "
+                  "model.experts (or --model.experts=E, --model.experts_top_k=K) instead of "
+                  "--experts");
+  TESSERA_REQUIRE(rt != Runtime::megatron || !w.cfg.moe.enabled() ||
+                      (w.cfg.moe.shared == 0 && w.cfg.moe_blocks() == w.cfg.layers),
+                  "the Megatron-style runtime costs routed experts in every block only; this "
+                  "deck has model.shared_experts = ",
+                  w.cfg.moe.shared, " and ", w.cfg.moe_blocks(), " MoE blocks of ", w.cfg.layers,
+                  " (model.moe_layers): use --runtime tessera");
 
   // How many accelerators: --gpus N or --nodes N, at most what the cluster has.
   TESSERA_REQUIRE(!(has("--gpus") && has("--nodes")), "options --gpus ", opt("--gpus", ""),

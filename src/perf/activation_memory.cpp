@@ -61,7 +61,37 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
   const double Hq = double(c.heads) / t, Hkv = double(c.kv_heads) / t;
   const double F = double(c.ffn_hidden) / t, Vl = double(c.vocab_padded) / t;
   double f = 2 * N * Hq * D + 2 * N * Hkv * D;    // d_att, dq; dk, dv
-  f += N * F * (c.arch == Arch::llama ? 3 : 2);   // d_act, d_up (, d_gate)
+  const double mats = c.arch == Arch::llama ? 3 : 2;
+  if (!c.moe.enabled()) {
+    f += N * F * mats;  // d_act, d_up (, d_gate)
+  } else {
+    // model/moe.cpp's backward: the MLP gradients' scratch is shared by the dense blocks, the
+    // shared experts (N rows) and the routed experts (the expert side's Rx rows, sized for the
+    // worst case: every rank's N top_k rows), so it is the widest of the three.
+    const double K = double(c.moe.top_k), Fe = double(c.moe.ffn), E = double(c.moe.experts);
+    const double ep = double(c.experts_held.size), Rx = ep * N * K;
+    // Replayed over one backward pass (blocks last to first; in a MoE block the routed
+    // experts, then the shared ones): a scratch buffer that grows is allocated before the old
+    // one is freed (model/step_context.cpp), so the largest buffer so replaced adds to the peak.
+    const double Fs = double(c.moe.shared) * Fe / t;
+    double size[3] = {0, 0, 0}, replaced = 0;  // d_act, d_up, d_gate
+    auto need = [&](double act, double gate) {
+      const double want[3] = {act, act, gate};
+      for (int i = 0; i < 3; ++i)
+        if (want[i] > size[i]) replaced = std::max(replaced, size[i]), size[i] = want[i];
+    };
+    for (int64_t b = c.layers - 1; b >= 0; --b) {
+      if (!c.moe.is_moe(b)) {
+        need(N * F, mats == 3 ? N * F : 0);
+        continue;
+      }
+      need(Rx * Fe, mats == 3 ? Rx * Fe : Fe);  // gpt2 asks for an unused [1, Fe] d_gate
+      if (c.moe.shared > 0) need(N * Fs, mats == 3 ? N * Fs : 0);
+    }
+    f += size[0] + size[1] + size[2] + replaced;
+    f += 2 * N * K * C + N * K + R * E;  // d_out, d_in; d_weight; d_logits
+    if (ep > 1) f += 3 * Rx * C;         // the all-to-all's stage, d_oe, d_xe
+  }
   f += 3 * R * C;                                 // d_norm, dh; normed head input
   f += N * Vl + N;                                // logits, losses
   f += 2 * R * C;                                 // the two gradient streams

@@ -121,7 +121,7 @@ HeadCompute head_compute(const Workload& w, const Layout& l, const Cluster& cl) 
 double workload_params(const Workload& w) {
   const ModelConfig& c = w.cfg;
   double n = double(c.param_count());
-  if (!w.moe.any()) return n;
+  if (!w.moe.any() || c.moe.enabled()) return n;  // a deck's experts are in param_count()
   const double C = double(c.d_model), mats = c.arch == Arch::llama ? 3 : 2;
   const double Fe = double(w.moe.expert_ffn ? w.moe.expert_ffn : c.ffn_hidden);
   const double dense =
@@ -139,7 +139,9 @@ double workload_flops_per_token(const Workload& w, AttentionFlops conv) {
   double f = model_flops_per_token(w.cfg);
   if (conv == AttentionFlops::causal)  // perf/flops.hpp counts 12 L s q; keep half of it
     f -= 6.0 * double(w.cfg.layers) * double(w.cfg.seq_len) * double(w.cfg.heads * w.cfg.head_dim);
-  if (!w.moe.any()) return f;
+  // A deck's experts (model.experts) are in model_flops_per_token already: the active FLOPs
+  // tessera's runs count for MFU (perf/flops.cpp). --experts describes them here instead.
+  if (!w.moe.any() || w.cfg.moe.enabled()) return f;
   const ModelConfig& c = w.cfg;
   const double C = double(c.d_model), mats = c.arch == Arch::llama ? 3 : 2;
   const double Fe = double(w.moe.expert_ffn ? w.moe.expert_ffn : c.ffn_hidden);

@@ -145,9 +145,11 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
     }
   }
   if (rt == Runtime::tessera) {
-    if (l.ep > 1)
-      return "the planner does not cost tessera's expert parallelism yet (its memory and "
-             "all-to-alls; doc/status.md); --runtime megatron costs ep";
+    if (c.moe.enabled() && (l.tp > 1 || l.cp > 1 || l.pp > 1 || l.recompute != Recompute::none ||
+                            l.precision != ComputeType::fp32))
+      return "the planner costs tessera's mixture of experts with dp, ep and ZeRO/HSDP only "
+             "(fp32, no recompute; doc/planning.md); tp, cp, pp, recompute and bf16 with "
+             "experts are not modelled yet";
     if (l.cp > 1 && w.cp_kind == CpKind::ring && c.seq_len % (2 * l.cp) != 0)
       return cat("tessera's ring cuts seq_len ", c.seq_len, " into 2 x cp = ", 2 * l.cp,
                  " zigzag chunks, which does not divide it");
@@ -179,23 +181,52 @@ TesseraParts tessera_parts(const ModelConfig& c, int zero, int shard_ranks) {
   const double Vl = double(c.vocab_padded) / t;
   const double qd = double(c.heads * c.head_dim) / t, kvd = double(c.kv_heads * c.head_dim) / t;
   const bool b = c.has_bias();
+  const double mats = c.arch == Arch::llama ? 3 : 2;
   TesseraParts p;
   p.embed = r16(Vl * C) + (c.arch == Arch::gpt2 ? r16(double(c.seq_len) * C) : 0);
-  p.block = 2 * r16(C) + (b ? 2 * r16(C) : 0);              // norms
-  p.block += r16(qd * C) + 2 * r16(kvd * C) + r16(C * qd);  // q, k, v (columns), o (rows)
-  if (b) p.block += r16(qd) + 2 * r16(kvd) + r16(C);
-  p.block += (c.arch == Arch::llama ? 3 : 2) * r16(C * F);  // (gate,) up, down
-  if (b) p.block += r16(F) + r16(C);
+  double common = 2 * r16(C) + (b ? 2 * r16(C) : 0);       // norms
+  common += r16(qd * C) + 2 * r16(kvd * C) + r16(C * qd);  // q, k, v (columns), o (rows)
+  if (b) common += r16(qd) + 2 * r16(kvd) + r16(C);
+  p.block = common + mats * r16(C * F) + (b ? r16(F) + r16(C) : 0);  // (gate,) up, down
   p.head = r16(C) + (b ? r16(C) : 0) + (c.tie_embeddings ? 0 : r16(Vl * C));
-  if (zero == 0) {  // one part, 16-aligned
-    p.total = p.embed + double(c.layers) * p.block + p.head;
-    return p;
+  const double moe_blocks = c.moe.enabled() ? double(c.moe_blocks()) : 0;
+  const double ep = double(c.experts_held.size);
+  if (moe_blocks > 0) {  // model/moe.cpp: router (no bias), selection bias, shared, experts
+    const double E = double(c.moe.experts), Fe = double(c.moe.ffn);
+    const double Fs = double(c.moe.shared) * Fe / t;  // the shared experts, split over tp
+    p.moe_dense = common + r16(E * C) + r16(E);
+    if (c.moe.shared > 0) p.moe_dense += mats * r16(C * Fs) + (b ? r16(Fs) + r16(C) : 0);
+    // A routed expert is whole on its ep rank (no tensor parallelism inside an expert).
+    const double held = E / ep * (mats * r16(C * Fe) + (b ? r16(Fe) + r16(C) : 0));
+    if (ep > 1)
+      p.moe_experts = held;
+    else
+      p.moe_dense += held;
   }
-  const double align = 16.0 * shard_ranks;
-  auto ra = [&](double n) { return std::ceil(n / align) * align; };
-  p.embed = ra(p.embed), p.block = ra(p.block), p.head = ra(p.head);
-  p.total = p.embed + double(c.layers) * p.block + p.head;
+  if (zero >= 1) {
+    const double K = shard_ranks;
+    p.expert_shard_ranks = K >= ep ? K / ep : 1;
+    const double align = 16.0 * K, expert_align = 16.0 * p.expert_shard_ranks;
+    auto ra = [&](double n, double a) { return std::ceil(n / a) * a; };
+    p.embed = ra(p.embed, align), p.block = ra(p.block, align), p.head = ra(p.head, align);
+    p.moe_dense = ra(p.moe_dense, align), p.moe_experts = ra(p.moe_experts, expert_align);
+  }  // zero = 0: one part per block too, every tensor 16-aligned already
+  p.experts = moe_blocks * p.moe_experts;
+  p.total = p.embed + (double(c.layers) - moe_blocks) * p.block +
+            moe_blocks * (p.moe_dense + p.moe_experts) + p.head;
   return p;
+}
+
+double TesseraParts::part(const ModelConfig& c, int q) const {
+  if (q == 0) return embed;
+  if (q == int(c.layers) + 1) return head;
+  return c.moe.enabled() && c.moe.is_moe(q - 1) ? moe_dense + moe_experts : block;
+}
+
+double TesseraParts::piece(const ModelConfig& c, int q, double K) const {
+  if (q > 0 && q <= int(c.layers) && c.moe.enabled() && c.moe.is_moe(q - 1))
+    return moe_dense / K + moe_experts / expert_shard_ranks;
+  return part(c, q) / K;
 }
 
 double tessera_padded_params(const ModelConfig& c, int zero, int shard_ranks) {
@@ -246,8 +277,10 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
     tc.tp = {l.tp, 0, l.seq_parallel};
     tc.cp = {l.cp, 0, w.cp_kind};
     tc.recompute = l.recompute;  // the layout's mode; recompute_layers from the deck
-    const double psi = tessera_padded_params(tc, l.zero, N);
-    const ModelStateBytes s = zero_model_state(l.zero, psi, N, Precision::fp32);
+    tc.experts_held = {l.ep, 0};  // each rank registers its E / ep routed experts
+    const TesseraParts parts = tessera_parts(tc, l.zero, N);
+    const double psi = parts.total;
+    const ModelStateBytes s = tessera_model_state(parts, l.zero, N);
     e.params_per_rank = psi;
     e.memory.params = s.params + tessera_compute_copy_bytes(l, psi);
     e.memory.grads = s.grads;
@@ -362,6 +395,24 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   t.tp_comm = M * Lp * tp;
   t.cp_comm = M * Lp * cp;
   t.ep_comm = M * Lp * ep;
+  if (moe && l.ep > 1) {
+    // What a rank's all-to-alls send per step, its own rows included (as comm/ counts them):
+    // four per MoE block and micro-batch (dispatch and combine, forward and backward:
+    // model/moe.cpp; six with full recompute), each of the rank's kept rows. With balanced
+    // loads each expert gets s top_k / E rows of a sequence, at most its capacity
+    // ceil(capacity_factor s top_k / E) (model.capacity_factor > 0), so B E min(...) rows
+    // (B s top_k when dropless); tessera's count exchange adds E floats.
+    const double blocks = c.moe.enabled() ? double(c.moe_blocks()) / p : Ls;
+    const double calls = 4 + (l.recompute == Recompute::full ? 2 : 0);
+    const double row = C * (rt == Runtime::tessera ? 4 : a);  // tessera sends fp32 rows
+    const double s = double(c.seq_len) / l.cp, E = w.moe.experts, k = w.moe.top_k;
+    double per_expert = s * k / E;  // of one sequence
+    if (c.moe.enabled() && c.moe.capacity_factor > 0)
+      per_expert = std::min(per_expert, std::ceil(double(c.moe.capacity_factor) * s * k / E));
+    const double rows = double(l.micro_batch) * E * per_expert;
+    const double counts = rt == Runtime::tessera ? 4 * E : 0;
+    e.ep_bytes_per_step = blocks * M * (calls * rows * row + counts);
+  }
   t.pp_p2p = M * pp_seconds_per_microbatch(w, l, e.links.pp);
   t.pp_bubble = (p - 1) / l.vpp * stage_mb;
   e.bubble_fraction = (p - 1) / (l.vpp * M);

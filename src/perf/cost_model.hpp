@@ -103,6 +103,10 @@ struct Estimate {
   DpOverlap dp_overlap;  // the DP/ZeRO traffic term by term, exposed and hidden
   StageLayers stage_layers;
   double mfu_causal = 0;  // MFU counting only the causal half of attention's T x T
+  // MoE (ep > 1): the bytes of the token all-to-alls a rank sends per step, its own rows
+  // included (dispatch and combine, forward and backward), assuming balanced loads; (ep - 1)
+  // / ep of them leave the rank.
+  double ep_bytes_per_step = 0;
   std::vector<std::string> warnings;
   bool fits() const { return memory.total() <= capacity; }
 };
@@ -129,10 +133,23 @@ StageParams stage_params(const Workload& w, const Layout& l, const StageLayers& 
 
 // tessera's parameter buffer as laid out (each tensor padded to 16 elements; with ZeRO each
 // part, the embedding, every block and the head, padded to 16 x shard ranks), in elements.
+// A mixture-of-experts block (c.moe) is a part of its own: its dense section (norms,
+// attention, router and selection bias, shared experts) and, with ep = c.experts_held.size > 1,
+// the section of the E / ep routed experts the rank holds, padded apart (to 16 x N_e under
+// ZeRO, N_e = K / ep or 1: the runtime's expert shard ranks). With ep = 1 tessera marks no
+// held experts, so they stay in the dense section (model/param.cpp, parallel/dp/zero.cpp).
 struct TesseraParts {
   double embed = 0, block = 0, head = 0, total = 0;
+  double moe_dense = 0, moe_experts = 0;  // one MoE block's sections
+  double experts = 0;                     // every expert section: total - experts is dense
+  double expert_shard_ranks = 1;          // N_e
+  // Part q's elements (0 embedding, 1..L blocks, L + 1 head) and, sharded over K ranks, a
+  // rank's piece of it (dense section / K + expert section / N_e).
+  double part(const ModelConfig& c, int q) const;
+  double piece(const ModelConfig& c, int q, double K) const;
 };
-// c.tp gives the tensor-parallel split (each rank holds its blocks of the split matrices).
+// c.tp gives the tensor-parallel split (each rank holds its blocks of the split matrices),
+// c.experts_held.size the expert-parallel degree.
 TesseraParts tessera_parts(const ModelConfig& c, int zero, int shard_ranks);
 double tessera_padded_params(const ModelConfig& c, int zero, int shard_ranks);
 }  // namespace tessera

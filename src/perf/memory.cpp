@@ -76,11 +76,28 @@ double chunk_kept_bytes(const ModelConfig& cfg, int64_t batch, int64_t blocks) {
   return bytes;
 }
 
+double moe_block_extra_bytes(const ModelConfig& cfg, int64_t batch) {
+  if (!cfg.moe.enabled()) return 0;
+  const double t = double(cfg.tp.size), N = double(batch * cfg.seq_local()),
+               C = double(cfg.d_model);
+  const double E = double(cfg.moe.experts), K = double(cfg.moe.top_k), Fe = double(cfg.moe.ffn);
+  const double ep = double(cfg.experts_held.size), mats = cfg.arch == Arch::llama ? 3 : 2;
+  double e = -mats * double(cfg.ffn_hidden) / t * N;  // no dense MLP
+  e += mats * double(cfg.moe.shared) * Fe / t * N;    // the shared experts' MLP
+  e += 2 * N * E + 3 * N * K + double(batch) * E;     // logits, scores; choice, row,
+                                                      // weight; load fractions
+  e += 2 * N * K * C;                                 // packed rows in and out
+  const double Rx = ep * N * K;                       // expert side, worst case
+  if (ep > 1) e += 2 * Rx * C;                        // its rows in and out
+  e += mats * Rx * Fe;                                // (gate,) up, activation
+  return 4 * e;
+}
+
 double activation_bytes(const ModelConfig& cfg, int64_t batch) {
   const double C = double(cfg.d_model), R = residual_rows(cfg, batch);
   const double outside = R * C + (cfg.arch == Arch::gpt2 ? 2 : 1) * R + R * C;
   return chunk_kept_bytes(cfg, batch, cfg.layers) + (cfg.layers ? rebuilt_bytes(cfg, batch) : 0) +
-         4 * outside;
+         4 * outside + double(cfg.moe_blocks()) * moe_block_extra_bytes(cfg, batch);
 }
 
 double korthikanti_layer_bytes(double s, double b, double h, double a, double t,

@@ -49,6 +49,12 @@ const char* zero_formula(int stage, Precision precision);
 // block's activations (activation_bytes_per_block) under full.
 // activation_bytes is the whole model as one chunk holding one micro-batch (no pipeline).
 double activation_bytes(const ModelConfig& cfg, int64_t batch);
+// What a mixture-of-experts block (no recompute) keeps beyond a dense block, in bytes: no
+// dense MLP; the shared experts' MLP; the router's logits, scores, choices, packed rows and
+// load fractions; the expert side's rows (with ep > 1) and the experts' hidden activations,
+// all sized for the worst case (every rank's N top_k rows on one rank), as model/moe.cpp
+// allocates them, so the bytes do not depend on the routing.
+double moe_block_extra_bytes(const ModelConfig& cfg, int64_t batch);
 double activation_bytes_per_block(const ModelConfig& cfg, int64_t batch);
 // What one block keeps per micro-batch in flight, treated as `mode` says.
 double block_kept_bytes(const ModelConfig& cfg, int64_t batch, Recompute mode);

@@ -60,7 +60,13 @@ std::string plan_comparison(const RunFacts& run) {
   w.global_batch = run.global_batch;
   w.zero_inflight = run.zero_inflight;
   w.pp_layers = run.pp_layers;
+  if (w.cfg.moe.enabled()) {  // as workload_from (plan/workload.cpp) reads a deck's experts
+    w.moe.experts = int(w.cfg.moe.experts);
+    w.moe.top_k = int(w.cfg.moe.top_k);
+    w.moe.expert_ffn = w.cfg.moe.ffn;
+  }
   Layout l;
+  l.ep = run.ep;
   l.tp = int(run.cfg.tp.size);
   l.seq_parallel = run.cfg.tp.sequence_parallel && l.tp > 1;
   l.pp = run.pp, l.vpp = run.pp_virtual;

@@ -27,6 +27,7 @@ struct RunFacts {
   std::array<double, 6> memory_peak{};
   int zero_inflight = 2;  // parallel.zero_inflight
   int pp = 1, pp_virtual = 1;
+  int ep = 1;                                         // parallel.ep
   PipeSchedule schedule = PipeSchedule::one_f_one_b;  // parallel.pp_schedule
   std::string pp_layers = "balanced";
   TrainPrecision precision = TrainPrecision::fp32;  // train.precision (the GEMM rate is its)

@@ -37,6 +37,7 @@ struct PoolReplay {
 // where another pipeline stage holds it), and the order their passes run in one step.
 struct ZeroSteps {
   std::vector<double> size;
+  std::vector<double> piece;  // a rank's shard of each part (size / K when empty)
   bool tied = false;    // the head reads the token table (part 0)
   bool defer0 = false;  // part 0's gradients stay whole until the step's end (Zero::defer)
   std::vector<std::pair<int, bool>> passes;  // (part, forward) in order
@@ -67,7 +68,8 @@ double replay_zero(const ZeroSteps& z, const ZeroReplay& r) {
   std::vector<char> waited(z.size.size(), 0);
   auto play = [&](const std::vector<ZeroAction>& actions) {
     for (const ZeroAction& a : actions) {
-      const double n = z.size[size_t(a.part)], piece = n / r.K;
+      const double n = z.size[size_t(a.part)];
+      const double piece = z.piece.empty() ? n / r.K : z.piece[size_t(a.part)];
       switch (a.kind) {
         case ZeroAction::build: pool.take(n), pool.give(n); break;
         case ZeroAction::fetch: (gather16 ? copies : pool).take(n); break;
@@ -110,7 +112,8 @@ double replay_zero(const ZeroSteps& z, const ZeroReplay& r) {
   play(schedule.finish());
   if (r.reduce16 && r.replicas > 1) {  // HSDP: the gradient shard rounded for the all-reduce
     double local = 0;
-    for (double n : z.size) local += n / r.K;
+    for (size_t q = 0; q < z.size.size(); ++q)
+      local += z.piece.empty() ? z.size[q] / r.K : z.piece[q];
     copies.take(local), copies.give(local);
   }
   return pool.allocated() + copies.allocated() / 2;
@@ -131,6 +134,14 @@ double round16(double n) { return std::ceil(n / 16) * 16; }
 
 }  // namespace
 
+ModelStateBytes tessera_model_state(const TesseraParts& p, int zero, double shard_ranks) {
+  const ModelStateBytes d =
+      zero_model_state(zero, p.total - p.experts, shard_ranks, Precision::fp32);
+  const ModelStateBytes x =
+      zero_model_state(zero, p.experts, p.expert_shard_ranks, Precision::fp32);
+  return {d.params + x.params, d.grads + x.grads, d.optimizer + x.optimizer};
+}
+
 bool tessera_half(const Layout& l) {
   return l.precision == ComputeType::bf16 || l.precision == ComputeType::fp16;
 }
@@ -150,8 +161,10 @@ double tessera_comm_bytes(const ModelConfig& c, const Layout& l, int64_t accum, 
   const TesseraParts p = tessera_parts(c, l.zero, l.shard_ranks());
   const int head = int(c.layers) + 1;
   ZeroSteps z;
-  z.size.assign(size_t(head + 1), p.block);
-  z.size[0] = p.embed, z.size[size_t(head)] = p.head;
+  for (int q = 0; q <= head; ++q) {
+    z.size.push_back(p.part(c, q));
+    z.piece.push_back(p.piece(c, q, r.K));
+  }
   z.tied = c.tie_embeddings;
   for (int64_t m = 0; m < accum; ++m) {
     for (int q = 0; q <= head; ++q) z.passes.push_back({q, true});
@@ -194,7 +207,7 @@ TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l
     for (const pp::ChunkLayers& k : chunks) {
       if (k.embedding) z.size[0] = parts.embed;
       else if (k.head && c.tie_embeddings) z.size[0] = copy;
-      for (int64_t b = k.first; b < k.last; ++b) z.size[size_t(b + 1)] = parts.block;
+      for (int64_t b = k.first; b < k.last; ++b) z.size[size_t(b + 1)] = parts.part(c, int(b + 1));
       if (k.head) z.size[size_t(head)] = parts.head;
     }
     double psi = 0;

@@ -14,6 +14,7 @@
 #include "parallel/pp/schedule.hpp"
 #include "perf/cost_model.hpp"
 #include "perf/layout.hpp"
+#include "perf/memory.hpp"
 
 namespace tessera {
 
@@ -32,6 +33,9 @@ double tessera_comm_bytes(const ModelConfig& c, const Layout& l, int64_t accum, 
 // parameter shard (2 psi / N) under ZeRO-3 (charged to params); ZeRO-3 also gathers each
 // part's copy (communication buffers).
 bool tessera_half(const Layout& l);
+// fp32 model state of tessera's parameter buffer: the dense sections over the shard group's
+// N ranks, the held experts' sections over N_e (doc/moe.md, "Expert memory").
+ModelStateBytes tessera_model_state(const TesseraParts& p, int zero, double shard_ranks);
 double tessera_compute_copy_bytes(const Layout& l, double psi);
 // grad=bf16 (parallel.grad_reduce_dtype) with zero = 0: the bf16 staging copy of the gradients,
 // 2 psi of communication buffers when there is more than one data-parallel rank.

@@ -162,6 +162,11 @@ std::string format_explain(const Workload& w, const Estimate& e, const Cluster& 
             pct(t.cp_comm));
   os << fmt("  EP all-to-all                             %9.3f  %5.1f%%\n", t.ep_comm,
             pct(t.ep_comm));
+  if (e.ep_bytes_per_step > 0)
+    os << fmt(
+        "    all-to-all bytes sent per step: %.4g MB (4 per MoE block and micro-batch, "
+        "balanced loads, own rows included)\n",
+        e.ep_bytes_per_step / 1e6);
   os << fmt("  PP send/recv                              %9.3f  %5.1f%%\n", t.pp_p2p,
             pct(t.pp_p2p));
   os << fmt("  PP bubble  (p-1)/(v m) = %5.1f%%           %9.3f  %5.1f%%\n",
@@ -217,6 +222,7 @@ std::string estimate_json(const Estimate& e) {
      << ", \"hardware_tflops_per_accelerator\": " << num(e.hardware_tflops)
      << ", \"mfu\": " << num(e.mfu) << ", \"mfu_causal\": " << num(e.mfu_causal)
      << ", \"hfu\": " << num(e.hfu) << ", \"bubble_fraction\": " << num(e.bubble_fraction)
+     << ", \"ep_bytes_per_step\": " << num(e.ep_bytes_per_step)
      << ", \"params_per_rank\": " << num(e.params_per_rank)
      << ", \"fits\": " << (e.fits() ? "true" : "false") << ", \"links\": {";
   const std::pair<const char*, const GroupLink*> links[] = {{"tp", &e.links.tp},

@@ -31,6 +31,13 @@ Workload workload_from(const RunConfig& run) {
   w.zero_inflight = run.parallel.zero_inflight;
   w.pp_layers = run.parallel.pp_layers;
   w.cp_kind = run.parallel.cp_kind;
+  // A mixture of experts in the deck (model.experts, ...): tessera's runtime model reads all
+  // of w.cfg.moe; the Megatron-style runtime its routed experts, top-k and expert width.
+  if (w.cfg.moe.enabled()) {
+    w.moe.experts = int(w.cfg.moe.experts);
+    w.moe.top_k = int(w.cfg.moe.top_k);
+    w.moe.expert_ffn = w.cfg.moe.ffn;
+  }
   TESSERA_REQUIRE(w.global_batch > 0, "train.global_batch is 0 in '", run.origin(),
                   "'; the planner needs the sequences per optimizer step (set it in the deck "
                   "or pass --train.global_batch=N)");

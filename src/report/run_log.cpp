@@ -634,6 +634,7 @@ void RunLog::finish() {
         int(trainer_.shard_ranks()), peak_total_ / n, steady_steps_ + 1};
     f.zero_inflight = run_.parallel.zero_inflight;
     f.pp = run_.parallel.pp, f.pp_virtual = run_.parallel.pp_virtual;
+    f.ep = run_.parallel.ep;
     f.schedule = run_.parallel.pp_schedule;
     f.pp_layers = run_.parallel.pp_layers;
     f.precision = run_.train.precision;

@@ -1,0 +1,99 @@
+// The planner's mixture of experts (label plan): the deck's experts reach both runtimes, their
+// expert model state agrees, the all-to-all volume and the active FLOPs (doc/planning.md).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "../plan_cluster.hpp"
+#include "perf/compute_model.hpp"
+#include "perf/cost_model.hpp"
+#include "perf/flops.hpp"
+#include "plan/workload.hpp"
+
+namespace tessera {
+namespace {
+
+// 4 blocks of 8 routed experts of width 256 (no bias), top 2, d_model 512.
+Workload moe(const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> o{"--train.global_batch=16"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return workload_from(
+      plan_config("[model]\narch = llama\nvocab = 1024\nseq_len = 256\nlayers = 4\nd_model = 512\n"
+                  "heads = 8\nexperts = 8\nexperts_top_k = 2\nexpert_ffn = 256\n",
+                  o, "test"));
+}
+
+double model_state(const Estimate& e) {
+  return e.memory.params + e.memory.grads + e.memory.optimizer;
+}
+
+TEST(PlanMoe, DeckExpertsReachBothRuntimes) {
+  const Workload w = moe();
+  EXPECT_EQ(w.moe.experts, 8);
+  EXPECT_EQ(w.moe.top_k, 2);
+  EXPECT_EQ(w.moe.expert_ffn, 256);
+  // The active FLOPs and parameters are the run's own (perf/flops.cpp), counted once.
+  EXPECT_DOUBLE_EQ(workload_flops_per_token(w), model_flops_per_token(w.cfg));
+  EXPECT_DOUBLE_EQ(workload_params(w), double(w.cfg.param_count()));
+  EXPECT_LT(model_flops_per_token(w.cfg), 6.0 * double(w.cfg.param_count()));  // active < total
+  const Cluster c = Cluster::from_text(test::kPlanCluster);
+  const Estimate e =
+      estimate(w, parse_layout("dp=4 ep=2 zero=0 mb=1 prec=fp32"), c, Runtime::tessera);
+  EXPECT_DOUBLE_EQ(e.model_flops_per_step, model_flops_per_token(w.cfg) * 16 * 256);
+}
+
+// Where both runtimes model the same thing, the held experts' model state (ZeRO over
+// N_e = max(1, N / ep)) agrees to the byte: ep 2 against ep 4 differs only by experts.
+TEST(PlanMoe, RuntimesAgreeOnExpertModelState) {
+  const Workload w = moe();
+  const Cluster c = Cluster::from_text(test::kPlanCluster);
+  for (const char* zero : {"0", "1", "2", "3"}) {
+    double diff[2];
+    for (Runtime rt : {Runtime::megatron, Runtime::tessera}) {
+      const std::string base = std::string("dp=4 mb=1 prec=fp32 zero=") + zero;
+      const Layout l2 = parse_layout(base + " ep=2"), l4 = parse_layout(base + " ep=4");
+      ASSERT_EQ(layout_problem(w, l2, c, rt, 4), "");
+      ASSERT_EQ(layout_problem(w, l4, c, rt, 4), "");
+      diff[rt == Runtime::tessera] =
+          model_state(estimate(w, l2, c, rt)) - model_state(estimate(w, l4, c, rt));
+    }
+    // 4 blocks x (4 - 2) experts x 3 x 512 x 256 more held at ep 2, sharded over N_e = 2 (ep
+    // 4: N_e = 1): 16, 8 + 12 / 2 - 12 / 2 ... per parameter of the difference, i.e. 16, 8, 4
+    // and 0 bytes for ZeRO-0..3 (ZeRO-3: 4 experts over 2 ranks hold what 2 over 1 hold).
+    const double experts = 4.0 * 2 * 3 * 512 * 256;
+    const double per[4] = {16, 8, 4, 0};
+    EXPECT_DOUBLE_EQ(diff[0], diff[1]) << "zero " << zero;
+    EXPECT_DOUBLE_EQ(diff[1], per[zero[0] - '0'] * experts) << "zero " << zero;
+  }
+}
+
+TEST(PlanMoe, AllToAllBytesPerStep) {
+  const Cluster c = Cluster::from_text(test::kPlanCluster);
+  // Every other block MoE (every:2): 2 of the 4; m = 16 / (4 x 2) = 2 micro-batches.
+  const Workload w = moe({"--model.moe_layers=every:2"});
+  const Estimate e = estimate(w, parse_layout("dp=4 ep=2 mb=2 prec=fp32"), c, Runtime::tessera);
+  ASSERT_EQ(e.microbatches, 2);
+  // 2 blocks x 2 micro-batches x (4 all-to-alls x (2 x 256 tokens x top 2) rows x 512 x 4
+  // bytes + the count exchange's 8 floats).
+  EXPECT_DOUBLE_EQ(e.ep_bytes_per_step, 2.0 * 2 * (4.0 * (2 * 256 * 2) * 512 * 4 + 8 * 4));
+  // A capacity of 0.5: ceil(0.5 x 256 x 2 / 8) = 32 rows of a sequence per expert, of 64.
+  const Workload half = moe({"--model.moe_layers=every:2", "--model.capacity_factor=0.5"});
+  const Estimate h = estimate(half, parse_layout("dp=4 ep=2 mb=2 prec=fp32"), c, Runtime::tessera);
+  EXPECT_DOUBLE_EQ(h.ep_bytes_per_step, 2.0 * 2 * (4.0 * (2 * 8 * 32) * 512 * 4 + 8 * 4));
+  const Estimate one = estimate(w, parse_layout("dp=4 ep=1 mb=2 prec=fp32"), c, Runtime::tessera);
+  EXPECT_DOUBLE_EQ(one.ep_bytes_per_step, 0);
+}
+
+TEST(PlanMoe, TesseraRuntimeRefusesWhatItDoesNotModel) {
+  const Workload w = moe();
+  const Cluster c = Cluster::from_text(test::kPlanCluster);
+  EXPECT_NE(layout_problem(w, parse_layout("dp=2 tp=2 ep=2 prec=fp32"), c, Runtime::tessera, 4),
+            "");
+  EXPECT_NE(layout_problem(w, parse_layout("dp=2 pp=2 ep=2 prec=fp32"), c, Runtime::tessera, 4),
+            "");
+  EXPECT_NE(layout_problem(w, parse_layout("dp=4 ep=2 prec=bf16"), c, Runtime::tessera, 4), "");
+  EXPECT_EQ(layout_problem(w, parse_layout("dp=4 ep=2 prec=fp32"), c, Runtime::tessera, 4), "");
+}
+
+}  // namespace
+}  // namespace tessera
