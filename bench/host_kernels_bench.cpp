@@ -127,7 +127,8 @@ int main(int argc, char** argv) {
        [&](const Backend& b) { b.embedding_backward(ids.data(), x.data(), dtable.data(), N, C); }},
       {"cross_entropy 512 x V", 2.0 * f * double(Nce * V),
        [&](const Backend& b) {
-         b.cross_entropy_fused(logits.data(), ids.data(), losses.data(), Nce, V, Vv, 1e-3f);
+         b.cross_entropy_fused(logits.data(), ids.data(), losses.data(), Nce, V, Vv, 1e-3f, nullptr,
+                               false);
        }},
       {"adamw 7M", 7.0 * f * double(P), [&](const Backend& b) {
          b.adamw(p.data(), pg.data(), pm.data(), pv.data(), P, adam);

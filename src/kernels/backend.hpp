@@ -92,8 +92,10 @@ struct Backend {
                                    int64_t C, int64_t v0, int64_t rows) = nullptr;
 
   // cross-entropy
+  // dlogits: nullptr (the gradient replaces the logits) or a 16-bit buffer (f16 or bf16)
   void (*cross_entropy_fused)(float* logits, const int32_t* targets, float* losses, int64_t N,
-                              int64_t V, int64_t V_valid, float grad_scale) = nullptr;
+                              int64_t V, int64_t V_valid, float grad_scale, uint16_t* dlogits,
+                              bool f16) = nullptr;
   void (*cross_entropy_local_max)(const float* logits, float* row_max, int64_t N, int64_t V,
                                   int64_t V_valid) = nullptr;
   void (*cross_entropy_local_exp)(float* logits, const int32_t* targets, const float* row_max,
@@ -101,7 +103,8 @@ struct Backend {
                                   int64_t V_valid, int64_t v0) = nullptr;
   void (*cross_entropy_local_finish)(float* logits, const int32_t* targets, const double* sum_exp,
                                      const float* target_logit, float* losses, int64_t N, int64_t V,
-                                     int64_t V_valid, int64_t v0, float grad_scale) = nullptr;
+                                     int64_t V_valid, int64_t v0, float grad_scale,
+                                     uint16_t* dlogits, bool f16) = nullptr;
 
   // optimizer
   void (*adamw)(float* p, const float* g, float* m, float* v, int64_t n,

@@ -359,13 +359,28 @@ void embedding_backward_range(const Tensor& ids, const Tensor& dout, const Tenso
   TESSERA_KERNEL(b, embedding_backward_range)(i(ids), f(dout), f(dtable), N, C, v0, rows);
 }
 
+namespace {
+// The 16-bit gradient output of the cross-entropy kernels: none, or bf16 / f16.
+uint16_t* half_grad(const char* kernel, const Tensor& dlogits) {
+  if (!dlogits.data) return nullptr;
+  TESSERA_REQUIRE_LOCAL(dlogits.dtype == DType::bf16 || dlogits.dtype == DType::f16, "kernels::",
+                        kernel, ": dlogits is ", dtype_name(dlogits.dtype),
+                        ", this kernel writes bf16 or f16");
+  return static_cast<uint16_t*>(dlogits.data);
+}
+}  // namespace
+
 void cross_entropy_fused(const Tensor& logits, const Tensor& targets, const Tensor& losses,
-                         int64_t N, int64_t V, int64_t V_valid, float grad_scale) {
-  const Backend& b = check(
-      "cross_entropy_fused",
-      {{"logits", logits, N * V}, {"targets", targets, N, DType::i32}, {"losses", losses, N}});
+                         int64_t N, int64_t V, int64_t V_valid, float grad_scale,
+                         const Tensor& dlogits) {
+  const Backend& b = check("cross_entropy_fused",
+                           {{"logits", logits, N * V},
+                            {"targets", targets, N, DType::i32},
+                            {"losses", losses, N},
+                            {"dlogits", dlogits, dlogits.data ? N * V : 0, dlogits.dtype}});
   TESSERA_KERNEL(b, cross_entropy_fused)
-  (f(logits), i(targets), f(losses), N, V, V_valid, grad_scale);
+  (f(logits), i(targets), f(losses), N, V, V_valid, grad_scale,
+   half_grad("cross_entropy_fused", dlogits), dlogits.dtype == DType::f16);
 }
 
 void cross_entropy_local_max(const Tensor& logits, const Tensor& row_max, int64_t N, int64_t V,
@@ -389,14 +404,19 @@ void cross_entropy_local_exp(const Tensor& logits, const Tensor& targets, const 
 
 void cross_entropy_local_finish(const Tensor& logits, const Tensor& targets, const Tensor& sum_exp,
                                 const Tensor& target_logit, const Tensor& losses, int64_t N,
-                                int64_t V, int64_t V_valid, int64_t v0, float grad_scale) {
-  const Backend& b = check("cross_entropy_local_finish", {{"logits", logits, N * V},
-                                                          {"targets", targets, N, DType::i32},
-                                                          {"sum_exp", sum_exp, N, DType::f64},
-                                                          {"target_logit", target_logit, N},
-                                                          {"losses", losses, N}});
+                                int64_t V, int64_t V_valid, int64_t v0, float grad_scale,
+                                const Tensor& dlogits) {
+  const Backend& b =
+      check("cross_entropy_local_finish",
+            {{"logits", logits, N * V},
+             {"targets", targets, N, DType::i32},
+             {"sum_exp", sum_exp, N, DType::f64},
+             {"target_logit", target_logit, N},
+             {"losses", losses, N},
+             {"dlogits", dlogits, dlogits.data ? N * V : 0, dlogits.dtype}});
   TESSERA_KERNEL(b, cross_entropy_local_finish)
-  (f(logits), i(targets), d(sum_exp), f(target_logit), f(losses), N, V, V_valid, v0, grad_scale);
+  (f(logits), i(targets), d(sum_exp), f(target_logit), f(losses), N, V, V_valid, v0, grad_scale,
+   half_grad("cross_entropy_local_finish", dlogits), dlogits.dtype == DType::f16);
 }
 
 void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, int64_t n,

@@ -186,8 +186,11 @@ void embedding_backward_range(const Tensor& ids, const Tensor& dout, const Tenso
 // targets are i32. logits[N,V] (row stride V) are replaced by
 // grad_scale * (softmax - onehot(target)). Columns >= V_valid are padding: they get
 // probability 0 and gradient 0. losses[N] receives -log softmax[target] per row.
+// With dlogits (bf16 or f16, N x V) the gradient goes there instead, rounded as kernels::cast
+// would round it, and the logits are left as scratch: a 16-bit GEMM operand in one pass.
 void cross_entropy_fused(const Tensor& logits, const Tensor& targets, const Tensor& losses,
-                         int64_t N, int64_t V, int64_t V_valid, float grad_scale);
+                         int64_t N, int64_t V, int64_t V_valid, float grad_scale,
+                         const Tensor& dlogits = {});
 // Vocabulary-parallel cross-entropy, in three passes with all-reduces over the vocabulary
 // ranks between them; this rank holds columns [v0, v0 + V) of the logits, of which the first
 // V_valid are real. (1) row_max[n] = max over the valid local columns (-inf if none).
@@ -200,10 +203,12 @@ void cross_entropy_local_exp(const Tensor& logits, const Tensor& targets, const 
                              const Tensor& sum_exp, const Tensor& target_logit, int64_t N,
                              int64_t V, int64_t V_valid, int64_t v0);
 // (3) with the global sums: losses[n] = log(sum_exp[n]) - target_logit[n]; logits become
-// grad_scale * (softmax - onehot(target)) on this rank's columns (padding 0).
+// grad_scale * (softmax - onehot(target)) on this rank's columns (padding 0), or that goes to
+// dlogits when given (as in cross_entropy_fused).
 void cross_entropy_local_finish(const Tensor& logits, const Tensor& targets, const Tensor& sum_exp,
                                 const Tensor& target_logit, const Tensor& losses, int64_t N,
-                                int64_t V, int64_t V_valid, int64_t v0, float grad_scale);
+                                int64_t V, int64_t V_valid, int64_t v0, float grad_scale,
+                                const Tensor& dlogits = {});
 
 // ---- optimizer -----------------------------------------------------------------------
 // One AdamW step with decoupled weight decay on n elements (PyTorch's torch.optim.AdamW).

@@ -23,7 +23,8 @@ OutputHead::OutputHead(ParamStore& store, const ModelConfig& cfg, Param* tied)
 // maximum, the sum of exponentials and the target's logit are all-reduced (3 x N numbers);
 // no rank ever holds a whole row of logits.
 void OutputHead::parallel_cross_entropy(StepContext& ctx, const Tensor& logits,
-                                        const Tensor& targets, const Tensor& losses) {
+                                        const Tensor& targets, const Tensor& losses,
+                                        const Tensor& dlogits) {
   const int64_t Vl = cfg_.vocab_local(), v0 = cfg_.tp.rank * Vl;
   const int64_t N = rows_of(logits, Vl, "OutputHead logits");
   const int64_t valid = std::clamp<int64_t>(cfg_.vocab - v0, 0, Vl);
@@ -36,7 +37,7 @@ void OutputHead::parallel_cross_entropy(StepContext& ctx, const Tensor& logits,
   ctx.par.tp.all_reduce(sum.slice(0, N));
   ctx.par.tp.all_reduce(target.slice(0, N));
   kernels::cross_entropy_local_finish(logits, targets, sum, target, losses, N, Vl, valid, v0,
-                                      ctx.loss_scale);
+                                      ctx.loss_scale, dlogits);
 }
 
 double OutputHead::forward(StepContext& ctx, const Tensor& x, const Tensor& targets) {
@@ -56,23 +57,27 @@ double OutputHead::forward(StepContext& ctx, const Tensor& x, const Tensor& targ
   const Tensor xf =
       tp::gather(ctx, xn, ctx.scratch.get(ScratchId::head_gathered, {R == N ? 1 : N * C}));
   // The head's GEMMs run in the compute dtype like every Linear (doc/precision.md); the logits
-  // and the cross-entropy stay fp32.
+  // and the cross-entropy stay fp32. A 16-bit gradient of the logits, the operand of the two
+  // gradient GEMMs, is written by the cross-entropy itself (no fp32 gradient, no cast pass).
   const Tensor w = w_->compute;
   const Tensor xc = gemm_operand(ctx, xf, w.dtype, ScratchId::gemm_x);
   kernels::matmul(xc, w, logits, N, Vl, C, false, true);
+  const Tensor dlogits = ctx.training && w.dtype != DType::f32
+                             ? ctx.scratch.get(ScratchId::gemm_dy, {N, Vl}, w.dtype)
+                             : logits;
+  const Tensor half_out = dlogits.data == logits.data ? Tensor{} : dlogits;
   if (tp::size(ctx) == 1)
-    kernels::cross_entropy_fused(logits, targets, losses, N, Vl, cfg_.vocab, ctx.loss_scale);
+    kernels::cross_entropy_fused(logits, targets, losses, N, Vl, cfg_.vocab, ctx.loss_scale,
+                                 half_out);
   else
-    parallel_cross_entropy(ctx, logits, targets, losses);
+    parallel_cross_entropy(ctx, logits, targets, losses, half_out);
   // Host bookkeeping: the losses are summed in order in double (the reported loss), read back
   // from device memory first.
   const float* host_losses = ctx.scratch.readable(ScratchId::head_losses, losses).f32();
   double loss = 0;
   for (int64_t n = 0; n < N; ++n) loss += host_losses[n];
   if (ctx.training) {
-    // logits now hold dlogits: dW += dlogits^T xn, dxn = dlogits W (summed over the ranks'
-    // vocabulary blocks).
-    const Tensor dlogits = gemm_operand(ctx, logits, w.dtype, ScratchId::gemm_dy);
+    // dW += dlogits^T xn, dxn = dlogits W (summed over the ranks' vocabulary blocks).
     kernels::matmul(dlogits, xc, w_->grad, Vl, C, N, true, false, 1.0f, 1.0f);
     const Tensor dxn = R == N && !tp::sequence_parallel(ctx)
                            ? s.dxn.view()

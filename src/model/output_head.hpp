@@ -26,9 +26,10 @@ class OutputHead {
   void logits(StepContext& ctx, const Tensor& x, const Tensor& out);
 
  private:
-  // logits[N, Vl] (this rank's columns), targets and losses[N].
+  // logits[N, Vl] (this rank's columns), targets and losses[N]; dlogits: as
+  // kernels::cross_entropy_fused's.
   void parallel_cross_entropy(StepContext& ctx, const Tensor& logits, const Tensor& targets,
-                              const Tensor& losses);
+                              const Tensor& losses, const Tensor& dlogits);
   struct Saved {
     Tensor x;  // the input, owned by the caller
     Buffer mean, rstd, dxn;

@@ -14,8 +14,8 @@ struct AdamW {
     const float inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
     const float decay = 1.0f - a.lr * a.weight_decay;
     const float beta1 = a.beta1, beta2 = a.beta2, eps = a.eps, grad_scale = a.grad_scale;
-    Kokkos::parallel_for(
-        "adamw", range<E>(n), KOKKOS_LAMBDA(int64_t i) {
+    for_each<E>(
+        "adamw", n, KOKKOS_LAMBDA(int64_t i) {
           const float gi = grad_scale * g[i];
           const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
           const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;

@@ -1,19 +1,57 @@
-// Softmax cross-entropy fused with its backward (the logits become the gradient), whole or
-// vocabulary-parallel; one team per row, sums of exponentials in double.
+// Softmax cross-entropy fused with its backward (the logits become the gradient, or the
+// gradient goes rounded to a 16-bit buffer), whole or vocabulary-parallel; one team per row,
+// sums of exponentials in double.
 #include <cfloat>
 
 #include "kernels/kokkos/kokkos.hpp"
+#include "tensor/half.hpp"
 
 namespace tessera::kernels::kokkos {
 
+// Where finish_row puts the gradient of column v: over the logits, or rounded to bf16 / fp16 in
+// a separate buffer (what kernels::cast would make of the fp32 value).
+struct GradInPlace {
+  float* row;
+  KOKKOS_INLINE_FUNCTION void operator()(int64_t v, float g) const { row[v] = g; }
+};
+struct GradBf16 {
+  uint16_t* row;
+  KOKKOS_INLINE_FUNCTION void operator()(int64_t v, float g) const { row[v] = half::to_bf16(g); }
+};
+struct GradF16 {
+  uint16_t* row;
+  KOKKOS_INLINE_FUNCTION void operator()(int64_t v, float g) const { row[v] = half::to_f16(g); }
+};
+
+// Calls body(out) with the writer of row n's gradient (row stride V): dlogits of the 16-bit kind
+// when given, else the logits themselves.
+template <class Body>
+KOKKOS_INLINE_FUNCTION void with_grad_row(float* logits, uint16_t* dlogits, bool f16, int64_t n,
+                                          int64_t V, const Body& body) {
+  if (!dlogits) return body(GradInPlace{logits + n * V});
+  if (f16) return body(GradF16{dlogits + n * V});
+  body(GradBf16{dlogits + n * V});
+}
+
 template <class E>
 struct CrossEntropy {
-  // max over row[0 .. n) (n >= 1), ignoring NaNs after row[0] as `m = v > m ? v : m` does.
+  // max over row[0 .. n) (n >= 1), a block of sum_block elements at a time; on the host each
+  // block is one vectorised max (GCC vectorises a max only as an OpenMP simd reduction). A NaN
+  // may or may not be taken: either way the row's sum of exponentials, and its loss, is NaN.
   KOKKOS_INLINE_FUNCTION static float row_max(const Team<E>& team, const float* row, int64_t n) {
     float m = row[0];
     Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, n),
-        [&](int64_t v, float& acc) { acc = row[v] > acc ? row[v] : acc; },
+        Kokkos::TeamThreadRange(team, blocks<E>(n)),
+        [&](int64_t blk, float& acc) {
+          const int64_t i0 = blk * sum_block<E>;
+          const int64_t i1 = n - i0 < sum_block<E> ? n : i0 + sum_block<E>;
+          float b = acc;
+#ifndef __CUDA_ARCH__
+#pragma omp simd reduction(max : b)
+#endif
+          for (int64_t i = i0; i < i1; ++i) b = row[i] > b ? row[i] : b;
+          acc = b > acc ? b : acc;
+        },
         Kokkos::Max<float>(m));
     return m;
   }
@@ -26,21 +64,22 @@ struct CrossEntropy {
       return double(e);
     });
   }
-  // row = grad_scale * row / sum on the valid columns, 0 on the padding, minus grad_scale at
-  // the target column t (if it is in [0, V_valid)).
-  KOKKOS_INLINE_FUNCTION static void finish_row(const Team<E>& team, float* row, int64_t V,
-                                                int64_t V_valid, int64_t t, double sum,
-                                                float grad_scale) {
+  // out(v, g) with g = grad_scale * row[v] / sum on the valid columns, 0 on the padding, minus
+  // grad_scale at the target column t (if it is in [0, V_valid)).
+  template <class Out>
+  KOKKOS_INLINE_FUNCTION static void finish_row(const Team<E>& team, const float* row,
+                                                const Out& out, int64_t V, int64_t V_valid,
+                                                int64_t t, double sum, float grad_scale) {
     const float inv = float(grad_scale / sum);
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V), [&](int64_t v) {
       const float g = v < V_valid ? row[v] * inv : 0.0f;
-      row[v] = v == t && v < V_valid ? g - grad_scale : g;
+      out(v, v == t && v < V_valid ? g - grad_scale : g);
     });
   }
 
   static void fused(float* logits, const int32_t* targets, float* losses, int64_t N, int64_t V,
-                    int64_t V_valid, float grad_scale) {
+                    int64_t V_valid, float grad_scale, uint16_t* dlogits, bool f16) {
     Kokkos::parallel_for(
         "cross_entropy_fused", rows<E>(N), KOKKOS_LAMBDA(const Team<E>& team) {
           const int64_t n = team.league_rank();
@@ -52,7 +91,9 @@ struct CrossEntropy {
           const double sum = exp_shifted_sum(team, row, mx, V_valid);
           Kokkos::single(Kokkos::PerTeam(team),
                          [&] { losses[n] = float(Kokkos::log(sum) - double(target_logit)); });
-          finish_row(team, row, V, V_valid, t, sum, grad_scale);
+          with_grad_row(logits, dlogits, f16, n, V, [&](const auto& out) {
+            finish_row(team, row, out, V, V_valid, t, sum, grad_scale);
+          });
         });
   }
 
@@ -87,7 +128,8 @@ struct CrossEntropy {
 
   static void local_finish(float* logits, const int32_t* targets, const double* sum_exp,
                            const float* target_logit, float* losses, int64_t N, int64_t V,
-                           int64_t V_valid, int64_t v0, float grad_scale) {
+                           int64_t V_valid, int64_t v0, float grad_scale, uint16_t* dlogits,
+                           bool f16) {
     Kokkos::parallel_for(
         "cross_entropy_local_finish", rows<E>(N), KOKKOS_LAMBDA(const Team<E>& team) {
           const int64_t n = team.league_rank();
@@ -95,7 +137,9 @@ struct CrossEntropy {
             losses[n] = float(Kokkos::log(sum_exp[n]) - double(target_logit[n]));
           });
           const int64_t t = int64_t(targets[n]) - v0;
-          finish_row(team, logits + n * V, V, V_valid, t, sum_exp[n], grad_scale);
+          with_grad_row(logits, dlogits, f16, n, V, [&](const auto& out) {
+            finish_row(team, logits + n * V, out, V, V_valid, t, sum_exp[n], grad_scale);
+          });
         });
   }
 

@@ -15,20 +15,19 @@ struct Elementwise {
   };
 
   static void fill(float* x, float value, int64_t n) {
-    Kokkos::parallel_for("fill", range<E>(n), KOKKOS_LAMBDA(int64_t i) { x[i] = value; });
+    for_each<E>("fill", n, KOKKOS_LAMBDA(int64_t i) { x[i] = value; });
   }
 
   static void copy(const float* x, float* y, int64_t n) {
-    Kokkos::parallel_for("copy", range<E>(n), KOKKOS_LAMBDA(int64_t i) { y[i] = x[i]; });
+    for_each<E>("copy", n, KOKKOS_LAMBDA(int64_t i) { y[i] = x[i]; });
   }
 
   static void add_inplace(float* y, const float* x, int64_t n) {
-    Kokkos::parallel_for("add_inplace", range<E>(n), KOKKOS_LAMBDA(int64_t i) { y[i] += x[i]; });
+    for_each<E>("add_inplace", n, KOKKOS_LAMBDA(int64_t i) { y[i] += x[i]; });
   }
 
   static void scale_inplace(float* x, float alpha, int64_t n) {
-    Kokkos::parallel_for("scale_inplace", range<E>(n),
-                         KOKKOS_LAMBDA(int64_t i) { x[i] *= alpha; });
+    for_each<E>("scale_inplace", n, KOKKOS_LAMBDA(int64_t i) { x[i] *= alpha; });
   }
 
   static double sum_squares(const float* x, int64_t n) {

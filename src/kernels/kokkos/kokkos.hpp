@@ -102,6 +102,27 @@ KOKKOS_INLINE_FUNCTION void for_lanes(int64_t w, const F& f) {
   }
 }
 
+// f(i) for every i < n, one element at a time on a GPU. On the host each thread takes pieces of
+// `piece` contiguous elements and runs them from a local copy of f: stores through the kernel's
+// float pointers then cannot alias the floats f captured, so they stay in registers and the loop
+// vectorises (a loop over Kokkos' functor reloads them after every store, and runs scalar).
+// f must be elementwise: element i reads and writes only index i of arrays that are either the
+// same or do not overlap.
+template <class Exec, class F>
+void for_each(const char* name, int64_t n, const F& f) {
+  if constexpr (lanes<Exec> == 1) {
+    Kokkos::parallel_for(name, range<Exec>(n), f);
+  } else {
+    constexpr int64_t piece = 4096;
+    Kokkos::parallel_for(name, range<Exec>((n + piece - 1) / piece), [=](int64_t p) {
+      const F g = f;
+      const int64_t i0 = p * piece, i1 = n - i0 < piece ? n : i0 + piece;
+#pragma GCC ivdep
+      for (int64_t i = i0; i < i1; ++i) g(i);
+    });
+  }
+}
+
 // Sum in double of term(i) over block blk of [0, n) (blocks of sum_block elements), one
 // partial per lane, added in a fixed order.
 template <class Exec, class Term>

@@ -1,0 +1,104 @@
+// Where a step's GEMM time goes: every GEMM of one training step of a GPT-2-style model, with
+// the shapes and transposes tessera's Linear and OutputHead pass to kernels::matmul, timed on
+// the CPU backend (oneDNN) in fp32 and bf16, each against the 1536^3 GEMM of its precision
+// measured in the same process (the rate MFU is computed against, doc/performance.md).
+//
+//   tessera-step-gemm-bench [--tokens N] [--d-model C] [--ffn F] [--vocab V] [--reps R]
+//
+// Defaults: bench/gpt2-6x512.in (1024 tokens, d_model 512, ffn 2048, vocab 50304 padded).
+// Each GEMM runs R times after 2 warm-ups; the table gives the median and GFLOP/s.
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels/kernels.hpp"
+
+namespace {
+
+using namespace tessera;
+
+double now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+template <class Fn>
+double median_ms(int reps, Fn&& fn) {
+  std::vector<double> t;
+  for (int r = 0; r < reps + 2; ++r) {
+    const double t0 = now_ms();
+    fn();
+    if (r >= 2) t.push_back(now_ms() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// C[M, N] (+)= op(A) op(B) with operands of dtype t; fp32 output, as the step's GEMMs.
+struct Gemm {
+  const char* name;
+  int64_t M, N, K;
+  bool ta, tb;
+  int count;  // how many of these a step runs
+};
+
+double run(const Gemm& g, DType t, int reps) {
+  const size_t w = t == DType::f32 ? 4 : 2;
+  std::vector<char> a(size_t(g.M * g.K) * w, 0), b(size_t(g.K * g.N) * w, 0);
+  std::vector<float> c(size_t(g.M * g.N), 0.0f);
+  const Tensor A = view_of(a.data(), t, Shape{g.ta ? g.K : g.M, g.ta ? g.M : g.K});
+  const Tensor B = view_of(b.data(), t, Shape{g.tb ? g.N : g.K, g.tb ? g.K : g.N});
+  const Tensor C = view_of(c.data(), Shape{g.M, g.N});
+  return median_ms(reps, [&] { kernels::matmul(A, B, C, g.M, g.N, g.K, g.ta, g.tb); });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t N = 1024, C = 512, F = 2048, V = 50304;
+  int reps = 7;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const int64_t v = std::atoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--tokens")) N = v;
+    else if (!std::strcmp(argv[i], "--d-model")) C = v;
+    else if (!std::strcmp(argv[i], "--ffn")) F = v;
+    else if (!std::strcmp(argv[i], "--vocab")) V = v;
+    else if (!std::strcmp(argv[i], "--reps")) reps = int(v);
+  }
+  // Forward y = x W^T (W is [out, in]); backward dW += dy^T x, dx = dy W.
+  const Gemm step[] = {
+      {"qkv forward", N, 3 * C, C, false, true, 1},   {"qkv dW", 3 * C, C, N, true, false, 1},
+      {"qkv dx", N, C, 3 * C, false, false, 1},       {"proj forward", N, C, C, false, true, 1},
+      {"proj dW", C, C, N, true, false, 1},           {"proj dx", N, C, C, false, false, 1},
+      {"fc1 forward", N, F, C, false, true, 1},       {"fc1 dW", F, C, N, true, false, 1},
+      {"fc1 dx", N, C, F, false, false, 1},           {"fc2 forward", N, C, F, false, true, 1},
+      {"fc2 dW", C, F, N, true, false, 1},            {"fc2 dx", N, F, C, false, false, 1},
+      {"head logits", N, V, C, false, true, 1},       {"head dW", V, C, N, true, false, 1},
+      {"head dx", N, C, V, false, false, 1},
+  };
+  const Gemm peak{"1536^3", 1536, 1536, 1536, false, false, 1};
+  std::printf("tokens %lld, d_model %lld, ffn %lld, vocab %lld; median of %d\n\n", (long long)N,
+              (long long)C, (long long)F, (long long)V, reps);
+  std::printf("| GEMM | M x N x K | fp32 ms | fp32 / peak | bf16 ms | bf16 / peak |\n");
+  std::printf("|---|---|---:|---:|---:|---:|\n");
+  const double p32 = 2.0 * 1536 * 1536 * 1536 / (run(peak, DType::f32, reps) * 1e-3);
+  const double p16 = 2.0 * 1536 * 1536 * 1536 / (run(peak, DType::bf16, reps) * 1e-3);
+  double t32 = 0, t16 = 0, flops = 0;
+  for (const Gemm& g : step) {
+    const double f = 2.0 * double(g.M) * double(g.N) * double(g.K);
+    const double a = run(g, DType::f32, reps), b = run(g, DType::bf16, reps);
+    t32 += a, t16 += b, flops += f;
+    std::printf("| %s | %lld x %lld x %lld | %.3f | %.0f%% | %.3f | %.0f%% |\n", g.name,
+                (long long)g.M, (long long)g.N, (long long)g.K, a, 100 * f / (a * 1e-3) / p32, b,
+                100 * f / (b * 1e-3) / p16);
+  }
+  std::printf("| one block + head | | %.3f | %.0f%% | %.3f | %.0f%% |\n", t32,
+              100 * flops / (t32 * 1e-3) / p32, t16, 100 * flops / (t16 * 1e-3) / p16);
+  std::printf("\npeak (1536^3): fp32 %.1f GF/s, bf16 %.1f GF/s\n", p32 * 1e-9, p16 * 1e-9);
+  return 0;
+}
