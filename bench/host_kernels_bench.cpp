@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
                                false);
        }},
       {"adamw 7M", 7.0 * f * double(P), [&](const Backend& b) {
-         b.adamw(p.data(), pg.data(), pm.data(), pv.data(), P, adam);
+         b.adamw(p.data(), pg.data(), pm.data(), pv.data(), P, adam, nullptr, false);
        }}};
 
   const Backend kk = kokkos_host();

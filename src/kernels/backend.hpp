@@ -107,8 +107,9 @@ struct Backend {
                                      uint16_t* dlogits, bool f16) = nullptr;
 
   // optimizer
-  void (*adamw)(float* p, const float* g, float* m, float* v, int64_t n,
-                const AdamWArgs& a) = nullptr;
+  // compute: null, or p's 16-bit compute copy (f16 or bf16), refreshed in the same pass
+  void (*adamw)(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a,
+                uint16_t* compute, bool f16) = nullptr;
 };
 
 // Under emulation (cuda_emulated()): whether p is inside a block of an emulated device.

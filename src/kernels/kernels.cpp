@@ -360,13 +360,12 @@ void embedding_backward_range(const Tensor& ids, const Tensor& dout, const Tenso
 }
 
 namespace {
-// The 16-bit gradient output of the cross-entropy kernels: none, or bf16 / f16.
-uint16_t* half_grad(const char* kernel, const Tensor& dlogits) {
-  if (!dlogits.data) return nullptr;
-  TESSERA_REQUIRE_LOCAL(dlogits.dtype == DType::bf16 || dlogits.dtype == DType::f16, "kernels::",
-                        kernel, ": dlogits is ", dtype_name(dlogits.dtype),
-                        ", this kernel writes bf16 or f16");
-  return static_cast<uint16_t*>(dlogits.data);
+// A kernel's optional 16-bit output: none, or bf16 / f16.
+uint16_t* half_out(const char* kernel, const char* name, const Tensor& t) {
+  if (!t.data) return nullptr;
+  TESSERA_REQUIRE_LOCAL(t.dtype == DType::bf16 || t.dtype == DType::f16, "kernels::", kernel, ": ",
+                        name, " is ", dtype_name(t.dtype), ", this kernel writes bf16 or f16");
+  return static_cast<uint16_t*>(t.data);
 }
 }  // namespace
 
@@ -380,7 +379,7 @@ void cross_entropy_fused(const Tensor& logits, const Tensor& targets, const Tens
                             {"dlogits", dlogits, dlogits.data ? N * V : 0, dlogits.dtype}});
   TESSERA_KERNEL(b, cross_entropy_fused)
   (f(logits), i(targets), f(losses), N, V, V_valid, grad_scale,
-   half_grad("cross_entropy_fused", dlogits), dlogits.dtype == DType::f16);
+   half_out("cross_entropy_fused", "dlogits", dlogits), dlogits.dtype == DType::f16);
 }
 
 void cross_entropy_local_max(const Tensor& logits, const Tensor& row_max, int64_t N, int64_t V,
@@ -416,13 +415,19 @@ void cross_entropy_local_finish(const Tensor& logits, const Tensor& targets, con
              {"dlogits", dlogits, dlogits.data ? N * V : 0, dlogits.dtype}});
   TESSERA_KERNEL(b, cross_entropy_local_finish)
   (f(logits), i(targets), d(sum_exp), f(target_logit), f(losses), N, V, V_valid, v0, grad_scale,
-   half_grad("cross_entropy_local_finish", dlogits), dlogits.dtype == DType::f16);
+   half_out("cross_entropy_local_finish", "dlogits", dlogits), dlogits.dtype == DType::f16);
 }
 
 void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, int64_t n,
-           const AdamWArgs& a) {
-  const Backend& b = check("adamw", {{"p", p, n}, {"g", g, n}, {"m", m, n}, {"v", v, n}});
-  TESSERA_KERNEL(b, adamw)(f(p), f(g), f(m), f(v), n, a);
+           const AdamWArgs& a, const Tensor& compute) {
+  const Backend& b = check("adamw", {{"p", p, n},
+                                     {"g", g, n},
+                                     {"m", m, n},
+                                     {"v", v, n},
+                                     {"compute", compute, compute.data ? n : 0, compute.dtype}});
+  TESSERA_KERNEL(b, adamw)
+  (f(p), f(g), f(m), f(v), n, a, half_out("adamw", "compute", compute),
+   compute.dtype == DType::f16);
 }
 
 }  // namespace tessera::kernels

@@ -217,7 +217,9 @@ struct AdamWArgs {
   int64_t step;             // 1-based, for bias correction
   float grad_scale = 1.0f;  // g is used as grad_scale * g (gradient clipping, fused)
 };
+// With compute (bf16 or f16, n elements) the updated p is also written there, rounded as
+// kernels::cast rounds it: the 16-bit compute copy refreshed in the same pass.
 void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, int64_t n,
-           const AdamWArgs& a);
+           const AdamWArgs& a, const Tensor& compute = {});
 
 }  // namespace tessera::kernels

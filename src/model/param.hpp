@@ -93,6 +93,8 @@ class ParamStore {
   // there is no flat value buffer.
   void refresh_compute();
   DType compute_dtype() const { return compute_dtype_; }
+  // The flat 16-bit compute copy (indexed as values()); empty in fp32 or without value buffer.
+  Tensor compute() const { return compute_.empty() ? Tensor{} : compute_.view(); }
 
   std::vector<Param*> params();
   Param& param(int index) { return params_[size_t(index)]; }

@@ -28,7 +28,7 @@ bool AdamW::decays(const Param& p) const {
 }
 
 void AdamW::step(double lr, int64_t step, float* values, Index index, const float* grads,
-                 float grad_scale) {
+                 float grad_scale, const Tensor& compute) {
   for (Param* p : store_.params()) {
     const kernels::AdamWArgs args{float(lr), cfg_.beta1, cfg_.beta2, cfg_.eps,
                                   decays(*p) ? cfg_.weight_decay : 0.0f, step, grad_scale};
@@ -40,9 +40,10 @@ void AdamW::step(double lr, int64_t step, float* values, Index index, const floa
       const int64_t l = s.local + (a - s.global);
       const int64_t n = b - a;
       const Space space = m_.view().space;  // the values and gradients are in the same one
-      kernels::adamw(view_of(values + (index == Index::global ? a : l), {n}, space),
-                     view_of(grads + l, {n}, space), m_.view().slice(l, n), v_.view().slice(l, n),
-                     n, args);
+      const int64_t at = index == Index::global ? a : l;
+      kernels::adamw(view_of(values + at, {n}, space), view_of(grads + l, {n}, space),
+                     m_.view().slice(l, n), v_.view().slice(l, n), n, args,
+                     compute.data ? compute.slice(at, n) : Tensor{});
     }
   }
 }

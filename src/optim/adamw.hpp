@@ -28,9 +28,10 @@ class AdamW {
   // One update with learning rate lr; step is 1-based. grads holds the gradients indexed
   // locally, used multiplied by grad_scale (the clipping factor). values is indexed
   // globally (the store's flat buffer) or locally (a ZeRO-3 shard).
+  // compute: null, or the 16-bit compute copy indexed as values, written in the same pass.
   enum class Index { global, local };
   void step(double lr, int64_t step, float* values, Index index, const float* grads,
-            float grad_scale = 1.0f);
+            float grad_scale = 1.0f, const Tensor& compute = {});
   bool decays(const Param& p) const;
 
   const std::vector<ShardSegment>& segments() const { return segments_; }

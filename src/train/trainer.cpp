@@ -439,14 +439,16 @@ StepResult Trainer::step(int64_t s) {
   r.skipped = r.finite && !r.spike && !scaler_.update(std::sqrt(squares));
   if (r.finite && !r.spike && !r.skipped) {
     spike_.applied(r.loss);
-    // The gradients carry the loss scale; the update takes them unscaled (fused with clipping).
+    // The gradients carry the loss scale; the update takes them unscaled (fused with clipping),
+    // and writes the 16-bit compute copy in the same pass where the strategy allows.
+    const Tensor compute = dp_->optimizer_compute();
     optim_->step(r.lr, s, dp_->optimizer_values(), dp_->optimizer_index(), grads,
-                 float(clip_factor(r.grad_norm, grad_clip_) / r.loss_scale));
+                 float(clip_factor(r.grad_norm, grad_clip_) / r.loss_scale), compute);
     if (dp_->gathers_after_optimizer()) {  // every rank needs the updated parameters
       timer_.enter(Phase::grad_sync);
       dp_->after_optimizer();
     }
-    dp_->refresh_compute();
+    if (!compute.data) dp_->refresh_compute();
   }
   // Mixture of experts: the step's routing statistics, and the selection bias's update when
   // the step was applied.

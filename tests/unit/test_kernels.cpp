@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/kernels.hpp"
+#include "tensor/half.hpp"
 #include "../test_vectors.hpp"
 
 namespace tessera::kernels {
@@ -559,6 +560,44 @@ TEST(KokkosCrossEntropy, LargeLogitsAreStable) {
   for (float v : sharp) EXPECT_TRUE(std::isfinite(v));
 }
 
+TEST(KokkosCrossEntropy, HalfGradientIsTheRoundedFp32Gradient) {
+  // With a 16-bit dlogits the kernel writes what casting its fp32 gradient would give, and the
+  // same losses; whole rows (fused) and one rank's columns (local_finish) alike.
+  const int64_t N = 5, V = 37, V_valid = 33;
+  const FVec logits = randn(N * V, 64, 3.0);
+  const std::vector<int32_t> targets = {0, 32, 7, 7, 20};
+  for (DType t : {DType::bf16, DType::f16}) {
+    FVec g = logits, want_loss(N), got_loss(N), scratch = logits;
+    std::vector<uint16_t> half(size_t(N * V), 0xffff);
+    cross_entropy_fused(host(g), host(targets), host(want_loss), N, V, V_valid, 0.25f);
+    cross_entropy_fused(host(scratch), host(targets), host(got_loss), N, V, V_valid, 0.25f,
+                        view_of(half.data(), t, Shape{N, V}));
+    EXPECT_EQ(got_loss, want_loss);
+    for (int64_t i = 0; i < N * V; ++i)
+      ASSERT_EQ(half[size_t(i)], t == DType::bf16 ? half::to_bf16(g[size_t(i)])
+                                                    : half::to_f16(g[size_t(i)]))
+          << dtype_name(t) << " element " << i;
+
+    // The vocabulary-parallel last pass, given the sums of the whole rows.
+    FVec mx(N), target(N), rows = logits, loss2(N);
+    std::vector<double> sum(N);
+    cross_entropy_local_max(host(rows), host(mx), N, V, V_valid);
+    cross_entropy_local_exp(host(rows), host(targets), host(mx), view_of(sum.data(), Shape{N}),
+                            host(target), N, V, V_valid, 0);
+    FVec rows32 = rows;
+    std::vector<uint16_t> half2(size_t(N * V), 0xffff);
+    cross_entropy_local_finish(host(rows32), host(targets), view_of(sum.data(), Shape{N}),
+                               host(target), host(loss2), N, V, V_valid, 0, 0.25f);
+    cross_entropy_local_finish(host(rows), host(targets), view_of(sum.data(), Shape{N}),
+                               host(target), host(loss2), N, V, V_valid, 0, 0.25f,
+                               view_of(half2.data(), t, Shape{N, V}));
+    for (int64_t i = 0; i < N * V; ++i)
+      ASSERT_EQ(half2[size_t(i)], t == DType::bf16 ? half::to_bf16(rows32[size_t(i)])
+                                                     : half::to_f16(rows32[size_t(i)]))
+          << dtype_name(t) << " local element " << i;
+  }
+}
+
 // ---- AdamW -------------------------------------------------------------------------------
 
 TEST(KokkosAdamW, MatchesTorchOverThreeSteps) {
@@ -619,6 +658,28 @@ TEST(KokkosAdamW, GradScaleMultipliesTheGradient) {
   EXPECT_EQ(p1, p2);
   EXPECT_EQ(m1, m2);
   EXPECT_EQ(v1, v2);
+}
+
+TEST(KokkosAdamW, WritesTheRoundedComputeCopyInTheSamePass) {
+  // The fused refresh: p, m and v as without it, and the copy equal to casting the new p.
+  const int64_t n = 4099;  // more than one host piece, and a ragged end
+  const FVec p0 = randn(n, 83), g = randn(n, 84);
+  for (DType t : {DType::bf16, DType::f16}) {
+    FVec p1 = p0, m1(n, 0.0f), v1(n, 0.0f), p2 = p0, m2(n, 0.0f), v2(n, 0.0f);
+    std::vector<uint16_t> copy(size_t(n), 0xffff);
+    for (int64_t step = 1; step <= 2; ++step) {
+      const AdamWArgs a{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.5f};
+      adamw(host(p1), host(g), host(m1), host(v1), n, a);
+      adamw(host(p2), host(g), host(m2), host(v2), n, a, view_of(copy.data(), t, Shape{n}));
+    }
+    EXPECT_EQ(p2, p1);
+    EXPECT_EQ(m2, m1);
+    EXPECT_EQ(v2, v1);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(copy[size_t(i)], t == DType::bf16 ? half::to_bf16(p1[size_t(i)])
+                                                    : half::to_f16(p1[size_t(i)]))
+          << dtype_name(t) << " element " << i;
+  }
 }
 
 }  // namespace

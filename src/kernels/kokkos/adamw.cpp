@@ -7,7 +7,17 @@ namespace tessera::kernels::kokkos {
 
 template <class E>
 struct AdamW {
-  static void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) {
+  // compute: null, or the 16-bit compute copy of p (f16 or bf16), written in the same pass.
+  static void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a,
+                    uint16_t* compute, bool f16) {
+    if (!compute) return update(p, g, m, v, n, a, StoreNone{});
+    if (f16) return update(p, g, m, v, n, a, StoreF16{compute});
+    update(p, g, m, v, n, a, StoreBf16{compute});
+  }
+
+  template <class Copy>
+  static void update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a,
+                     const Copy copy) {
     const double bc1 = 1.0 - std::pow(double(a.beta1), double(a.step));
     const double bc2 = 1.0 - std::pow(double(a.beta2), double(a.step));
     const float step_size = float(a.lr / bc1);
@@ -22,7 +32,9 @@ struct AdamW {
           m[i] = mi;
           v[i] = vi;
           const float denom = Kokkos::sqrt(vi) * inv_sqrt_bc2 + eps;
-          p[i] = p[i] * decay - step_size * mi / denom;
+          const float pi = p[i] * decay - step_size * mi / denom;
+          p[i] = pi;
+          copy(i, pi);
         });
   }
 

@@ -4,33 +4,17 @@
 #include <cfloat>
 
 #include "kernels/kokkos/kokkos.hpp"
-#include "tensor/half.hpp"
 
 namespace tessera::kernels::kokkos {
 
-// Where finish_row puts the gradient of column v: over the logits, or rounded to bf16 / fp16 in
-// a separate buffer (what kernels::cast would make of the fp32 value).
-struct GradInPlace {
-  float* row;
-  KOKKOS_INLINE_FUNCTION void operator()(int64_t v, float g) const { row[v] = g; }
-};
-struct GradBf16 {
-  uint16_t* row;
-  KOKKOS_INLINE_FUNCTION void operator()(int64_t v, float g) const { row[v] = half::to_bf16(g); }
-};
-struct GradF16 {
-  uint16_t* row;
-  KOKKOS_INLINE_FUNCTION void operator()(int64_t v, float g) const { row[v] = half::to_f16(g); }
-};
-
-// Calls body(out) with the writer of row n's gradient (row stride V): dlogits of the 16-bit kind
-// when given, else the logits themselves.
+// Calls body(out) with the writer of row n's gradient (row stride V), kokkos.hpp's Store*:
+// into dlogits, of the 16-bit kind, when given, else over the logits themselves.
 template <class Body>
 KOKKOS_INLINE_FUNCTION void with_grad_row(float* logits, uint16_t* dlogits, bool f16, int64_t n,
                                           int64_t V, const Body& body) {
-  if (!dlogits) return body(GradInPlace{logits + n * V});
-  if (f16) return body(GradF16{dlogits + n * V});
-  body(GradBf16{dlogits + n * V});
+  if (!dlogits) return body(StoreF32{logits + n * V});
+  if (f16) return body(StoreF16{dlogits + n * V});
+  body(StoreBf16{dlogits + n * V});
 }
 
 template <class E>

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "kernels/backend.hpp"
+#include "tensor/half.hpp"
 
 namespace tessera::kernels::kokkos {
 
@@ -101,6 +102,24 @@ KOKKOS_INLINE_FUNCTION void for_lanes(int64_t w, const F& f) {
     for (int64_t k = 0; k < w; ++k) f(k);
   }
 }
+
+// Writers of a float result x at index i of y: as it is, rounded to bf16 or fp16 (as
+// kernels::cast rounds), or nowhere.
+struct StoreF32 {
+  float* y;
+  KOKKOS_INLINE_FUNCTION void operator()(int64_t i, float x) const { y[i] = x; }
+};
+struct StoreBf16 {
+  uint16_t* y;
+  KOKKOS_INLINE_FUNCTION void operator()(int64_t i, float x) const { y[i] = half::to_bf16(x); }
+};
+struct StoreF16 {
+  uint16_t* y;
+  KOKKOS_INLINE_FUNCTION void operator()(int64_t i, float x) const { y[i] = half::to_f16(x); }
+};
+struct StoreNone {
+  KOKKOS_INLINE_FUNCTION void operator()(int64_t, float) const {}
+};
 
 // f(i) for every i < n, one element at a time on a GPU. On the host each thread takes pieces of
 // `piece` contiguous elements and runs them from a local copy of f: stores through the kernel's

@@ -51,6 +51,7 @@ class Replicated : public DataParallel {
   bool gathers_after_optimizer() const override { return false; }
   void after_optimizer() override {}
   void refresh_compute() override { store_.refresh_compute(); }
+  Tensor optimizer_compute() override { return store_.compute(); }
   Holding values() override { return {store_.values(), &whole_, &holders_, expert_dp_}; }
   Holding state(float* local) override { return {local, &whole_, &holders_, expert_dp_}; }
 

@@ -73,6 +73,10 @@ class DataParallel : public PartHooks {
   // The compute copy of the parameters from the fp32 values, after initialisation, each
   // optimizer step and a resume (train.precision bf16 / fp16; nothing in fp32).
   virtual void refresh_compute() = 0;
+  // The 16-bit compute copy indexed as optimizer_values(), when the optimizer can write it in
+  // its own pass (then no refresh follows the step); an empty Tensor otherwise (fp32, or ZeRO-1/2,
+  // whose copy is made from the values gathered after the step).
+  virtual Tensor optimizer_compute() { return {}; }
 
   // Checkpoints: parameter values, and arrays indexed like segments() (Adam moments).
   virtual Holding values() = 0;

@@ -114,6 +114,10 @@ class Zero : public DataParallel {
   // values are widened from it, so every parameter a layer reads is the rounded master (as
   // Megatron-LM's and FSDP's 16-bit parameters); below stage 3, the store's compute copy.
   void refresh_compute() override;
+  // Stage 3: the 16-bit shard, written by the optimizer with the fp32 one.
+  Tensor optimizer_compute() override {
+    return half_gather_ ? compute_shard_.view() : Tensor{};
+  }
   Holding values() override;
   Holding state(float* local) override {
     return {local, &segments_, &replica_comm_, &expert_replica_comm_};
