@@ -1,5 +1,6 @@
-// Rotary position embedding, Llama's interleaved-pair convention: one thread per (token, pair),
-// the angle in double, all heads of the token rotated by it.
+// Rotary position embedding, Llama's interleaved-pair convention: one thread per (position,
+// pair), the angle in double, the pair rotated by it in every sequence and head of the batch
+// (the angle depends on the position only, so it is computed once, not once per sequence).
 #include "kernels/kokkos/kokkos.hpp"
 
 namespace tessera::kernels::kokkos {
@@ -10,18 +11,20 @@ struct Rope {
                    bool inverse) {
     const int64_t half = D / 2;
     Kokkos::parallel_for(
-        "rope", range<E>(B * T * half), KOKKOS_LAMBDA(int64_t i) {
-          const int64_t j = i % half, bt = i / half, t = bt % T;
-          float* row = x + bt * H * D;
+        "rope", range<E>(T * half), KOKKOS_LAMBDA(int64_t i) {
+          const int64_t j = i % half, t = i / half;
           const double pos = double(pos0 + t);
           const double angle = pos * Kokkos::pow(double(theta), -2.0 * double(j) / double(D));
           const float c = float(Kokkos::cos(angle));
           const float s = inverse ? -float(Kokkos::sin(angle)) : float(Kokkos::sin(angle));
-          for (int64_t h = 0; h < H; ++h) {
-            float* p = row + h * D + 2 * j;
-            const float a = p[0], b = p[1];
-            p[0] = a * c - b * s;
-            p[1] = a * s + b * c;
+          for (int64_t seq = 0; seq < B; ++seq) {
+            float* row = x + (seq * T + t) * H * D;
+            for (int64_t h = 0; h < H; ++h) {
+              float* p = row + h * D + 2 * j;
+              const float a = p[0], b = p[1];
+              p[0] = a * c - b * s;
+              p[1] = a * s + b * c;
+            }
           }
         });
   }
