@@ -48,16 +48,21 @@ struct CrossEntropy {
       return double(e);
     });
   }
-  // out(v, g) with g = grad_scale * row[v] / sum on the valid columns, 0 on the padding, minus
-  // grad_scale at the target column t (if it is in [0, V_valid)).
-  template <class Out>
-  KOKKOS_INLINE_FUNCTION static void finish_row(const Team<E>& team, const float* row,
-                                                const Out& out, int64_t V, int64_t V_valid,
-                                                int64_t t, double sum, float grad_scale) {
+  // The sum in double of exp(row[v] - shift) for v < n, row unchanged.
+  KOKKOS_INLINE_FUNCTION static double exp_sum(const Team<E>& team, const float* row, float shift,
+                                               int64_t n) {
+    return team_sum<E>(team, n, [&](int64_t v) { return double(exp_poly(row[v] - shift)); });
+  }
+  // out(v, g) with g = grad_scale * e(v) / sum on the valid columns, 0 on the padding, minus
+  // grad_scale at the target column t (if it is in [0, V_valid)); e(v): the column's exponential.
+  template <class Out, class Exp>
+  KOKKOS_INLINE_FUNCTION static void finish_row(const Team<E>& team, const Exp& e, const Out& out,
+                                                int64_t V, int64_t V_valid, int64_t t, double sum,
+                                                float grad_scale) {
     const float inv = float(grad_scale / sum);
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V), [&](int64_t v) {
-      const float g = v < V_valid ? row[v] * inv : 0.0f;
+      const float g = v < V_valid ? e(v) * inv : 0.0f;
       out(v, v == t && v < V_valid ? g - grad_scale : g);
     });
   }
@@ -72,11 +77,14 @@ struct CrossEntropy {
           const int32_t t = targets[n];
           const float target_logit = row[t] - mx;
           team.team_barrier();
-          const double sum = exp_shifted_sum(team, row, mx, V_valid);
+          // The exponentials are computed twice (sum, then gradient) rather than stored: the
+          // row stays clean in cache, and no write-back of the whole logits goes to memory.
+          const double sum = exp_sum(team, row, mx, V_valid);
           Kokkos::single(Kokkos::PerTeam(team),
                          [&] { losses[n] = float(Kokkos::log(sum) - double(target_logit)); });
+          const auto e = [&](int64_t v) { return exp_poly(row[v] - mx); };
           with_grad_row(logits, dlogits, f16, n, V, [&](const auto& out) {
-            finish_row(team, row, out, V, V_valid, t, sum, grad_scale);
+            finish_row(team, e, out, V, V_valid, t, sum, grad_scale);
           });
         });
   }
@@ -122,7 +130,9 @@ struct CrossEntropy {
           });
           const int64_t t = int64_t(targets[n]) - v0;
           with_grad_row(logits, dlogits, f16, n, V, [&](const auto& out) {
-            finish_row(team, logits + n * V, out, V, V_valid, t, sum_exp[n], grad_scale);
+            const float* row = logits + n * V;  // holds the exponentials (local_exp)
+            finish_row(team, [&](int64_t v) { return row[v]; }, out, V, V_valid, t, sum_exp[n],
+                       grad_scale);
           });
         });
   }
