@@ -6,8 +6,6 @@
 //   tessera-expert-gemm-bench [--reps R]
 //
 // Each case runs R times after 2 warm-ups; the table gives the median wall time and GFLOP/s.
-#include <time.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -15,28 +13,9 @@
 #include <vector>
 
 #include "kernels/kernels.hpp"
+#include "timing.hpp"
 
-namespace {
-
-double now_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-template <class Fn>
-double median_ms(int reps, Fn&& fn) {
-  std::vector<double> t;
-  for (int r = 0; r < reps + 2; ++r) {
-    const double t0 = now_ms();
-    fn();
-    if (r >= 2) t.push_back(now_ms() - t0);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-}  // namespace
+using tessera::bench::median_ms;
 
 int main(int argc, char** argv) {
   using namespace tessera;

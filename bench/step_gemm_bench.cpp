@@ -7,8 +7,6 @@
 //
 // Defaults: bench/gpt2-6x512.in (1024 tokens, d_model 512, ffn 2048, vocab 50304 padded).
 // Each GEMM runs R times after 2 warm-ups; the table gives the median and GFLOP/s.
-#include <time.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -16,35 +14,19 @@
 #include <vector>
 
 #include "kernels/kernels.hpp"
+#include "timing.hpp"
 
 namespace {
 
 using namespace tessera;
 
-double now_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-template <class Fn>
-double median_ms(int reps, Fn&& fn) {
-  std::vector<double> t;
-  for (int r = 0; r < reps + 2; ++r) {
-    const double t0 = now_ms();
-    fn();
-    if (r >= 2) t.push_back(now_ms() - t0);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using bench::median_ms;
 
 // C[M, N] (+)= op(A) op(B) with operands of dtype t; fp32 output, as the step's GEMMs.
 struct Gemm {
   const char* name;
   int64_t M, N, K;
   bool ta, tb;
-  int count;  // how many of these a step runs
 };
 
 double run(const Gemm& g, DType t, int reps) {
@@ -72,16 +54,16 @@ int main(int argc, char** argv) {
   }
   // Forward y = x W^T (W is [out, in]); backward dW += dy^T x, dx = dy W.
   const Gemm step[] = {
-      {"qkv forward", N, 3 * C, C, false, true, 1},   {"qkv dW", 3 * C, C, N, true, false, 1},
-      {"qkv dx", N, C, 3 * C, false, false, 1},       {"proj forward", N, C, C, false, true, 1},
-      {"proj dW", C, C, N, true, false, 1},           {"proj dx", N, C, C, false, false, 1},
-      {"fc1 forward", N, F, C, false, true, 1},       {"fc1 dW", F, C, N, true, false, 1},
-      {"fc1 dx", N, C, F, false, false, 1},           {"fc2 forward", N, C, F, false, true, 1},
-      {"fc2 dW", C, F, N, true, false, 1},            {"fc2 dx", N, F, C, false, false, 1},
-      {"head logits", N, V, C, false, true, 1},       {"head dW", V, C, N, true, false, 1},
-      {"head dx", N, C, V, false, false, 1},
+      {"qkv forward", N, 3 * C, C, false, true},   {"qkv dW", 3 * C, C, N, true, false},
+      {"qkv dx", N, C, 3 * C, false, false},       {"proj forward", N, C, C, false, true},
+      {"proj dW", C, C, N, true, false},           {"proj dx", N, C, C, false, false},
+      {"fc1 forward", N, F, C, false, true},       {"fc1 dW", F, C, N, true, false},
+      {"fc1 dx", N, C, F, false, false},           {"fc2 forward", N, C, F, false, true},
+      {"fc2 dW", C, F, N, true, false},            {"fc2 dx", N, F, C, false, false},
+      {"head logits", N, V, C, false, true},       {"head dW", V, C, N, true, false},
+      {"head dx", N, C, V, false, false},
   };
-  const Gemm peak{"1536^3", 1536, 1536, 1536, false, false, 1};
+  const Gemm peak{"1536^3", 1536, 1536, 1536, false, false};
   std::printf("tokens %lld, d_model %lld, ffn %lld, vocab %lld; median of %d\n\n", (long long)N,
               (long long)C, (long long)F, (long long)V, reps);
   std::printf("| GEMM | M x N x K | fp32 ms | fp32 / peak | bf16 ms | bf16 / peak |\n");

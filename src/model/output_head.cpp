@@ -62,22 +62,23 @@ double OutputHead::forward(StepContext& ctx, const Tensor& x, const Tensor& targ
   const Tensor w = w_->compute;
   const Tensor xc = gemm_operand(ctx, xf, w.dtype, ScratchId::gemm_x);
   kernels::matmul(xc, w, logits, N, Vl, C, false, true);
-  const Tensor dlogits = ctx.training && w.dtype != DType::f32
-                             ? ctx.scratch.get(ScratchId::gemm_dy, {N, Vl}, w.dtype)
-                             : logits;
-  const Tensor half_out = dlogits.data == logits.data ? Tensor{} : dlogits;
+  const Tensor half = ctx.training && w.dtype != DType::f32
+                          ? ctx.scratch.get(ScratchId::gemm_dy, {N, Vl}, w.dtype)
+                          : Tensor{};
   if (tp::size(ctx) == 1)
     kernels::cross_entropy_fused(logits, targets, losses, N, Vl, cfg_.vocab, ctx.loss_scale,
-                                 half_out);
+                                 half);
   else
-    parallel_cross_entropy(ctx, logits, targets, losses, half_out);
+    parallel_cross_entropy(ctx, logits, targets, losses, half);
   // Host bookkeeping: the losses are summed in order in double (the reported loss), read back
   // from device memory first.
   const float* host_losses = ctx.scratch.readable(ScratchId::head_losses, losses).f32();
   double loss = 0;
   for (int64_t n = 0; n < N; ++n) loss += host_losses[n];
   if (ctx.training) {
-    // dW += dlogits^T xn, dxn = dlogits W (summed over the ranks' vocabulary blocks).
+    // dW += dlogits^T xn, dxn = dlogits W (summed over the ranks' vocabulary blocks); in fp32
+    // the logits now hold dlogits.
+    const Tensor dlogits = half.data ? half : logits;
     kernels::matmul(dlogits, xc, w_->grad, Vl, C, N, true, false, 1.0f, 1.0f);
     const Tensor dxn = R == N && !tp::sequence_parallel(ctx)
                            ? s.dxn.view()
