@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   std::vector<float> x = randn(N * F), y = randn(N * F), z = randn(N * F), g = randn(N * F), u = randn(N * F);
   std::vector<float> w = randn(F), bias = randn(F), stat1(static_cast<size_t>(N)), stat2(static_cast<size_t>(N));
   std::vector<float> logits = randn(Nce * V), losses(static_cast<size_t>(Nce));
+  std::vector<uint16_t> dlogits(static_cast<size_t>(Nce * V));
   std::vector<float> table = randn(Vv * C), dtable(static_cast<size_t>(Vv * C));
   std::vector<int32_t> ids(static_cast<size_t>(N));
   for (auto& id : ids) id = int32_t(rng() % uint32_t(Vv));
@@ -129,6 +130,11 @@ int main(int argc, char** argv) {
        [&](const Backend& b) {
          b.cross_entropy_fused(logits.data(), ids.data(), losses.data(), Nce, V, Vv, 1e-3f, nullptr,
                                false);
+       }},
+      {"cross_entropy 512 x V, bf16 gradient", 2.0 * f * double(Nce * V) * 3 / 4,
+       [&](const Backend& b) {
+         b.cross_entropy_fused(logits.data(), ids.data(), losses.data(), Nce, V, Vv, 1e-3f,
+                               dlogits.data(), false);
        }},
       {"adamw 7M", 7.0 * f * double(P), [&](const Backend& b) {
          b.adamw(p.data(), pg.data(), pm.data(), pv.data(), P, adam, nullptr, false);
