@@ -125,6 +125,7 @@ const Backend& cuda_backend();
 namespace cpu {
 void register_gemm(Backend& b);
 void register_attention(Backend& b);
+bool gemm_native_bf16();  // kernels::cpu_native_bf16, from the GEMM library in use
 }  // namespace cpu
 
 // The Kokkos kernels (kernels/kokkos/, doc/kokkos.md): every other entry, one source for both

@@ -102,14 +102,7 @@ bool cuda_backend_built() {
 #endif
 }
 
-bool cpu_native_bf16() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512bf16");
-#else
-  return false;
-#endif
-}
+bool cpu_native_bf16() { return cpu::gemm_native_bf16(); }
 
 int cuda_device_count() {
   if (const int n = cuda_emulated()) return n;

@@ -67,8 +67,9 @@ class Device {
 // host and device memory. A copy into host memory has finished when the call returns; one
 // into device memory is queued (the source may be reused at once).
 void transfer(const Tensor& src, const Tensor& dst, int64_t n);
-// Whether this CPU multiplies bf16 natively (AVX512-BF16): without it the cpu backend's bf16
-// GEMM is oneDNN's emulation (AVX-512) or reference code, slower than fp32.
+// Whether the cpu backend multiplies bf16 natively: oneDNN on a CPU with AVX512-BF16 or AMX, not
+// capped below it by ONEDNN_MAX_CPU_ISA. Otherwise its bf16 GEMM is oneDNN's emulation
+// (AVX-512) or reference code, slower than fp32.
 bool cpu_native_bf16();
 
 // ---- GEMM ---------------------------------------------------------------------------

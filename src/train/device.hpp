@@ -15,7 +15,7 @@ void require_device(const RunConfig& run, Communicator& world);
 // ranks of its node, in world order (collective).
 int device_index(Communicator& world);
 // One warning from rank 0 when train.precision costs speed on this device instead of saving it
-// (bf16 on a CPU without AVX512-BF16; fp16 on any CPU, whose GEMMs are widened to fp32).
+// (bf16 where oneDNN has no native bf16 GEMM; fp16 on any CPU, whose GEMMs are widened to fp32).
 void warn_precision_cost(const RunConfig& run, Communicator& world);
 
 }  // namespace tessera

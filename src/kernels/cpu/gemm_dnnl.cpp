@@ -103,6 +103,13 @@ void matmul_half(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType 
 
 }  // namespace
 
+// oneDNN multiplies bf16 natively from AVX512-BF16 on (AMX included): the ISA it uses, i.e.
+// the CPU's, capped by ONEDNN_MAX_CPU_ISA when that is set. Below it the bf16 GEMMs are emulated.
+bool gemm_native_bf16() {
+  const unsigned bf16 = unsigned(dnnl::cpu_isa::avx512_core_bf16);
+  return (unsigned(dnnl::get_effective_cpu_isa()) & bf16) == bf16;
+}
+
 void register_gemm(Backend& b) {
   b.matmul = matmul;
   b.matmul_half = matmul_half;

@@ -37,6 +37,8 @@ void matmul_half(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType 
   matmul(a.data(), b.data(), static_cast<float*>(C), M, N, K, trans_a, trans_b, alpha, beta);
 }
 
+bool gemm_native_bf16() { return false; }  // bf16 operands are widened to fp32 here
+
 void register_gemm(Backend& b) {
   b.matmul = matmul;
   b.matmul_half = matmul_half;
