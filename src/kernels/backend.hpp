@@ -31,6 +31,12 @@ struct Backend {
   void (*matmul_half)(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType c_dtype,
                       int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, float alpha,
                       float beta) = nullptr;
+  // matmul_half (alpha 1, beta 0) that may first pack B into space (space_bytes bytes the caller
+  // does not need during the call) where that is faster; the same bits either way. Returns
+  // whether it packed. Optional: kernels::matmul_packed_b calls matmul_half without it.
+  bool (*matmul_half_packed)(DType ab, const uint16_t* A, const uint16_t* B, void* C,
+                             DType c_dtype, int64_t M, int64_t N, int64_t K, bool trans_a,
+                             bool trans_b, void* space, int64_t space_bytes) = nullptr;
 
   // elementwise / reductions
   void (*fill)(float* x, float value, int64_t n) = nullptr;

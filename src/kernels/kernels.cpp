@@ -140,6 +140,24 @@ void matmul(const Tensor& A, const Tensor& B, const Tensor& C, int64_t M, int64_
   TESSERA_KERNEL(b, matmul)(f(A), f(B), f(C), M, N, K, trans_a, trans_b, alpha, beta);
 }
 
+bool matmul_packed_b(const Tensor& A, const Tensor& B, const Tensor& C, int64_t M, int64_t N,
+                     int64_t K, bool trans_a, bool trans_b, const Tensor& pack_space) {
+  if ((A.dtype == DType::bf16 || A.dtype == DType::f16) && pack_space.data && M > 0 && N > 0) {
+    const DType ab = A.dtype, c = C.dtype == ab ? ab : DType::f32;
+    const Backend& b = check("matmul_packed_b",
+                             {{"A", A, M * K, ab},
+                              {"B", B, K * N, ab},
+                              {"C", C, M * N, c},
+                              {"pack_space", pack_space, pack_space.numel(), pack_space.dtype}});
+    if (b.matmul_half_packed)
+      return b.matmul_half_packed(ab, h(A), h(B), C.data, c, M, N, K, trans_a, trans_b,
+                                  pack_space.data,
+                                  pack_space.numel() * int64_t(dtype_size(pack_space.dtype)));
+  }
+  matmul(A, B, C, M, N, K, trans_a, trans_b);
+  return false;
+}
+
 void fill(const Tensor& x, float value, int64_t n) {
   const Backend& b = check("fill", {{"x", x, n}});
   TESSERA_KERNEL(b, fill)(f(x), value, n);

@@ -79,6 +79,13 @@ bool cpu_native_bf16();
 // their dtype (the cpu backend: bf16 through oneDNN, f16 widened to f32, C f32 for f16).
 void matmul(const Tensor& A, const Tensor& B, const Tensor& C, int64_t M, int64_t N, int64_t K,
             bool trans_a, bool trans_b, float alpha = 1.0f, float beta = 0.0f);
+// C = op(A) op(B) as matmul, where the backend may first pack B into pack_space (memory of any
+// dtype the caller does not need during the call) when it gains by it: the cpu backend with
+// bf16 operands, A not transposed, at least 512 rows, and room for the packed B (the output
+// head's two GEMMs over the vocabulary; doc/performance.md, "Packing the weights"). The same
+// bits as matmul. Returns whether B was packed.
+bool matmul_packed_b(const Tensor& A, const Tensor& B, const Tensor& C, int64_t M, int64_t N,
+                     int64_t K, bool trans_a, bool trans_b, const Tensor& pack_space);
 
 // ---- elementwise / reductions ---------------------------------------------------------
 void fill(const Tensor& x, float value, int64_t n);

@@ -59,12 +59,16 @@ double OutputHead::forward(StepContext& ctx, const Tensor& x, const Tensor& targ
   // The head's GEMMs run in the compute dtype like every Linear (doc/precision.md); the logits
   // and the cross-entropy stay fp32. A 16-bit gradient of the logits, the operand of the two
   // gradient GEMMs, is written by the cross-entropy itself (no fp32 gradient, no cast pass).
+  // In training the 16-bit gradient's buffer is free until the cross-entropy writes it, and the
+  // logits are free once it has: each lends its memory to the GEMM after it, which may pack
+  // the weights there first (kernels::matmul_packed_b: the same bits, faster on the head's
+  // shapes; no memory of its own).
   const Tensor w = w_->compute;
   const Tensor xc = gemm_operand(ctx, xf, w.dtype, ScratchId::gemm_x);
-  kernels::matmul(xc, w, logits, N, Vl, C, false, true);
   const Tensor half = ctx.training && w.dtype != DType::f32
                           ? ctx.scratch.get(ScratchId::gemm_dy, {N, Vl}, w.dtype)
                           : Tensor{};
+  kernels::matmul_packed_b(xc, w, logits, N, Vl, C, false, true, half);
   if (tp::size(ctx) == 1)
     kernels::cross_entropy_fused(logits, targets, losses, N, Vl, cfg_.vocab, ctx.loss_scale,
                                  half);
@@ -83,7 +87,8 @@ double OutputHead::forward(StepContext& ctx, const Tensor& x, const Tensor& targ
     const Tensor dxn = R == N && !tp::sequence_parallel(ctx)
                            ? s.dxn.view()
                            : ctx.scratch.get(ScratchId::tp_partial, {N, C});
-    kernels::matmul(dlogits, w, dxn, N, C, Vl, false, false);
+    kernels::matmul_packed_b(dlogits, w, dxn, N, C, Vl, false, false,
+                             half.data ? logits : Tensor{});
     tp::reduce_grad(ctx, dxn, s.dxn.view());
   }
   return loss;

@@ -3,6 +3,7 @@
 // ParamStore's compute copy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -327,6 +328,44 @@ TEST(HalfMatmul, Bf16OutputIsTheRoundedFp32Result) {
   cast(half_view(c, DType::bf16), host(back), M * N);
   for (int64_t i = 0; i < M * N; ++i)  // within one bf16 ulp of the fp32 result
     EXPECT_NEAR(back[size_t(i)], f[size_t(i)], std::abs(f[size_t(i)]) * 0x1p-7 + 1e-6) << i;
+}
+
+// The output head's GEMMs may pack B into memory the caller lends (kernels::matmul_packed_b):
+// from 512 rows on, A not transposed, with room for the packed B, and then they give the bits of
+// the plain GEMM, B stored either way, C f32 or bf16; with too little room, A transposed or few
+// rows they are the plain GEMM.
+TEST(HalfMatmul, PackedWeightsGiveThePlainBits) {
+  uint32_t seed = 90;
+  const int64_t M = 512, K = 96, N = 200;
+  const FVec A = randn(M * K, seed += 3), B = randn(K * N, seed += 3);
+  HVec a(A.size()), b(B.size());
+  cast(host(A), half_view(a, DType::bf16), M * K);
+  cast(host(B), half_view(b, DType::bf16), K * N);
+  FVec space(size_t(K * N));  // 4 bytes an element: twice the bf16 B, room for its padding
+  for (bool tb : {false, true})
+    for (DType c_dtype : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(std::string(tb ? "Bt" : "B") + " C " + dtype_name(c_dtype));
+      FVec plain32(size_t(M * N)), packed32(size_t(M * N));
+      HVec plain16(size_t(M * N)), packed16(size_t(M * N));
+      const bool f32 = c_dtype == DType::f32;
+      const Tensor plain = f32 ? host(plain32) : half_view(plain16, DType::bf16);
+      const Tensor packed = f32 ? host(packed32) : half_view(packed16, DType::bf16);
+      const Tensor av = half_view(a, DType::bf16), bv = half_view(b, DType::bf16);
+      matmul(av, bv, plain, M, N, K, false, tb);
+      EXPECT_TRUE(matmul_packed_b(av, bv, packed, M, N, K, false, tb, host(space)));
+      EXPECT_EQ(f32 ? std::memcmp(plain32.data(), packed32.data(), plain32.size() * 4)
+                    : std::memcmp(plain16.data(), packed16.data(), plain16.size() * 2),
+                0);
+      if (!f32) continue;
+      // Where packing does not apply, the plain GEMM writes C all the same.
+      FVec tiny(8), fewer(size_t((M / 2) * N)), fewer_plain(fewer.size());
+      std::fill(packed32.begin(), packed32.end(), 0.0f);
+      EXPECT_FALSE(matmul_packed_b(av, bv, packed, M, N, K, false, tb, host(tiny)));
+      EXPECT_EQ(std::memcmp(plain32.data(), packed32.data(), plain32.size() * 4), 0);
+      EXPECT_FALSE(matmul_packed_b(av, bv, host(fewer), M / 2, N, K, false, tb, host(space)));
+      matmul(av, bv, host(fewer_plain), M / 2, N, K, false, tb);
+      EXPECT_EQ(std::memcmp(fewer_plain.data(), fewer.data(), fewer.size() * 4), 0);
+    }
 }
 
 }  // namespace

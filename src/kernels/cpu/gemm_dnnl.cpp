@@ -4,7 +4,8 @@
 // fp32: dnnl_sgemm. bf16 operands: oneDNN's matmul primitive with fp32 accumulation (native on
 // AVX512-BF16 / AMX, emulated by oneDNN on other AVX-512 CPUs). A primitive is created once per
 // shape (sizes, transposes, output dtype, alpha, beta) and cached: a training step uses a few
-// dozen shapes, over and over. fp16 operands: oneDNN 2.x has no fp16 matmul on CPUs without
+// dozen shapes, over and over; the output head's two GEMMs over the vocabulary may pack B first
+// (matmul_half_packed). fp16 operands: oneDNN 2.x has no fp16 matmul on CPUs without
 // AVX512-FP16, so they are widened to fp32 (exactly) and multiplied by sgemm: the products of
 // two fp16 numbers are exact in fp32, so this is what an fp16 GEMM with fp32 accumulation
 // computes, up to the order of the sums.
@@ -64,7 +65,38 @@ struct Bf16Gemm {
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine);
     return cache.emplace(key, dnnl::matmul(pd)).first->second;
   }
+
+  // The product on a packed B: B reordered into the layout the primitive prefers (weights
+  // "any"), then the matmul on it. Same sizes and output as primitive(key) with alpha 1, beta 0.
+  struct Packed {
+    dnnl::memory::desc b_packed;
+    dnnl::reorder pack;
+    dnnl::matmul mm;
+  };
+  std::map<Key, Packed> packed_cache;
+
+  Packed& packed(const Key& key) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = packed_cache.find(key);
+    if (it != packed_cache.end()) return it->second;
+    const auto [M, N, K, ta, tb, c_bf16, alpha, beta] = key;
+    using dt = dnnl::memory::data_type;
+    const dnnl::memory::desc a({M, K}, dt::bf16, dnnl::memory::dims{K, 1});
+    const dnnl::memory::desc b({K, N}, dt::bf16, tb ? dnnl::memory::dims{1, K}
+                                                    : dnnl::memory::dims{N, 1});
+    const dnnl::memory::desc any({K, N}, dt::bf16, dnnl::memory::format_tag::any);
+    const dnnl::memory::desc c({M, N}, c_bf16 ? dt::bf16 : dt::f32, dnnl::memory::dims{N, 1});
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, any, c), engine);
+    const dnnl::reorder::primitive_desc rd(engine, b, engine, pd.weights_desc());
+    return packed_cache.emplace(key, Packed{pd.weights_desc(), dnnl::reorder(rd), dnnl::matmul(pd)})
+        .first->second;
+  }
 };
+
+Bf16Gemm& bf16_gemm() {
+  static Bf16Gemm gemm;
+  return gemm;
+}
 
 void matmul_half(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType c_dtype, int64_t M,
                  int64_t N, int64_t K, bool trans_a, bool trans_b, float alpha, float beta) {
@@ -84,7 +116,7 @@ void matmul_half(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType 
     for (int64_t i = 0; i < M * N; ++i) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
     return;
   }
-  static Bf16Gemm gemm;
+  Bf16Gemm& gemm = bf16_gemm();
   dnnl::matmul& mm = gemm.primitive(
       Key{M, N, K, trans_a, trans_b, c_dtype == DType::bf16 ? 1 : 0, alpha, beta});
   using dt = dnnl::memory::data_type;
@@ -101,6 +133,40 @@ void matmul_half(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType 
   gemm.stream.wait();
 }
 
+// Packing B outside the primitive pays from about 512 rows on (tessera-prepack-bench: the
+// output head's GEMMs over the vocabulary gain 7-17% there, lose at 256 rows); oneDNN's copy
+// of B inside the call is repeated per block of rows. The reorder and the primitive on the packed
+// B give the same bits as the plain call (the same micro-kernel over the same blocks).
+constexpr int64_t kPackMinRows = 512;
+
+bool matmul_half_packed(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType c_dtype,
+                        int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, void* space,
+                        int64_t space_bytes) {
+  const auto plain = [&] {
+    matmul_half(ab, A, B, C, c_dtype, M, N, K, trans_a, trans_b, 1.0f, 0.0f);
+    return false;
+  };
+  if (ab != DType::bf16 || trans_a || M < kPackMinRows || K == 0 || N == 0) return plain();
+  Bf16Gemm& gemm = bf16_gemm();
+  Bf16Gemm::Packed& p =
+      gemm.packed(Key{M, N, K, false, trans_b, c_dtype == DType::bf16 ? 1 : 0, 1.0f, 0.0f});
+  if (int64_t(p.b_packed.get_size()) > space_bytes) return plain();
+  using dt = dnnl::memory::data_type;
+  const dnnl::memory::desc a({M, K}, dt::bf16, dnnl::memory::dims{K, 1});
+  const dnnl::memory::desc b({K, N}, dt::bf16, trans_b ? dnnl::memory::dims{1, K}
+                                                       : dnnl::memory::dims{N, 1});
+  const dnnl::memory::desc c({M, N}, c_dtype == DType::bf16 ? dt::bf16 : dt::f32,
+                             dnnl::memory::dims{N, 1});
+  dnnl::memory ma(a, gemm.engine, const_cast<uint16_t*>(A));
+  dnnl::memory mb(b, gemm.engine, const_cast<uint16_t*>(B));
+  dnnl::memory mp(p.b_packed, gemm.engine, space);
+  dnnl::memory mc(c, gemm.engine, C);
+  p.pack.execute(gemm.stream, mb, mp);
+  p.mm.execute(gemm.stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mp}, {DNNL_ARG_DST, mc}});
+  gemm.stream.wait();
+  return true;
+}
+
 }  // namespace
 
 // oneDNN multiplies bf16 natively from AVX512-BF16 on (AMX included): the ISA it uses, i.e.
@@ -113,6 +179,7 @@ bool gemm_native_bf16() {
 void register_gemm(Backend& b) {
   b.matmul = matmul;
   b.matmul_half = matmul_half;
+  b.matmul_half_packed = matmul_half_packed;
 }
 
 }  // namespace tessera::kernels::cpu
