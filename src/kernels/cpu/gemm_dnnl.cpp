@@ -37,6 +37,19 @@ namespace {
 
 using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int, float, float>;
 
+// The operands as oneDNN sees them: row-major A[M,K] (or stored [K,M]), B[K,N] (or stored
+// [N,K]), bf16; C[M,N] bf16 or f32. Transposes are strides.
+struct Descs {
+  dnnl::memory::desc a, b, c;
+};
+Descs descs(int64_t M, int64_t N, int64_t K, bool ta, bool tb, bool c_bf16) {
+  using dt = dnnl::memory::data_type;
+  using dims = dnnl::memory::dims;
+  return {dnnl::memory::desc({M, K}, dt::bf16, ta ? dims{1, M} : dims{K, 1}),
+          dnnl::memory::desc({K, N}, dt::bf16, tb ? dims{1, K} : dims{N, 1}),
+          dnnl::memory::desc({M, N}, c_bf16 ? dt::bf16 : dt::f32, dims{N, 1})};
+}
+
 struct Bf16Gemm {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
@@ -48,13 +61,7 @@ struct Bf16Gemm {
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
     const auto [M, N, K, ta, tb, c_bf16, alpha, beta] = key;
-    using dt = dnnl::memory::data_type;
-    // Row-major A[M,K] (or stored [K,M]), B[K,N] (or stored [N,K]): transposes are strides.
-    const dnnl::memory::desc a({M, K}, dt::bf16, ta ? dnnl::memory::dims{1, M}
-                                                    : dnnl::memory::dims{K, 1});
-    const dnnl::memory::desc b({K, N}, dt::bf16, tb ? dnnl::memory::dims{1, K}
-                                                    : dnnl::memory::dims{N, 1});
-    const dnnl::memory::desc c({M, N}, c_bf16 ? dt::bf16 : dt::f32, dnnl::memory::dims{N, 1});
+    const Descs d = descs(M, N, K, ta, tb, c_bf16);
     dnnl::primitive_attr attr;
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
     if (beta != 0.0f) {
@@ -62,7 +69,7 @@ struct Bf16Gemm {
       ops.append_sum(beta);
       attr.set_post_ops(ops);
     }
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.a, d.b, d.c), attr, engine);
     return cache.emplace(key, dnnl::matmul(pd)).first->second;
   }
 
@@ -80,14 +87,11 @@ struct Bf16Gemm {
     auto it = packed_cache.find(key);
     if (it != packed_cache.end()) return it->second;
     const auto [M, N, K, ta, tb, c_bf16, alpha, beta] = key;
-    using dt = dnnl::memory::data_type;
-    const dnnl::memory::desc a({M, K}, dt::bf16, dnnl::memory::dims{K, 1});
-    const dnnl::memory::desc b({K, N}, dt::bf16, tb ? dnnl::memory::dims{1, K}
-                                                    : dnnl::memory::dims{N, 1});
-    const dnnl::memory::desc any({K, N}, dt::bf16, dnnl::memory::format_tag::any);
-    const dnnl::memory::desc c({M, N}, c_bf16 ? dt::bf16 : dt::f32, dnnl::memory::dims{N, 1});
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, any, c), engine);
-    const dnnl::reorder::primitive_desc rd(engine, b, engine, pd.weights_desc());
+    const Descs d = descs(M, N, K, ta, tb, c_bf16);
+    const dnnl::memory::desc any({K, N}, dnnl::memory::data_type::bf16,
+                                 dnnl::memory::format_tag::any);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.a, any, d.c), engine);
+    const dnnl::reorder::primitive_desc rd(engine, d.b, engine, pd.weights_desc());
     return packed_cache.emplace(key, Packed{pd.weights_desc(), dnnl::reorder(rd), dnnl::matmul(pd)})
         .first->second;
   }
@@ -119,16 +123,10 @@ void matmul_half(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType 
   Bf16Gemm& gemm = bf16_gemm();
   dnnl::matmul& mm = gemm.primitive(
       Key{M, N, K, trans_a, trans_b, c_dtype == DType::bf16 ? 1 : 0, alpha, beta});
-  using dt = dnnl::memory::data_type;
-  const dnnl::memory::desc a({M, K}, dt::bf16, trans_a ? dnnl::memory::dims{1, M}
-                                                       : dnnl::memory::dims{K, 1});
-  const dnnl::memory::desc b({K, N}, dt::bf16, trans_b ? dnnl::memory::dims{1, K}
-                                                       : dnnl::memory::dims{N, 1});
-  const dnnl::memory::desc c({M, N}, c_dtype == DType::bf16 ? dt::bf16 : dt::f32,
-                             dnnl::memory::dims{N, 1});
-  dnnl::memory ma(a, gemm.engine, const_cast<uint16_t*>(A));
-  dnnl::memory mb(b, gemm.engine, const_cast<uint16_t*>(B));
-  dnnl::memory mc(c, gemm.engine, C);
+  const Descs d = descs(M, N, K, trans_a, trans_b, c_dtype == DType::bf16);
+  dnnl::memory ma(d.a, gemm.engine, const_cast<uint16_t*>(A));
+  dnnl::memory mb(d.b, gemm.engine, const_cast<uint16_t*>(B));
+  dnnl::memory mc(d.c, gemm.engine, C);
   mm.execute(gemm.stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
   gemm.stream.wait();
 }
@@ -151,16 +149,11 @@ bool matmul_half_packed(DType ab, const uint16_t* A, const uint16_t* B, void* C,
   Bf16Gemm::Packed& p =
       gemm.packed(Key{M, N, K, false, trans_b, c_dtype == DType::bf16 ? 1 : 0, 1.0f, 0.0f});
   if (int64_t(p.b_packed.get_size()) > space_bytes) return plain();
-  using dt = dnnl::memory::data_type;
-  const dnnl::memory::desc a({M, K}, dt::bf16, dnnl::memory::dims{K, 1});
-  const dnnl::memory::desc b({K, N}, dt::bf16, trans_b ? dnnl::memory::dims{1, K}
-                                                       : dnnl::memory::dims{N, 1});
-  const dnnl::memory::desc c({M, N}, c_dtype == DType::bf16 ? dt::bf16 : dt::f32,
-                             dnnl::memory::dims{N, 1});
-  dnnl::memory ma(a, gemm.engine, const_cast<uint16_t*>(A));
-  dnnl::memory mb(b, gemm.engine, const_cast<uint16_t*>(B));
+  const Descs d = descs(M, N, K, false, trans_b, c_dtype == DType::bf16);
+  dnnl::memory ma(d.a, gemm.engine, const_cast<uint16_t*>(A));
+  dnnl::memory mb(d.b, gemm.engine, const_cast<uint16_t*>(B));
   dnnl::memory mp(p.b_packed, gemm.engine, space);
-  dnnl::memory mc(c, gemm.engine, C);
+  dnnl::memory mc(d.c, gemm.engine, C);
   p.pack.execute(gemm.stream, mb, mp);
   p.mm.execute(gemm.stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mp}, {DNNL_ARG_DST, mc}});
   gemm.stream.wait();
