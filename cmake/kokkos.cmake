@@ -20,6 +20,12 @@ set(TESSERA_KOKKOS_URL
     https://github.com/kokkos/kokkos/releases/download/${TESSERA_KOKKOS_VERSION}/kokkos-${TESSERA_KOKKOS_VERSION}.tar.gz)
 set(TESSERA_MIRROR "$ENV{TESSERA_MIRROR}" CACHE PATH
     "Directory holding source tarballs of dependencies (kokkos-${TESSERA_KOKKOS_VERSION}.tar.gz)")
+# A build tree configured once without it (the download then failed) takes the environment's
+# when it is set later, as the download error advises.
+if(NOT TESSERA_MIRROR AND NOT "$ENV{TESSERA_MIRROR}" STREQUAL "")
+  set_property(CACHE TESSERA_MIRROR PROPERTY VALUE "$ENV{TESSERA_MIRROR}")
+  set(TESSERA_MIRROR "$ENV{TESSERA_MIRROR}")
+endif()
 
 # Whether an installed Kokkos (already found) fits this build.
 function(tessera_kokkos_fits out)
