@@ -2,6 +2,7 @@
 // lookup), call its entry with raw pointers.
 #include "kernels/kernels.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
@@ -125,10 +126,23 @@ std::string cuda_device_id(int index) {
 #endif
 }
 
+namespace {
+// Indexed by gemm_slot: f32, bf16, f16.
+std::atomic<double> g_gemm_flops[3];
+int gemm_slot(DType t) { return t == DType::bf16 ? 1 : t == DType::f16 ? 2 : 0; }
+void count_gemm(DType operands, int64_t M, int64_t N, int64_t K) {
+  g_gemm_flops[gemm_slot(operands)].fetch_add(2.0 * double(M) * double(N) * double(K),
+                                              std::memory_order_relaxed);
+}
+}  // namespace
+
+double gemm_flops(DType operands) { return g_gemm_flops[gemm_slot(operands)].load(); }
+
 void matmul(const Tensor& A, const Tensor& B, const Tensor& C, int64_t M, int64_t N, int64_t K,
             bool trans_a, bool trans_b, float alpha, float beta) {
   // An empty C reads nothing; K = 0 scales C without reading A or B.
   const int64_t na = N > 0 ? M * K : 0, nb = M > 0 ? K * N : 0;
+  count_gemm(A.dtype, M, N, K);
   if (A.dtype == DType::bf16 || A.dtype == DType::f16) {
     const DType ab = A.dtype, c = C.dtype == ab ? ab : DType::f32;
     const Backend& b =
@@ -149,10 +163,12 @@ bool matmul_packed_b(const Tensor& A, const Tensor& B, const Tensor& C, int64_t 
                               {"B", B, K * N, ab},
                               {"C", C, M * N, c},
                               {"pack_space", pack_space, pack_space.numel(), pack_space.dtype}});
-    if (b.matmul_half_packed)
+    if (b.matmul_half_packed) {
+      count_gemm(ab, M, N, K);
       return b.matmul_half_packed(ab, h(A), h(B), C.data, c, M, N, K, trans_a, trans_b,
                                   pack_space.data,
                                   pack_space.numel() * int64_t(dtype_size(pack_space.dtype)));
+    }
   }
   matmul(A, B, C, M, N, K, trans_a, trans_b);
   return false;

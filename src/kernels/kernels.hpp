@@ -87,6 +87,11 @@ void matmul(const Tensor& A, const Tensor& B, const Tensor& C, int64_t M, int64_
 bool matmul_packed_b(const Tensor& A, const Tensor& B, const Tensor& C, int64_t M, int64_t N,
                      int64_t K, bool trans_a, bool trans_b, const Tensor& pack_space);
 
+// FLOPs (2 M N K) of the GEMMs this process has run through matmul and matmul_packed_b, by
+// operand dtype (f32, bf16, f16): what a run reports as the share computed in 16 bits
+// (gemm.json; a 16-bit layout test fails on a run that silently multiplies in fp32).
+double gemm_flops(DType operands);
+
 // ---- elementwise / reductions ---------------------------------------------------------
 void fill(const Tensor& x, float value, int64_t n);
 void copy(const Tensor& x, const Tensor& y, int64_t n);         // y = x

@@ -14,6 +14,7 @@
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "io/checkpoint_checks.hpp"
+#include "kernels/kernels.hpp"
 #include "perf/flops.hpp"
 #include "perf/memory.hpp"
 #include "perf/plan_compare.hpp"
@@ -529,8 +530,18 @@ void RunLog::finish() {
     bubble[2 * r + 1] = steady_steps_ ? pp_compute_steady_ : pipe->total_compute();
     grid_.world().all_reduce(bubble.data(), int64_t(bubble.size()));
   }
+  // GEMM FLOPs by operand dtype, summed over ranks (gemm.json).
+  double gemm[3] = {kernels::gemm_flops(DType::f32), kernels::gemm_flops(DType::bf16),
+                    kernels::gemm_flops(DType::f16)};
+  grid_.world().all_reduce(gemm, 3, ReduceOp::sum);
   if (!root_) return;
   write_memory_json(mem, live);
+  {
+    std::ofstream out(dir_ + "/gemm.json");
+    out.precision(17);
+    out << "{\"flops\": {\"f32\": " << gemm[0] << ", \"bf16\": " << gemm[1]
+        << ", \"f16\": " << gemm[2] << "}}\n";
+  }
   std::ofstream(dir_ + "/traffic.json") << grid_.traffic_json(trainer_.own_groups());
 
   const int n = grid_.world().size();

@@ -536,7 +536,11 @@ std::string Trainer::layout_json() const {
              ", \"ep\": ", d.ep, ", \"dp\": ", d.dp, ", \"pp\": ", d.pp, ", \"order\": \"",
              grid_.layout().order_string(), "\", \"zero\": ", zero_stage(),
              ", \"shard_group\": ", shard_ranks(), ", \"micro_batch\": ", geo_.micro_batch,
-             ", \"accumulation\": ", geo_.accum, "}");
+             ", \"accumulation\": ", geo_.accum,
+             ", \"sequence_parallel\": ", par_.sequence_parallel ? "true" : "false",
+             ", \"cp_kind\": \"", to_string(cfg_.cp.kind), "\", \"pp_schedule\": \"",
+             to_string(pipeline_->shape().kind), "\", \"pp_virtual\": ", pipeline_->shape().chunks,
+             ", \"compute_dtype\": \"", dtype_name(compute_dtype()), "\"}");
 }
 
 void Trainer::save(Checkpointer& ckpt, int64_t step) {

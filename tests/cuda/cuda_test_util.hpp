@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -72,12 +73,28 @@ class Dev {
   size_t n_;
 };
 
+// TESSERA_REQUIRE_GPU=1 (bench/gpu-check sets it): a missing or unusable device fails the CUDA
+// tests instead of skipping them, so a GPU check cannot pass with nothing run.
+inline bool gpu_required() {
+  const char* v = std::getenv("TESSERA_REQUIRE_GPU");
+  return v && std::string(v) == "1";
+}
+
+// Skips (or, with TESSERA_REQUIRE_GPU=1, fails) the calling test when no CUDA device is visible.
+#define TESSERA_NEED_CUDA_DEVICE()                                                       \
+  do {                                                                                   \
+    if (cuda::device_count() == 0) {                                                     \
+      if (gpu_required()) FAIL() << "TESSERA_REQUIRE_GPU=1 but no usable CUDA device";   \
+      GTEST_SKIP() << "no CUDA device: CUDA kernels not tested";                         \
+    }                                                                                    \
+  } while (0)
+
 // Every test of the CUDA backend derives from this: skipped without a device, otherwise run with
 // a fresh context current.
 class CudaTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: CUDA kernels not tested";
+    TESSERA_NEED_CUDA_DEVICE();
     ctx_ = std::make_unique<cuda::Context>(0);
     scope_ = std::make_unique<cuda::ContextScope>(*ctx_);
   }

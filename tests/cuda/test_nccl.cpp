@@ -7,7 +7,9 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -189,10 +191,14 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const int devices = tessera::kernels::cuda::device_count();
   if (devices < size) {
+    // TESSERA_REQUIRE_GPU=1 (bench/gpu-check): too few devices is a failure, not a skip.
+    const char* required = std::getenv("TESSERA_REQUIRE_GPU");
+    const bool fail = required && std::string(required) == "1";
     if (rank == 0)
-      std::printf("skipped: %d ranks need %d CUDA devices, found %d\n", size, size, devices);
+      std::printf("%s: %d ranks need %d CUDA devices, found %d\n",
+                  fail ? "FAILED (TESSERA_REQUIRE_GPU=1)" : "skipped", size, size, devices);
     MPI_Finalize();
-    return 77;
+    return fail ? 1 : 77;
   }
   ::testing::InitGoogleTest(&argc, argv);
   if (rank != 0) {

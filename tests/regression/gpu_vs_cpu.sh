@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # The GPU training path on a real GPU: 10 steps with hardware.device = cuda against the same
-# steps on the CPU (per-step losses to RTOL, default 1e-5; gradient norms to 10 RTOL). Exits 77
-# (skipped) when no GPU is visible.
+# steps on the CPU (per-step losses and gradient norms to RTOL, default 1e-5). Exits 77
+# (skipped) when no GPU is visible, 1 when TESSERA_REQUIRE_GPU=1.
 # usage: [RTOL=...] gpu_vs_cpu.sh WORKDIR PYTHON TESSERA DECK [overrides...]
 set -euo pipefail
 work=$1 python=$2 tessera=$3
 shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 if ! nvidia-smi -L > /dev/null 2>&1; then
+  # TESSERA_REQUIRE_GPU=1 (bench/gpu-check): no GPU is a failure, not a skip.
+  if [ "${TESSERA_REQUIRE_GPU:-0}" = 1 ]; then
+    echo "gpu_vs_cpu: FAIL: TESSERA_REQUIRE_GPU=1 but no GPU visible"
+    exit 1
+  fi
   echo "gpu_vs_cpu: no GPU visible, skipped"
   exit 77
 fi
