@@ -10,11 +10,15 @@ Ulysses, alone and with TP+SP, ZeRO and PP), and mixtures of experts (ep 1 and 2
 ep x edp) it runs tessera for 2 steps on the CPU, reads output.dir/memory.json (peak bytes per
 category, max over ranks) and asks `tessera-plan --runtime tessera --explain LAYOUT --json -`
 for its prediction. Checks:
-  * params, grads, optimizer, activations, workspace: within 5% of the measured peak;
-  * comm (ZeRO-2/3 staging and gather buffers): within 5% too (zero below stage 2): tessera
+  * params, grads, optimizer, activations, workspace: equal to the measured peak, to the byte
+    (doc/planning.md; memory.json prints 15 digits);
+  * comm (ZeRO-2/3 staging and gather buffers, pipeline messages): to the byte too: tessera
     bounds the reductions in flight (parallel.zero_inflight) and retires them in order, so
     its buffers are the same in every run and the planner replays them;
-  * total: measured <= predicted (the categories peak at different moments);
+  * total: to the byte where every rank holds the same (the planner's total is the sum of its
+    categories); where ranks differ (pipeline stages, and ZeRO-3 over expert shard groups) the
+    categories are maxima over ranks that peak on different ranks, so the measured total (the
+    largest rank's) is at most that sum (measured 0.985-0.995 of it);
   * MoE with ep > 1: rank 0's ep all-to-all bytes (traffic.json) within 20% of the planner's
     balanced-load ep_bytes_per_step (the routing decides the rows each rank's experts return).
 """
@@ -84,7 +88,9 @@ CASES = [
     ("moe_ep2_zero2_gpt2", 4, "tiny-moe.in", ["--model.arch=gpt2", "--model.shared_experts=0", "--model.moe_layers=all", "--train.micro_batch=1", "--train.global_batch=4"], "ep=2 zero=2 mb=1"),
     ("moe_ep4_hsdp_gpt2", 4, "tiny-moe.in", ["--model.arch=gpt2", "--model.router_bias_step=0", "--train.micro_batch=1", "--train.global_batch=4"], "ep=4 zero=3 hsdp=2 mb=1"),
 ]
-EXACT = ["params", "grads", "optimizer", "activations", "workspace"]
+EXACT = ["params", "grads", "optimizer", "activations", "workspace", "comm"]
+# ZeRO-3 with ep 2 x edp 2: expert shards and dense shards peak on different ranks.
+TOTAL_BOUND = {"moe_ep2_dp4_zero3"}
 
 
 def main():
@@ -123,12 +129,14 @@ def main():
             check=True, capture_output=True, text=True).stdout)["estimate"]
         a2a = pred["ep_bytes_per_step"]
         pred = pred["memory_bytes"]
-        for cat in EXACT + ["comm", "total"]:
+        for cat in EXACT + ["total"]:
             got, want = measured[cat], pred[cat]
-            if cat in EXACT or cat == "comm":
-                ok = abs(got - want) <= 0.05 * max(got, 1)
+            if cat in EXACT:
+                ok = got == want
+            elif keys.get("pp", "1") != "1" or name in TOTAL_BOUND:
+                ok = got <= want and want == sum(pred[c] for c in EXACT)
             else:
-                ok = got <= want * (1 + 1e-5)
+                ok = got == want
             bad += not ok
             ratio = f"{got / want:7.3f}" if want else "      -"
             print(f"{name:14s} {cat:12s} {got:12.0f} {want:12.0f} {ratio} {'ok' if ok else 'FAIL'}")

@@ -12,7 +12,9 @@ traffic.json (rank 0's bytes per group and kind of operation):
   * every other collective of those ZeRO groups moves the same bytes in both runs (the
     all-gathers of parameters, the sums of the gradient norm);
   * the bf16 run is not the fp32 one (losses differ from step 2 on) and its losses stay within
-    1e-2 of the serial run's at every step.
+    1e-4 of the serial run's at every step (measured at most 1.7e-5, 10 steps, Zen 5: each
+    gradient element is rounded to bf16, 2^-9 relative, before it is summed, and AdamW's
+    normalised update turns that into a small change of every weight).
 Prints 'grad reduce dtype: OK'.
 """
 import json
@@ -66,8 +68,8 @@ def main():
     assert halved > 0, f"no gradient group in {sorted(t32)}"
     assert any(a["loss"] != b["loss"] for a, b in zip(fp32[1:], bf16[1:])), "bf16 reduction changed nothing"
     worst = max(abs(s["loss"] - b["loss"]) / s["loss"] for s, b in zip(serial, bf16))
-    print(f"worst step loss vs serial: {worst:.2e} (tol 1e-2)")
-    assert len(bf16) == len(serial) and worst <= 1e-2
+    print(f"worst step loss vs serial: {worst:.2e} (tol 1e-4)")
+    assert len(bf16) == len(serial) and worst <= 1e-4
     print("grad reduce dtype: OK")
 
 

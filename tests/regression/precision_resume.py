@@ -6,8 +6,10 @@ usage: precision_resume.py WORKDIR TESSERA DECK [overrides...]
 Runs 12 steps in fp32 straight, and the same 12 steps as fp32 (1-4) -> bf16 (5-8) -> fp32
 (9-12), each segment resuming from the previous one's checkpoint. Checks that every segment
 resumes at the right step, that every checkpoint stores fp32 tensors, that the bf16 segment's
-first loss is the fp32 loss of the same weights to bf16 accuracy (1e-2 relative), and that the
-mixed run ends within 2% of the straight one. Prints 'precision resume: OK'.
+first loss differs from the fp32 loss of the same weights (it computed in bf16) by at most
+1e-4 relative (measured 1.9e-5 on Zen 5: bf16 operands move the loss by about that), and that
+the mixed run ends within 1e-5 of the straight one (measured 1.4e-6: four bf16 steps leave the
+fp32 master weights that close). Prints 'precision resume: OK'.
 """
 import json
 import os
@@ -58,10 +60,10 @@ def main():
     assert all(a[s] == b[s] for s in range(1, 5)), "fp32 segment differs from the straight run"
     first = abs(b[5] - a[5]) / a[5]
     last = abs(b[12] - a[12]) / a[12]
-    print(f"step 5 (first bf16 step): {b[5]:.6f} vs fp32 {a[5]:.6f}, rel {first:.2e} (tol 1e-2)")
-    print(f"step 12 (end): {b[12]:.6f} vs fp32 {a[12]:.6f}, rel {last:.2e} (tol 2e-2)")
-    assert 0 < first <= 1e-2, "the bf16 segment must compute in bf16, and close to fp32"
-    assert last <= 2e-2
+    print(f"step 5 (first bf16 step): {b[5]:.6f} vs fp32 {a[5]:.6f}, rel {first:.2e} (tol 1e-4)")
+    print(f"step 12 (end): {b[12]:.6f} vs fp32 {a[12]:.6f}, rel {last:.2e} (tol 1e-5)")
+    assert 0 < first <= 1e-4, "the bf16 segment must compute in bf16, and close to fp32"
+    assert last <= 1e-5
     print("precision resume: OK")
 
 
