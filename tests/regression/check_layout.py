@@ -50,8 +50,9 @@ def main():
     precision = want("train.precision", "fp32")
     expect = {
         "world": np, "tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp, "zero": zero,
-        # the ranks that share one copy of the model state: all of dp, or the HSDP group
-        "shard_group": 1 if zero == 0 else (shard if shard > 0 else dp),
+        # the ranks that share one copy of the model state: all of dp x cp (ZeRO shards over
+        # the dp_cp group), or the HSDP group
+        "shard_group": 1 if zero == 0 else (shard if shard > 0 else dp * cp),
         "micro_batch": micro, "accumulation": accum,
         "sequence_parallel": want("parallel.sequence_parallel", "false") == "true",
         "compute_dtype": DTYPE[precision],
