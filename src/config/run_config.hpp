@@ -56,6 +56,7 @@ struct TrainSection {
   int64_t loss_scale_window = 1000;
   Recompute recompute = Recompute::none;
   int64_t recompute_layers = 0;  // with full: the first N blocks of each chunk; 0: all
+  int64_t head_chunk_rows = 0;   // output-head rows per chunk; 0: the default
 };
 
 struct OptimSection {

@@ -137,6 +137,13 @@ std::vector<KeySpec> build_schema() {
               "chunk (a pipeline stage holds pp_virtual chunks; without a pipeline the model "
               "is one chunk), keeping the others' activations (Megatron-LM's block method); "
               "0: every block."),
+      integer("train", "head_chunk_rows", "0", 0, kMaxInt,
+              "Rows of the output head computed at a time (doc/performance.md, \"The fused "
+              "output head\"): each chunk's logits are computed, turned into the loss and "
+              "their gradient, and consumed by the head's two gradient GEMMs before the next "
+              "chunk, so only one chunk's logits are ever held; 0: 256 rows (all of a "
+              "micro-batch's when it has fewer). Losses and gradients do not depend on it "
+              "beyond the order in which the weight gradient sums the chunks."),
       choice("train", "on_nonfinite", "stop", {"stop", "skip"},
              "A step whose loss or gradient norm is NaN or Inf is never applied; stop: the run "
              "stops with an error; skip: the step is dropped and counted, and the run stops "

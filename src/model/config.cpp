@@ -108,6 +108,7 @@ ModelConfig ModelConfig::from(const ModelSection& m, const TrainSection& t) {
                   "(model.experts = ", c.moe.experts, ") yet; set train.recompute = none");
   c.recompute = t.recompute;
   c.recompute_layers = t.recompute_layers;
+  c.head_chunk_rows = t.head_chunk_rows;
   return c;
 }
 

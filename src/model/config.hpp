@@ -84,6 +84,15 @@ struct ModelConfig {
   // recompute_layers blocks of each model chunk (0: all) keep only their input.
   Recompute recompute = Recompute::none;
   int64_t recompute_layers = 0;
+  // The output head's rows per chunk (train.head_chunk_rows; 0: kHeadChunkRows): the logits
+  // of at most this many rows exist at once (model/output_head.cpp).
+  static constexpr int64_t kHeadChunkRows = 256;
+  int64_t head_chunk_rows = 0;
+  // Rows of one head chunk for a micro-batch of N rows.
+  int64_t head_rows(int64_t N) const {
+    const int64_t c = head_chunk_rows > 0 ? head_chunk_rows : kHeadChunkRows;
+    return c < N ? c : N;
+  }
 
   static ModelConfig from(const ModelSection& m);
   // The model and how its blocks treat their activations (train.recompute*).

@@ -41,7 +41,7 @@ void OutputHead::parallel_cross_entropy(StepContext& ctx, const Tensor& logits,
 }
 
 double OutputHead::forward(StepContext& ctx, const Tensor& x, const Tensor& targets) {
-  const int64_t N = ctx.batch * cfg_.seq_local(), C = cfg_.d_model, Vl = cfg_.vocab_local();
+  const int64_t N = ctx.batch * cfg_.seq_local(), C = cfg_.d_model;
   const int64_t R = tp::rows(ctx, N);
   Saved& s = slots_.at(ctx.slot);
   if (s.rstd.numel() != R) {
@@ -51,47 +51,64 @@ double OutputHead::forward(StepContext& ctx, const Tensor& x, const Tensor& targ
   }
   s.x = x;
   const Tensor xn = ctx.scratch.get(ScratchId::head_normed, {R, C});
-  const Tensor logits = ctx.scratch.get(ScratchId::head_logits, {N, Vl});
   const Tensor losses = ctx.scratch.get(ScratchId::head_losses, {N});
   norm_.forward(x, xn, s.mean.view(), s.rstd.view());
   const Tensor xf =
       tp::gather(ctx, xn, ctx.scratch.get(ScratchId::head_gathered, {R == N ? 1 : N * C}));
   // The head's GEMMs run in the compute dtype like every Linear (doc/precision.md); the logits
-  // and the cross-entropy stay fp32. A 16-bit gradient of the logits, the operand of the two
-  // gradient GEMMs, is written by the cross-entropy itself (no fp32 gradient, no cast pass).
-  // In training the 16-bit gradient's buffer is free until the cross-entropy writes it, and the
-  // logits are free once it has: each lends its memory to the GEMM after it, which may pack
-  // the weights there first (kernels::matmul_packed_b: the same bits, faster on the head's
-  // shapes; no memory of its own).
+  // and the cross-entropy stay fp32.
   const Tensor w = w_->compute;
   const Tensor xc = gemm_operand(ctx, xf, w.dtype, ScratchId::gemm_x);
-  const Tensor half = ctx.training && w.dtype != DType::f32
-                          ? ctx.scratch.get(ScratchId::gemm_dy, {N, Vl}, w.dtype)
-                          : Tensor{};
-  kernels::matmul_packed_b(xc, w, logits, N, Vl, C, false, true, half);
-  if (tp::size(ctx) == 1)
-    kernels::cross_entropy_fused(logits, targets, losses, N, Vl, cfg_.vocab, ctx.loss_scale,
-                                 half);
-  else
-    parallel_cross_entropy(ctx, logits, targets, losses, half);
+  const Tensor dxn = !ctx.training                                     ? Tensor{}
+                     : R == N && !tp::sequence_parallel(ctx) ? s.dxn.view()
+                                                             : ctx.scratch.get(ScratchId::tp_partial, {N, C});
+  // The rows go through in chunks (ModelConfig::head_rows): a chunk's logits are computed,
+  // turned into its losses and their gradient, and consumed by the two gradient GEMMs before
+  // the next chunk's are computed in the same buffers, so the logits of a micro-batch are
+  // never held whole. Each row's loss and gradient are those of the unchunked head; only the
+  // weight gradient's sum over rows is taken chunk by chunk.
+  const int64_t rows = cfg_.head_rows(N);
+  for (int64_t r0 = 0; r0 < N; r0 += rows) {
+    const int64_t n = std::min(rows, N - r0);
+    head_chunk(ctx, xc.rows(r0, n), targets.slice(r0, n), losses.slice(r0, n),
+               ctx.training ? dxn.rows(r0, n) : Tensor{}, n);
+  }
+  if (ctx.training) tp::reduce_grad(ctx, dxn, s.dxn.view());
   // Host bookkeeping: the losses are summed in order in double (the reported loss), read back
   // from device memory first.
   const float* host_losses = ctx.scratch.readable(ScratchId::head_losses, losses).f32();
   double loss = 0;
   for (int64_t n = 0; n < N; ++n) loss += host_losses[n];
-  if (ctx.training) {
-    // dW += dlogits^T xn, dxn = dlogits W (summed over the ranks' vocabulary blocks); in fp32
-    // the logits now hold dlogits.
-    const Tensor dlogits = half.data ? half : logits;
-    kernels::matmul(dlogits, xc, w_->grad, Vl, C, N, true, false, 1.0f, 1.0f);
-    const Tensor dxn = R == N && !tp::sequence_parallel(ctx)
-                           ? s.dxn.view()
-                           : ctx.scratch.get(ScratchId::tp_partial, {N, C});
-    kernels::matmul_packed_b(dlogits, w, dxn, N, C, Vl, false, false,
-                             half.data ? logits : Tensor{});
-    tp::reduce_grad(ctx, dxn, s.dxn.view());
-  }
   return loss;
+}
+
+void OutputHead::head_chunk(StepContext& ctx, const Tensor& xc, const Tensor& targets,
+                            const Tensor& losses, const Tensor& dxn, int64_t n) {
+  const int64_t C = cfg_.d_model, Vl = cfg_.vocab_local();
+  const Tensor w = w_->compute;
+  // A 16-bit gradient of the logits, the operand of the two gradient GEMMs, is written by the
+  // cross-entropy itself (no fp32 gradient, no cast pass). In training the 16-bit gradient's
+  // buffer is free until the cross-entropy writes it, and the logits are free once it has:
+  // each lends its memory to the GEMM after it, which may pack the weights there first
+  // (kernels::matmul_packed_b: the same bits, faster on the head's shapes; no memory of its
+  // own).
+  const Tensor logits = ctx.scratch.get(ScratchId::head_logits, {n, Vl});
+  const Tensor half = ctx.training && w.dtype != DType::f32
+                          ? ctx.scratch.get(ScratchId::gemm_dy, {n, Vl}, w.dtype)
+                          : Tensor{};
+  kernels::matmul_packed_b(xc, w, logits, n, Vl, C, false, true, half);
+  if (tp::size(ctx) == 1)
+    kernels::cross_entropy_fused(logits, targets, losses, n, Vl, cfg_.vocab, ctx.loss_scale,
+                                 half);
+  else
+    parallel_cross_entropy(ctx, logits, targets, losses, half);
+  if (!ctx.training) return;
+  // dW += dlogits^T xn, dxn = dlogits W (summed over the ranks' vocabulary blocks after the
+  // last chunk); in fp32 the logits now hold dlogits.
+  const Tensor dlogits = half.data ? half : logits;
+  kernels::matmul(dlogits, xc, w_->grad, Vl, C, n, true, false, 1.0f, 1.0f);
+  kernels::matmul_packed_b(dlogits, w, dxn, n, C, Vl, false, false,
+                           half.data ? logits : Tensor{});
 }
 
 void OutputHead::backward(StepContext& ctx, const Tensor& dx) {

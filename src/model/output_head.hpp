@@ -1,7 +1,8 @@
 // Final norm, output projection and cross-entropy. In training the loss gradient is taken in
 // the same pass as the loss (the logits buffer becomes dlogits), and the projection's
-// backward runs immediately, so only dx of the final norm's output is kept per micro-batch,
-// never the logits.
+// backward runs immediately, chunk of rows by chunk of rows (train.head_chunk_rows), so only
+// dx of the final norm's output is kept per micro-batch, and the logits of one chunk at a
+// time exist.
 #pragma once
 
 #include "model/config.hpp"
@@ -30,6 +31,11 @@ class OutputHead {
   // kernels::cross_entropy_fused's.
   void parallel_cross_entropy(StepContext& ctx, const Tensor& logits, const Tensor& targets,
                               const Tensor& losses, const Tensor& dlogits);
+  // One chunk of n rows of the head (forward): xc[n, C] its 16-bit (or fp32) input, targets
+  // and losses its n rows; in training also dW += and dxn[n, C] = (this rank's vocabulary
+  // block's part).
+  void head_chunk(StepContext& ctx, const Tensor& xc, const Tensor& targets,
+                  const Tensor& losses, const Tensor& dxn, int64_t n);
   struct Saved {
     Tensor x;  // the input, owned by the caller
     Buffer mean, rstd, dxn;

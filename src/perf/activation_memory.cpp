@@ -93,11 +93,13 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
     if (ep > 1) f += 3 * Rx * C;         // the all-to-all's stage, d_oe, d_xe
   }
   f += 3 * R * C;                                 // d_norm, dh; normed head input
-  f += N * Vl + N;                                // logits, losses
+  // The head computes its logits chunk by chunk (ModelConfig::head_rows): one chunk of H rows.
+  const double H = double(c.head_rows(int64_t(N)));
+  f += H * Vl + N;                                // one chunk's logits, the losses
   f += 2 * R * C;                                 // the two gradient streams
   f += 2 * (sp ? N * C : 1);                      // gathered rows and gradients
   f += R == N ? 1 : N * C;                        // the head's gathered rows
-  if (split) f += N * C + R * C + N + 2 * N + N;  // partial, sum; CE max, sum, target
+  if (split) f += N * C + R * C + H + 2 * H + H;  // partial, sum; a chunk's CE max, sum, target
   // Context parallelism's buffers (model/context_parallel.cpp).
   if (c.cp.size > 1 && c.cp.kind == CpKind::ring)
     f += 5 * 2 * N * Hkv * D      // K/V blocks in hand and arriving, 2 dK/dV, own dK/dV
@@ -108,9 +110,9 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
          + 2 * N * std::max(Hq, Hkv) * D;  // the all-to-all's send and receive buffers
   const double tokens = B * double(c.seq_len + 1) + 2 * N;  // int32 tokens (whole), inputs, targets
   // 16-bit GEMM operands: the widest input (x, the attention output, the MLP activation) and
-  // the widest output gradient (of q/k/v, o, the MLP maps, the logits), all of N rows.
+  // the widest output gradient (of q/k/v, o, the MLP maps: N rows; of a chunk of the logits).
   const double x16 = N * std::max({C, Hq * D, F});
-  const double dy16 = N * std::max({C, Hq * D, Hkv * D, F, Vl});
+  const double dy16 = std::max(N * std::max({C, Hq * D, Hkv * D, F}), H * Vl);
   return 4 * (f + tokens) + (half ? 2 * (x16 + dy16) : 0);
 }
 
