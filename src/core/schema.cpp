@@ -141,7 +141,7 @@ std::vector<KeySpec> build_schema() {
               "Rows of the output head computed at a time (doc/performance.md, \"The fused "
               "output head\"): each chunk's logits are computed, turned into the loss and "
               "their gradient, and consumed by the head's two gradient GEMMs before the next "
-              "chunk, so only one chunk's logits are ever held; 0: 256 rows (all of a "
+              "chunk, so only one chunk's logits are ever held; 0: 512 rows (all of a "
               "micro-batch's when it has fewer). Losses and gradients do not depend on it "
               "beyond the order in which the weight gradient sums the chunks."),
       choice("train", "on_nonfinite", "stop", {"stop", "skip"},

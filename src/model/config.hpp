@@ -86,7 +86,7 @@ struct ModelConfig {
   int64_t recompute_layers = 0;
   // The output head's rows per chunk (train.head_chunk_rows; 0: kHeadChunkRows): the logits
   // of at most this many rows exist at once (model/output_head.cpp).
-  static constexpr int64_t kHeadChunkRows = 256;
+  static constexpr int64_t kHeadChunkRows = 512;
   int64_t head_chunk_rows = 0;
   // Rows of one head chunk for a micro-batch of N rows.
   int64_t head_rows(int64_t N) const {

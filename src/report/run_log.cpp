@@ -502,6 +502,19 @@ void RunLog::print_activations(double measured, bool pipeline) const {
   std::printf("\n");
 }
 
+// The output head's chunks (train.head_chunk_rows): the logits (fp32, and their 16-bit gradient
+// in a 16-bit run) of one chunk are what the workspace holds, not a micro-batch's.
+void RunLog::print_head() const {
+  const ModelConfig& c = trainer_.config();
+  const int64_t N = trainer_.batch().micro_batch * c.seq_local(), H = c.head_rows(N);
+  const double row =
+      double(c.vocab_local()) * (4 + (trainer_.compute_dtype() == DType::f32 ? 0 : 2));
+  std::printf("output head: %lld rows per micro-batch in %lld chunks of %lld: logits held %s "
+              "(a whole micro-batch's: %s)\n",
+              (long long)N, (long long)((N + H - 1) / H), (long long)H,
+              human_bytes(row * double(H)).c_str(), human_bytes(row * double(N)).c_str());
+}
+
 void RunLog::finish() {
   const PhaseTimer& t = trainer_.timer();
   // Phase times: mean and max over ranks.
@@ -613,6 +626,7 @@ void RunLog::finish() {
                 (long long)ls.skipped, ls.scale);
   print_moe();
   print_activations(mem[int(Charge::activations)], pipe != nullptr);
+  print_head();
   std::printf("\n%s", grid_.traffic_table(trainer_.own_groups()).c_str());
   std::printf("%s", trainer_.data_parallel().summary().c_str());
   if (const ContextParallel& cp = trainer_.config().cp; cp.size > 1 && cp.kind == CpKind::ring) {

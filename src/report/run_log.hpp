@@ -30,6 +30,7 @@ class RunLog {
  private:
   // output.dir/memory.json: bytes per category (max over ranks), live and peak.
   void write_memory_json(const double* peak, const double* live) const;
+  void print_head() const;
   void print_activations(double measured, bool pipeline) const;
   int64_t held_expert_elements() const;
   int64_t routed_expert_elements() const;
