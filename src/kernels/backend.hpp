@@ -74,6 +74,21 @@ struct Backend {
   void (*gelu_forward)(const float* x, float* y, int64_t n) = nullptr;
   void (*gelu_backward)(const float* dy, const float* x, float* dx, int64_t n) = nullptr;
 
+  // fused MLP epilogues (kokkos/epilogue.cpp; sizes and optional outputs as kernels.hpp's
+  // functions of the same names: a null pointer is an output not written or a bias absent).
+  // act16 / dpre16 / dgate16 / dup16: bf16, or f16 when f16 is set.
+  void (*gelu_bias_forward)(float* pre, const float* bias, float* act, uint16_t* act16, bool f16,
+                            int64_t N, int64_t C) = nullptr;
+  void (*swiglu_bias_forward)(float* gate, float* up, const float* gate_bias, const float* up_bias,
+                              float* act, uint16_t* act16, bool f16, int64_t N,
+                              int64_t C) = nullptr;
+  void (*gelu_bias_backward)(const float* dact, const float* pre, float* dpre, uint16_t* dpre16,
+                             bool f16, float* dbias, int64_t N, int64_t C) = nullptr;
+  void (*swiglu_bias_backward)(const float* dact, const float* gate, const float* up,
+                               float* dgate, float* dup, uint16_t* dgate16, uint16_t* dup16,
+                               bool f16, float* dgate_bias, float* dup_bias, int64_t N,
+                               int64_t C) = nullptr;
+
   // rotary position embedding
   void (*rope)(float* x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t pos0, float theta,
                bool inverse) = nullptr;

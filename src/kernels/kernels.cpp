@@ -457,4 +457,93 @@ void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, i
    compute.dtype == DType::f16);
 }
 
+namespace {
+// An optional argument: n elements when given, else nothing (check skips it).
+int64_t given(const Tensor& t, int64_t n) {
+  return t.data ? n : 0;
+}
+// Both of a pair of optional arguments or neither.
+void pair(const char* kernel, const char* a, const Tensor& x, const char* b, const Tensor& y) {
+  TESSERA_REQUIRE_LOCAL((x.data == nullptr) == (y.data == nullptr), "kernels::", kernel, ": ", a,
+                        " and ", b, " are given together or not at all");
+}
+// Two 16-bit outputs of one call have one dtype.
+void same_half(const char* kernel, const Tensor& x, const Tensor& y) {
+  TESSERA_REQUIRE_LOCAL(!x.data || !y.data || x.dtype == y.dtype, "kernels::", kernel,
+                        ": the 16-bit outputs are ", dtype_name(x.dtype), " and ",
+                        dtype_name(y.dtype), "; give them one dtype");
+}
+}  // namespace
+
+void gelu_bias_forward(const Tensor& pre, const Tensor& bias, const Tensor& act,
+                       const Tensor& act16, int64_t N, int64_t C) {
+  const int64_t n = N * C;
+  const Backend& b = check("gelu_bias_forward", {{"pre", pre, n},
+                                                 {"bias", bias, given(bias, C)},
+                                                 {"act", act, n},
+                                                 {"act16", act16, given(act16, n), act16.dtype}});
+  TESSERA_KERNEL(b, gelu_bias_forward)
+  (f(pre), f(bias), f(act), half_out("gelu_bias_forward", "act16", act16),
+   act16.dtype == DType::f16, N, C);
+}
+
+void swiglu_bias_forward(const Tensor& gate, const Tensor& up, const Tensor& gate_bias,
+                         const Tensor& up_bias, const Tensor& act, const Tensor& act16, int64_t N,
+                         int64_t C) {
+  const int64_t n = N * C;
+  pair("swiglu_bias_forward", "gate_bias", gate_bias, "up_bias", up_bias);
+  const Backend& b =
+      check("swiglu_bias_forward", {{"gate", gate, n},
+                                    {"up", up, n},
+                                    {"gate_bias", gate_bias, given(gate_bias, C)},
+                                    {"up_bias", up_bias, given(up_bias, C)},
+                                    {"act", act, n},
+                                    {"act16", act16, given(act16, n), act16.dtype}});
+  TESSERA_KERNEL(b, swiglu_bias_forward)
+  (f(gate), f(up), f(gate_bias), f(up_bias), f(act),
+   half_out("swiglu_bias_forward", "act16", act16), act16.dtype == DType::f16, N, C);
+}
+
+void gelu_bias_backward(const Tensor& dact, const Tensor& pre, const Tensor& dpre,
+                        const Tensor& dpre16, const Tensor& dbias, int64_t N, int64_t C) {
+  const int64_t n = N * C;
+  TESSERA_REQUIRE_LOCAL(dpre.data || dpre16.data,
+                        "kernels::gelu_bias_backward: neither dpre nor dpre16 is given");
+  const Backend& b =
+      check("gelu_bias_backward", {{"dact", dact, n},
+                                   {"pre", pre, n},
+                                   {"dpre", dpre, given(dpre, n)},
+                                   {"dpre16", dpre16, given(dpre16, n), dpre16.dtype},
+                                   {"dbias", dbias, given(dbias, C)}});
+  TESSERA_KERNEL(b, gelu_bias_backward)
+  (f(dact), f(pre), f(dpre), half_out("gelu_bias_backward", "dpre16", dpre16),
+   dpre16.dtype == DType::f16, f(dbias), N, C);
+}
+
+void swiglu_bias_backward(const Tensor& dact, const Tensor& gate, const Tensor& up,
+                          const Tensor& dgate, const Tensor& dup, const Tensor& dgate16,
+                          const Tensor& dup16, const Tensor& dgate_bias, const Tensor& dup_bias,
+                          int64_t N, int64_t C) {
+  const char* k = "swiglu_bias_backward";
+  const int64_t n = N * C;
+  pair(k, "dgate", dgate, "dup", dup);
+  pair(k, "dgate16", dgate16, "dup16", dup16);
+  pair(k, "dgate_bias", dgate_bias, "dup_bias", dup_bias);
+  same_half(k, dgate16, dup16);
+  TESSERA_REQUIRE_LOCAL(dgate.data || dgate16.data, "kernels::", k,
+                        ": neither the f32 nor the 16-bit gradients are given");
+  const Backend& b = check(k, {{"dact", dact, n},
+                               {"gate", gate, n},
+                               {"up", up, n},
+                               {"dgate", dgate, given(dgate, n)},
+                               {"dup", dup, given(dup, n)},
+                               {"dgate16", dgate16, given(dgate16, n), dgate16.dtype},
+                               {"dup16", dup16, given(dup16, n), dup16.dtype},
+                               {"dgate_bias", dgate_bias, given(dgate_bias, C)},
+                               {"dup_bias", dup_bias, given(dup_bias, C)}});
+  TESSERA_KERNEL(b, swiglu_bias_backward)
+  (f(dact), f(gate), f(up), f(dgate), f(dup), half_out(k, "dgate16", dgate16),
+   half_out(k, "dup16", dup16), dgate16.dtype == DType::f16, f(dgate_bias), f(dup_bias), N, C);
+}
+
 }  // namespace tessera::kernels

@@ -140,6 +140,30 @@ void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, c
 void gelu_forward(const Tensor& x, const Tensor& y, int64_t n);
 void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx, int64_t n);  // dx =
 
+// ---- fused MLP epilogues ----------------------------------------------------------------
+// One pass over an MLP's hidden tensors [N, C] between its GEMMs, computing what bias_add, the
+// activation above, cast and bias_backward compute, in the same order and with the same bits
+// (doc/kokkos.md, "Fused epilogues"). Optional arguments may be empty Tensors; a 16-bit output
+// is bf16 or f16, rounded as kernels::cast rounds the fp32 value.
+// Forward: pre += bias (per column, when bias is given; pre keeps the result), act = gelu(pre),
+// act16 = act in 16 bits (optional).
+void gelu_bias_forward(const Tensor& pre, const Tensor& bias, const Tensor& act,
+                       const Tensor& act16, int64_t N, int64_t C);
+// gate += gate_bias, up += up_bias (both or neither), act = silu(gate) * up, act16 as above.
+void swiglu_bias_forward(const Tensor& gate, const Tensor& up, const Tensor& gate_bias,
+                         const Tensor& up_bias, const Tensor& act, const Tensor& act16, int64_t N,
+                         int64_t C);
+// Backward: dpre = gelu'(pre) * dact, written to dpre (f32) and / or dpre16 (at least one);
+// dbias[C] += the column sums of dpre (optional), summed as bias_backward sums them.
+void gelu_bias_backward(const Tensor& dact, const Tensor& pre, const Tensor& dpre,
+                        const Tensor& dpre16, const Tensor& dbias, int64_t N, int64_t C);
+// swiglu_backward's dgate, dup (f32 pair and / or 16-bit pair), and the column sums of each into
+// dgate_bias, dup_bias (both or neither).
+void swiglu_bias_backward(const Tensor& dact, const Tensor& gate, const Tensor& up,
+                          const Tensor& dgate, const Tensor& dup, const Tensor& dgate16,
+                          const Tensor& dup16, const Tensor& dgate_bias, const Tensor& dup_bias,
+                          int64_t N, int64_t C);
+
 // ---- rotary position embedding ------------------------------------------------------------
 // x is [B,T,H,D] (D even), rotated in place; position of token t is pos0 + t.
 // Pairs are (x[2i], x[2i+1]) with frequency theta^(-2i/D) (the Llama convention).

@@ -31,10 +31,15 @@ Tensor Linear::operand(StepContext& ctx, const Tensor& x, ScratchId id) const {
 }
 
 void Linear::forward(StepContext& ctx, const Tensor& x, const Tensor& y, bool accumulate) const {
+  forward_gemm(ctx, x, y, accumulate);
+  if (b_ && !partial_) add_bias(y);
+}
+
+void Linear::forward_gemm(StepContext& ctx, const Tensor& x, const Tensor& y,
+                          bool accumulate) const {
   const int64_t N = rows_of(x, in_, "Linear::forward x");
   kernels::matmul(operand(ctx, x), w_->compute, y, N, out_, in_, false, true, 1.0f,
                   accumulate ? 1.0f : 0.0f);
-  if (b_ && !partial_) kernels::bias_add(y, b_->value, N, out_);
 }
 
 void Linear::add_bias(const Tensor& y) const {
@@ -43,10 +48,15 @@ void Linear::add_bias(const Tensor& y) const {
 
 void Linear::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx,
                       bool accumulate_dx) const {
+  if (b_) kernels::bias_backward(dy, b_->grad, rows_of(dy, out_, "Linear::backward dy"), out_);
+  backward_gemms(ctx, x, dy, dx, accumulate_dx);
+}
+
+void Linear::backward_gemms(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                            bool accumulate_dx) const {
   const int64_t N = rows_of(dy, out_, "Linear::backward dy");
   const Tensor dyc = operand(ctx, dy, ScratchId::gemm_dy);
   kernels::matmul(dyc, operand(ctx, x), w_->grad, out_, in_, N, true, false, 1.0f, 1.0f);
-  if (b_) kernels::bias_backward(dy, b_->grad, N, out_);
   if (dx.data)
     kernels::matmul(dyc, w_->compute, dx, N, in_, out_, false, false, 1.0f,
                     accumulate_dx ? 1.0f : 0.0f);

@@ -45,6 +45,19 @@ class Linear {
   // in scratch buffer `id` (valid until the next use of that buffer).
   Tensor operand(StepContext& ctx, const Tensor& x, ScratchId id = ScratchId::gemm_x) const;
 
+  // The GEMMs alone, for a caller whose fused epilogue (kernels::gelu_bias_forward and the
+  // others) adds the bias and sums its gradient itself: forward without adding the bias, and
+  // backward without its gradient. x and dy may be operands in the compute dtype already
+  // (written by that epilogue); then they are not cast again.
+  void forward_gemm(StepContext& ctx, const Tensor& x, const Tensor& y,
+                    bool accumulate = false) const;
+  void backward_gemms(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                      bool accumulate_dx = false) const;
+  // The bias and its gradient (empty Tensors without a bias), and the GEMMs' operand dtype.
+  Tensor bias() const { return b_ ? b_->value : Tensor{}; }
+  Tensor bias_grad() const { return b_ ? b_->grad : Tensor{}; }
+  DType compute_dtype() const { return w_->compute.dtype; }
+
   int64_t in() const { return in_; }    // this rank's
   int64_t out() const { return out_; }  // this rank's
 

@@ -37,24 +37,35 @@ Mlp::Saved& Mlp::activated(const StepContext& ctx) {
   return s;
 }
 
-void Mlp::activate(int64_t n, Saved& in, Saved& out) const {
+// One fused pass (kernels::gelu_bias_forward / swiglu_bias_forward): the biases added to the
+// GEMMs' outputs when `bias` (they stay in `in` as the pre-activations), the activation into
+// `out`, and, when down_ multiplies in 16 bits, its operand into scratch gemm_x, so that
+// down_ does not cast it again. Returns down_'s operand: that copy, or out.act.
+Tensor Mlp::activate(StepContext& ctx, int64_t N, Saved& in, Saved& out, bool bias) const {
+  const int64_t F = cfg_.ffn_local();
+  const DType t = down_.compute_dtype();
+  const Tensor act16 =
+      t == DType::f32 ? Tensor{} : ctx.scratch.get(ScratchId::gemm_x, {N, F}, t);
   if (swiglu_)
-    kernels::swiglu_forward(in.gate.view(), in.up.view(), out.act.view(), n);
+    kernels::swiglu_bias_forward(in.gate.view(), in.up.view(), bias ? gate_.bias() : Tensor{},
+                                 bias ? up_.bias() : Tensor{}, out.act.view(), act16, N, F);
   else
-    kernels::gelu_forward(in.up.view(), out.act.view(), n);
+    kernels::gelu_bias_forward(in.up.view(), bias ? up_.bias() : Tensor{}, out.act.view(), act16,
+                               N, F);
+  return act16.data ? act16 : out.act.view();
 }
 
 void Mlp::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
-  const int64_t N = ctx.batch * cfg_.seq_local(), F = cfg_.ffn_local(), C = cfg_.d_model;
+  const int64_t N = ctx.batch * cfg_.seq_local(), C = cfg_.d_model;
   Saved& s = kept(ctx);
   Saved& a = activated(ctx);
   const Tensor xc = up_.operand(ctx, x);  // cast once for both maps
-  up_.forward(ctx, xc, s.up.view());
-  if (swiglu_) gate_.forward(ctx, xc, s.gate.view());
-  activate(N * F, s, a);
-  if (tp::size(ctx) == 1) return down_.forward(ctx, a.act.view(), y, /*accumulate=*/true);
+  up_.forward_gemm(ctx, xc, s.up.view());  // the biases: in activate's pass
+  if (swiglu_) gate_.forward_gemm(ctx, xc, s.gate.view());
+  const Tensor act = activate(ctx, N, s, a, /*bias=*/true);
+  if (tp::size(ctx) == 1) return down_.forward(ctx, act, y, /*accumulate=*/true);
   const Tensor partial = ctx.scratch.get(ScratchId::tp_partial, {N, C});
-  down_.forward(ctx, a.act.view(), partial);
+  down_.forward(ctx, act, partial);
   tp::reduce_into(ctx, partial, y, ctx.scratch.get(ScratchId::tp_sum, {tp::rows(ctx, N), C}), true);
   down_.add_bias(y);
 }
@@ -65,20 +76,35 @@ void Mlp::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Te
       tp::sequence_parallel(ctx) ? ctx.scratch.get(ScratchId::tp_partial, {N, C}) : dx;
   Saved& s = kept(ctx);
   Saved& a = activated(ctx);
-  // Full recompute has just rebuilt everything (Block::backward); selective rebuilds act.
-  if (mode_ == Recompute::selective) activate(N * F, s, a);
+  // Full recompute has just rebuilt everything (Block::backward); selective rebuilds act (and
+  // its 16-bit operand, used at once by down_'s weight gradient).
+  const Tensor act =
+      mode_ == Recompute::selective ? activate(ctx, N, s, a, /*bias=*/false) : a.act.view();
   const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {N, F});
-  const Tensor d_up = ctx.scratch.get(ScratchId::mlp_d_up, {N, F});
-  down_.backward(ctx, a.act.view(), dy, d_act);
+  down_.backward(ctx, act, dy, d_act);
   const Tensor xc = up_.operand(ctx, x);
+  // One fused pass writes the hidden gradients, their bias gradients, and in 16 bits only the
+  // GEMMs' operands (no fp32 copy and no cast): those go to the start of the fp32 buffers,
+  // which are requested as before, so the workspace stays what perf/ counts.
+  const DType t = up_.compute_dtype();
+  const bool half = t != DType::f32;
+  auto hidden = [&](ScratchId id) {
+    const Tensor f32 = ctx.scratch.get(id, {N, F});
+    return half ? ctx.scratch.get(id, {N, F}, t) : f32;
+  };
+  const Tensor d_up = hidden(ScratchId::mlp_d_up);
+  const Tensor none;
   if (swiglu_) {
-    const Tensor d_gate = ctx.scratch.get(ScratchId::mlp_d_gate, {N, F});
-    kernels::swiglu_backward(d_act, s.gate.view(), s.up.view(), d_gate, d_up, N * F);
-    gate_.backward(ctx, xc, d_gate, dxp);
-    up_.backward(ctx, xc, d_up, dxp, /*accumulate_dx=*/true);
+    const Tensor d_gate = hidden(ScratchId::mlp_d_gate);
+    kernels::swiglu_bias_backward(d_act, s.gate.view(), s.up.view(), half ? none : d_gate,
+                                  half ? none : d_up, half ? d_gate : none, half ? d_up : none,
+                                  gate_.bias_grad(), up_.bias_grad(), N, F);
+    gate_.backward_gemms(ctx, xc, d_gate, dxp);
+    up_.backward_gemms(ctx, xc, d_up, dxp, /*accumulate_dx=*/true);
   } else {
-    kernels::gelu_backward(d_act, s.up.view(), d_up, N * F);
-    up_.backward(ctx, xc, d_up, dxp);
+    kernels::gelu_bias_backward(d_act, s.up.view(), half ? none : d_up, half ? d_up : none,
+                                up_.bias_grad(), N, F);
+    up_.backward_gemms(ctx, xc, d_up, dxp);
   }
   tp::reduce_grad(ctx, dxp, dx);  // the input gradient sums over the ranks' slices
 }

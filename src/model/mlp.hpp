@@ -31,8 +31,9 @@ class Mlp {
   // Where this micro-batch's gate and up, and the activation's output, live.
   Saved& kept(const StepContext& ctx);
   Saved& activated(const StepContext& ctx);
-  // act = swiglu(gate, up) or gelu(up): the forward's call, rerun by selective recompute.
-  void activate(int64_t n, Saved& in, Saved& out) const;
+  // act = swiglu(gate, up) or gelu(up), the biases added first when `bias` (forward) and not
+  // when selective recompute reruns it; returns down_'s GEMM operand (mlp.cpp).
+  Tensor activate(StepContext& ctx, int64_t N, Saved& in, Saved& out, bool bias) const;
 
   const ModelConfig& cfg_;
   bool swiglu_;

@@ -252,6 +252,60 @@ TEST_F(CudaKernels, GeluMatchesCpu) {
   expect_close(dDX.host(), dx, kRel, "gelu dx");
 }
 
+// The fused MLP epilogues: the device against the CPU on the same inputs. The pre-activations
+// and column sums as bias_add and bias_backward compare (bitwise, by norm), the activations and
+// gradients as the activations above; the 16-bit copies must be the device's own fp32 values
+// rounded (as kernels::cast rounds them), whatever those are.
+TEST_F(CudaKernels, FusedEpiloguesMatchCpu) {
+  const int64_t N = 301, C = 129, n = N * C;
+  const FVec x = randn(n, 51, 3.0), u = randn(n, 52), d = randn(n, 53), b = randn(C, 54),
+             b2 = randn(C, 55);
+  auto rounded = [](const FVec& v) {
+    std::vector<uint16_t> r(v.size());
+    cast(host(v), view_of(r.data(), DType::bf16, Shape{int64_t(v.size())}), int64_t(v.size()));
+    return r;
+  };
+  {  // GELU forward
+    FVec pre = x, act(n);
+    gelu_bias_forward(host(pre), host(b), host(act), {}, N, C);
+    Dev<float> dpre(x), dact{size_t(n)}, db(b);
+    Dev<uint16_t> d16{size_t(n)};
+    gelu_bias_forward(dpre, db, dact, d16.as(DType::bf16), N, C);
+    expect_bitwise(dpre.host(), pre, "gelu_bias_forward pre");
+    const FVec got = dact.host();
+    expect_close(got, act, kRel, "gelu_bias_forward act");
+    EXPECT_EQ(d16.host(), rounded(got)) << "gelu_bias_forward act16";
+  }
+  {  // GELU backward with the bias gradient
+    FVec dpre(n), dbias = b;
+    gelu_bias_backward(host(d), host(x), host(dpre), {}, host(dbias), N, C);
+    Dev<float> dd(d), dx(x), ddpre{size_t(n)}, ddb(b);
+    Dev<uint16_t> d16{size_t(n)};
+    gelu_bias_backward(dd, dx, ddpre, d16.as(DType::bf16), ddb, N, C);
+    const FVec got = ddpre.host();
+    expect_close(got, dpre, kRel, "gelu_bias_backward dpre");
+    EXPECT_EQ(d16.host(), rounded(got)) << "gelu_bias_backward dpre16";
+    expect_normwise(ddb.host(), dbias, kRel, "gelu_bias_backward dbias");
+  }
+  {  // SwiGLU forward and backward with biases
+    FVec gate = x, up = u, act(n), dgate(n), dup(n), dgb = b, dub = b2;
+    swiglu_bias_forward(host(gate), host(up), host(b), host(b2), host(act), {}, N, C);
+    swiglu_bias_backward(host(d), host(gate), host(up), host(dgate), host(dup), {}, {}, host(dgb),
+                         host(dub), N, C);
+    Dev<float> dG(x), dU(u), dA{size_t(n)}, dB(b), dB2(b2), dD(d), dDG{size_t(n)},
+        dDU{size_t(n)}, dGB(b), dUB(b2);
+    swiglu_bias_forward(dG, dU, dB, dB2, dA, {}, N, C);
+    swiglu_bias_backward(dD, dG, dU, dDG, dDU, {}, {}, dGB, dUB, N, C);
+    expect_bitwise(dG.host(), gate, "swiglu_bias_forward gate");
+    expect_bitwise(dU.host(), up, "swiglu_bias_forward up");
+    expect_close(dA.host(), act, kRel, "swiglu_bias_forward act");
+    expect_close(dDG.host(), dgate, kRel, "swiglu_bias_backward dgate");
+    expect_close(dDU.host(), dup, kRel, "swiglu_bias_backward dup");
+    expect_normwise(dGB.host(), dgb, kRel, "swiglu_bias_backward dgate_bias");
+    expect_normwise(dUB.host(), dub, kRel, "swiglu_bias_backward dup_bias");
+  }
+}
+
 // ---- rope -------------------------------------------------------------------------------------
 
 TEST_F(CudaKernels, RopeMatchesCpuForwardAndInverse) {

@@ -221,6 +221,7 @@ void register_elementwise(Backend& b, Target t);
 void register_cast(Backend& b, Target t);
 void register_norm(Backend& b, Target t);
 void register_activation(Backend& b, Target t);
+void register_epilogue(Backend& b, Target t);
 void register_rope(Backend& b, Target t);
 void register_embedding(Backend& b, Target t);
 void register_cross_entropy(Backend& b, Target t);

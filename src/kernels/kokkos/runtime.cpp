@@ -95,6 +95,7 @@ void register_all(Backend& b, Target t) {
   register_cast(b, t);
   register_norm(b, t);
   register_activation(b, t);
+  register_epilogue(b, t);
   register_rope(b, t);
   register_embedding(b, t);
   register_cross_entropy(b, t);
