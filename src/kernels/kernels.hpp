@@ -161,8 +161,9 @@ void rope(const Tensor& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t p
 // operands of the tile products to bf16 (scale q, k, v, dout) and multiplies them with fp32
 // sums; the probabilities are rounded to bf16 before P V and P^T dO, dS before dS K and dS^T Q
 // (in the forward, P = exp(s - m) with m the running row maximum over the 64-key tiles seen so
-// far, in key order from the block's first key; in the backward, P = exp(s - lse)); the scores,
-// softmax statistics, lse, Dvec = rowsum(bf16(dout) * out) and all sums are fp32.
+// far, in key order from the block's first key, and the row sum l adds the rounded P; in the
+// backward, P = exp(s - lse)); the scores, softmax statistics, lse, Dvec = rowsum(bf16(dout) *
+// out) and all sums are fp32.
 struct AttnShape {
   int64_t B, T, Hq, Hkv, D;
   float scale;                     // usually 1/sqrt(D)

@@ -141,7 +141,7 @@ INSTANTIATE_TEST_SUITE_P(Blocks, CudaAttentionBlocks,
 // v, dout; P and dS before their products) and sum in fp32 in different orders, so they differ
 // by fp32 summation and by the few values that lie within fp32 error of a bf16 rounding
 // boundary and round the other way, the residue the unit test bounds against a double
-// reference (tests/unit/test_attention_bf16.cpp: measured <= 3.1e-5 there, bar 2e-4). The
+// reference (tests/unit/test_attention_bf16.cpp: measured <= 1.4e-5 there, bar 2e-4). The
 // fp32 CUDA kernel on the same inputs must be farther than twice the bar from the CPU's bf16
 // result (the roundings themselves move it by 1e-3 or more), so a GPU kernel that ignored the
 // dtype fails.
@@ -185,7 +185,7 @@ TEST_P(CudaAttentionBf16, MatchesCpuBf16) {
   attention_forward(dQ, dK, dV, dOut, dLse, s);
   attention_backward(dO, dQ, dK, dV, dOut, dLse, gQ, gK, gV, s);
   expect_normwise(dOut.host(), out, kBf16Rel, "out");
-  expect_normwise(dLse.host(), lse, kRel, "lse");  // fp32 statistics of the same scores
+  expect_normwise(dLse.host(), lse, kBf16Rel, "lse");  // sums the rounded P
   expect_normwise(gQ.host(), dq, kBf16Rel, "dq");
   expect_normwise(gK.host(), dk, kBf16Rel, "dk");
   expect_normwise(gV.host(), dv, kBf16Rel, "dv");
@@ -196,15 +196,15 @@ TEST_P(CudaAttentionBf16, MatchesCpuBf16) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionBf16,
-                         ::testing::Values(Bf16Case{2, 130, 130, 4, 2, 64, 0, 0},   // ragged, GQA
-                                           Bf16Case{1, 100, 100, 3, 1, 20, 0, 0},   // D 20 -> 32
-                                           Bf16Case{1, 257, 257, 2, 1, 128, 0, 0},  // largest D
+                         ::testing::Values(Bf16Case{2, 130, 130, 4, 2, 64, 0, 0},    // ragged, GQA
+                                           Bf16Case{1, 100, 100, 3, 1, 20, 0, 0},    // D 20 -> 32
+                                           Bf16Case{1, 257, 257, 2, 1, 128, 0, 0},   // largest D
                                            Bf16Case{1, 90, 150, 2, 1, 64, 100, 70},  // CP block
                                            Bf16Case{2, 70, 130, 4, 2, 32, 130, 0}),  // all visible
                          [](const ::testing::TestParamInfo<Bf16Case>& info) {
                            std::ostringstream os;
-                           os << "T" << info.param.T << "Tk" << info.param.Tk << "D"
-                              << info.param.D << "_" << info.index;
+                           os << "T" << info.param.T << "Tk" << info.param.Tk << "D" << info.param.D
+                              << "_" << info.index;
                            return os.str();
                          });
 

@@ -220,8 +220,8 @@ __global__ void __launch_bounds__(kThreads)
       float rs = 0.0f;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        s[i][j] = expf(s[i][j] - ref);  // masked: exp(-inf) = 0
-        rs += s[i][j];
+        s[i][j] = operand(expf(s[i][j] - ref), bf16);  // masked: exp(-inf) = 0
+        rs += s[i][j];  // bf16: the rounded weights, as on the CPU
       }
       l[i] = l[i] * corr + rs;  // this thread's columns only; summed over the row at the end
       m[i] = mx;
