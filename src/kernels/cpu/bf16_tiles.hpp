@@ -9,6 +9,7 @@
 // and the instruction flushes fp32 subnormals to zero).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "tensor/half.hpp"
@@ -27,8 +28,15 @@ constexpr int64_t kRows = 8, kCols = 16;
 constexpr int64_t kRows = 4, kCols = 8;
 #endif
 
+// Round to nearest even on the bits, without the NaN case of half::to_bf16 (so that loops over
+// it vectorise): a NaN input may come out as infinity, which is as non-finite. Attention's
+// operands are finite in any step that is kept.
+inline uint32_t bf16_bits(float x) {
+  const uint32_t u = half::bits(x);
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
 inline uint32_t pack(float lo, float hi) {
-  return uint32_t(half::to_bf16(lo)) | uint32_t(half::to_bf16(hi)) << 16;
+  return bf16_bits(lo) | bf16_bits(hi) << 16;
 }
 inline float low(uint32_t p) {
   return half::from_bits(p << 16);
@@ -43,13 +51,23 @@ inline float high(uint32_t p) {
 // operand over x's columns; with rs = 1 and ps = its row stride, the B operand x^T.
 inline void column_pairs(const float* src, int64_t ld, int64_t n, int64_t padded_n, int64_t cols,
                          int64_t pairs, float alpha, uint32_t* dst, int64_t rs, int64_t ps) {
-  for (int64_t r = 0; r < padded_n; ++r)
-    for (int64_t p = 0; p < pairs; ++p) {
-      const int64_t c = 2 * p;
-      const float lo = r < n && c < cols ? alpha * src[r * ld + c] : 0.0f;
-      const float hi = r < n && c + 1 < cols ? alpha * src[r * ld + c + 1] : 0.0f;
-      dst[r * rs + p * ps] = pack(lo, hi);
+  const int64_t whole = std::min(pairs, cols / 2);  // pairs inside x
+  for (int64_t r = 0; r < padded_n; ++r) {
+    uint32_t* out = dst + r * rs;
+    if (r >= n) {
+      for (int64_t p = 0; p < pairs; ++p) out[p * ps] = 0;
+      continue;
     }
+    const float* row = src + r * ld;
+#pragma omp simd
+    for (int64_t p = 0; p < whole; ++p)
+      out[p * ps] = pack(alpha * row[2 * p], alpha * row[2 * p + 1]);
+    for (int64_t p = whole; p < pairs; ++p) {
+      const int64_t c = 2 * p;
+      out[p * ps] =
+          pack(c < cols ? alpha * row[c] : 0.0f, c + 1 < cols ? alpha * row[c + 1] : 0.0f);
+    }
+  }
 }
 
 // The pairs of adjacent rows of an fp32 matrix: dst[p * ps + c * cs] = pack(alpha x[2p][c],
@@ -60,11 +78,16 @@ inline void row_pairs(const float* src, int64_t ld, int64_t n, int64_t padded_n,
                       int64_t padded_cols, float alpha, uint32_t* dst, int64_t ps, int64_t cs) {
   for (int64_t p = 0; p < padded_n / 2; ++p) {
     const int64_t r = 2 * p;
-    for (int64_t c = 0; c < padded_cols; ++c) {
-      const float lo = r < n && c < cols ? alpha * src[r * ld + c] : 0.0f;
-      const float hi = r + 1 < n && c < cols ? alpha * src[(r + 1) * ld + c] : 0.0f;
-      dst[p * ps + c * cs] = pack(lo, hi);
+    uint32_t* out = dst + p * ps;
+    if (r + 1 < n) {  // both rows inside x
+      const float *lo = src + r * ld, *hi = lo + ld;
+#pragma omp simd
+      for (int64_t c = 0; c < cols; ++c) out[c * cs] = pack(alpha * lo[c], alpha * hi[c]);
+    } else {
+      for (int64_t c = 0; c < cols; ++c)
+        out[c * cs] = pack(r < n ? alpha * src[r * ld + c] : 0.0f, 0.0f);
     }
+    for (int64_t c = cols; c < padded_cols; ++c) out[c * cs] = 0;
   }
 }
 
