@@ -314,8 +314,17 @@ void rope(const Tensor& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t p
   TESSERA_KERNEL(b, rope)(f(x), B, T, H, D, pos0, theta, inverse);
 }
 
+namespace {
+void check_attention_compute(const char* kernel, const AttnShape& s) {
+  TESSERA_REQUIRE_LOCAL(s.compute == DType::f32 || s.compute == DType::bf16, "kernels::", kernel,
+                        ": compute dtype ", dtype_name(s.compute),
+                        " is not supported (f32 or bf16)");
+}
+}  // namespace
+
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                        const Tensor& lse, const AttnShape& s) {
+  check_attention_compute("attention_forward", s);
   const int64_t nq = s.B * s.T * s.Hq * s.D, nkv = s.B * s.keys() * s.Hkv * s.D;
   const Backend& b = check("attention_forward", {{"q", q, nq},
                                                  {"k", k, nkv},
@@ -328,6 +337,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, const AttnShape& s) {
+  check_attention_compute("attention_backward", s);
   const int64_t nq = s.B * s.T * s.Hq * s.D, nkv = s.B * s.keys() * s.Hkv * s.D;
   const Backend& b = check("attention_backward", {{"dout", dout, nq},
                                                   {"q", q, nq},

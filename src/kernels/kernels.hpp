@@ -181,11 +181,19 @@ void rope(const Tensor& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t p
 // offsets it is one block of a longer sequence (context parallelism): a query row that sees
 // no key of the block gets out = 0 and lse = -inf, and blocks combine with attention_merge.
 // The cuda backend takes D <= 128.
+// Precision (compute): the tensors are f32 either way. f32 multiplies in fp32. bf16 rounds the
+// operands of the tile products to bf16 (scale q, k, v, dout) and multiplies them with fp32
+// sums; the probabilities are rounded to bf16 before P V and P^T dO, dS before dS K and dS^T Q
+// (in the forward, P = exp(s - m) with m the running row maximum over the 64-key tiles seen so
+// far, in key order from the block's first key, and the row sum l adds the rounded P; in the
+// backward, P = exp(s - lse)); the scores, softmax statistics, lse, Dvec = rowsum(bf16(dout) *
+// out) and all sums are fp32.
 struct AttnShape {
   int64_t B, T, Hq, Hkv, D;
   float scale;                     // usually 1/sqrt(D)
   int64_t Tk = 0;                  // key rows; 0: T
   int64_t q_pos0 = 0, k_pos0 = 0;  // global positions of the first query and key rows
+  DType compute = DType::f32;      // f32 or bf16: the products' operands
   int64_t keys() const { return Tk > 0 ? Tk : T; }
 };
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

@@ -23,7 +23,7 @@ void rope_global(const ModelConfig& cfg, const Tensor& x, int64_t B, int64_t H, 
 }  // namespace
 
 Attention::Attention(ParamStore& store, const std::string& name, const ModelConfig& cfg)
-    : cfg_(cfg) {
+    : cfg_(cfg), store_(store) {
   const int64_t C = cfg.d_model, qd = cfg.heads * cfg.head_dim, kvd = cfg.kv_heads * cfg.head_dim;
   const bool bias = cfg.has_bias();
   const float resid_std = cfg.init_std / std::sqrt(2.0f * float(cfg.layers));
@@ -57,13 +57,18 @@ Attention::Saved& Attention::core(const StepContext& ctx) {
   return s;
 }
 
+DType Attention::core_dtype() const {
+  return store_.compute_dtype() == DType::bf16 ? DType::bf16 : DType::f32;
+}
+
 void Attention::attend(StepContext& ctx, Saved& qkv, Saved& out) {
   const int64_t B = ctx.batch, T = cfg_.seq_local(), D = cfg_.head_dim;
   const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local();
   if (cp::size(ctx) > 1)
     return cp::attention_forward(ctx, cfg_, qkv.q.view(), qkv.k.view(), qkv.v.view(),
-                                 out.att.view(), out.lse.view());
-  const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
+                                 out.att.view(), out.lse.view(), core_dtype());
+  const kernels::AttnShape shape{B, T, Hq, Hkv,         D, 1.0f / std::sqrt(float(D)),
+                                 0, 0, 0,  core_dtype()};
   kernels::attention_forward(qkv.q.view(), qkv.k.view(), qkv.v.view(), out.att.view(),
                              out.lse.view(), shape);
 }
@@ -104,9 +109,10 @@ void Attention::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, co
   o_.backward(ctx, c.att.view(), dy, d_att);
   if (cp::size(ctx) > 1) {
     cp::attention_backward(ctx, cfg_, d_att, s.q.view(), s.k.view(), s.v.view(), c.att.view(),
-                           c.lse.view(), dq, dk, dv);
+                           c.lse.view(), dq, dk, dv, core_dtype());
   } else {
-    const kernels::AttnShape shape{B, T, Hq, Hkv, D, 1.0f / std::sqrt(float(D))};
+    const kernels::AttnShape shape{B, T, Hq, Hkv,         D, 1.0f / std::sqrt(float(D)),
+                                   0, 0, 0,  core_dtype()};
     kernels::attention_backward(d_att, s.q.view(), s.k.view(), s.v.view(), c.att.view(),
                                 c.lse.view(), dq, dk, dv, shape);
   }

@@ -37,8 +37,12 @@ class Attention {
   Saved& core(const StepContext& ctx);
   // att, lse = attention(q, k, v): the forward's call, rerun by selective recompute.
   void attend(StepContext& ctx, Saved& qkv, Saved& out);
+  // The dtype of the attention core's products: bf16 when the weights' compute copy is bf16
+  // (train.precision = bf16), else f32 (fp16 runs keep an fp32 core; doc/precision.md).
+  DType core_dtype() const;
 
   const ModelConfig& cfg_;
+  const ParamStore& store_;
   Linear q_, k_, v_, o_;
   Slots<Saved> slots_;
   Saved* shared_ = nullptr;

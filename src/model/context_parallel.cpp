@@ -13,9 +13,10 @@ namespace {
 constexpr int kTagKv = 1701, kTagDkv = 1702;
 
 kernels::AttnShape block_shape(const ModelConfig& cfg, int64_t B, int64_t Tq, int64_t Tk,
-                               int64_t q_pos0, int64_t k_pos0, int64_t Hq, int64_t Hkv) {
+                               int64_t q_pos0, int64_t k_pos0, int64_t Hq, int64_t Hkv,
+                               DType compute) {
   const int64_t D = cfg.head_dim;
-  return {B, Tq, Hq, Hkv, D, 1.0f / std::sqrt(float(D)), Tk, q_pos0, k_pos0};
+  return {B, Tq, Hq, Hkv, D, 1.0f / std::sqrt(float(D)), Tk, q_pos0, k_pos0, compute};
 }
 
 // ---- ring ---------------------------------------------------------------------------------
@@ -87,7 +88,7 @@ class StepTransfers {
 };
 
 void ring_forward(StepContext& ctx, const ModelConfig& cfg, const Tensor& q, const Tensor& k,
-                  const Tensor& v, const Tensor& att, const Tensor& lse) {
+                  const Tensor& v, const Tensor& att, const Tensor& lse, DType compute) {
   Communicator& comm = *ctx.par.cp;
   const Ring R(ctx, cfg, q.shape[0]);
   Tensor cur = ctx.scratch.get(ScratchId::cp_kv_a, {R.block()});
@@ -108,7 +109,7 @@ void ring_forward(StepContext& ctx, const ModelConfig& cfg, const Tensor& q, con
       for (int kj = 0; kj < 2; ++kj) {
         const int64_t gq = R.chunk(R.r, qj), gk = R.chunk(src, kj);
         if (gk > gq) continue;  // wholly in the queries' future
-        const auto s = block_shape(cfg, R.B, R.c, R.c, gq * R.c, gk * R.c, R.Hq, R.Hkv);
+        const auto s = block_shape(cfg, R.B, R.c, R.c, gq * R.c, gk * R.c, R.Hq, R.Hkv, compute);
         const Tensor qc = flat(q, qj * R.nq, R.nq), oc = flat(att, qj * R.nq, R.nq);
         const Tensor lc = flat(lse, qj * R.nlse, R.nlse);
         const Tensor kc = flat(cur, R.k_at(kj), R.nkv), vc = flat(cur, R.v_at(kj), R.nkv);
@@ -128,7 +129,7 @@ void ring_forward(StepContext& ctx, const ModelConfig& cfg, const Tensor& q, con
 
 void ring_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_att, const Tensor& q,
                    const Tensor& k, const Tensor& v, const Tensor& att, const Tensor& lse,
-                   const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                   const Tensor& dq, const Tensor& dk, const Tensor& dv, DType compute) {
   Communicator& comm = *ctx.par.cp;
   const Ring R(ctx, cfg, q.shape[0]);
   Tensor cur = ctx.scratch.get(ScratchId::cp_kv_a, {R.block()});
@@ -160,7 +161,7 @@ void ring_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_att
       for (int kj = 0; kj < 2; ++kj) {
         const int64_t gq = R.chunk(R.r, qj), gk = R.chunk(src, kj);
         if (gk > gq) continue;
-        const auto s = block_shape(cfg, R.B, R.c, R.c, gq * R.c, gk * R.c, R.Hq, R.Hkv);
+        const auto s = block_shape(cfg, R.B, R.c, R.c, gq * R.c, gk * R.c, R.Hq, R.Hkv, compute);
         kernels::attention_backward(flat(d_att, qj * R.nq, R.nq), flat(q, qj * R.nq, R.nq),
                                     flat(cur, R.k_at(kj), R.nkv), flat(cur, R.v_at(kj), R.nkv),
                                     flat(att, qj * R.nq, R.nq), flat(lse, qj * R.nlse, R.nlse),
@@ -238,13 +239,13 @@ struct Ulysses {
         P(ctx.par.cp->size()) {}
   int64_t nq() const { return B * Tl * Hq * D; }
   int64_t nkv() const { return B * Tl * Hkv * D; }
-  kernels::AttnShape shape(const ModelConfig& cfg) const {
-    return block_shape(cfg, B, T, T, 0, 0, Hq / P, Hkv / P);
+  kernels::AttnShape shape(const ModelConfig& cfg, DType compute) const {
+    return block_shape(cfg, B, T, T, 0, 0, Hq / P, Hkv / P, compute);
   }
 };
 
 void ulysses_forward(StepContext& ctx, const ModelConfig& cfg, const Tensor& q, const Tensor& k,
-                     const Tensor& v, const Tensor& att, const Tensor& lse) {
+                     const Tensor& v, const Tensor& att, const Tensor& lse, DType compute) {
   const Ulysses U(ctx, cfg, q.shape[0]);
   const Tensor qh = ctx.scratch.get(ScratchId::cp_heads_q, {U.nq()});
   const Tensor kh = ctx.scratch.get(ScratchId::cp_heads_k, {U.nkv()});
@@ -253,13 +254,14 @@ void ulysses_forward(StepContext& ctx, const ModelConfig& cfg, const Tensor& q, 
   to_heads(ctx, q, qh, U.B, U.Tl, U.Hq, U.D);
   to_heads(ctx, k, kh, U.B, U.Tl, U.Hkv, U.D);
   to_heads(ctx, v, vh, U.B, U.Tl, U.Hkv, U.D);
-  kernels::attention_forward(qh, kh, vh, oh, lse, U.shape(cfg));
+  kernels::attention_forward(qh, kh, vh, oh, lse, U.shape(cfg, compute));
   to_sequence(ctx, oh, att, U.B, U.Tl, U.Hq, U.D);
 }
 
 void ulysses_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_att,
                       const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& att,
-                      const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                      const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                      DType compute) {
   const Ulysses U(ctx, cfg, q.shape[0]);
   const Tensor qh = ctx.scratch.get(ScratchId::cp_heads_q, {U.nq()});
   const Tensor kh = ctx.scratch.get(ScratchId::cp_heads_k, {U.nkv()});
@@ -274,7 +276,7 @@ void ulysses_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_
   to_heads(ctx, v, vh, U.B, U.Tl, U.Hkv, U.D);
   to_heads(ctx, att, oh, U.B, U.Tl, U.Hq, U.D);
   to_heads(ctx, d_att, doh, U.B, U.Tl, U.Hq, U.D);
-  kernels::attention_backward(doh, qh, kh, vh, oh, lse, dqh, dkh, dvh, U.shape(cfg));
+  kernels::attention_backward(doh, qh, kh, vh, oh, lse, dqh, dkh, dvh, U.shape(cfg, compute));
   to_sequence(ctx, dqh, dq, U.B, U.Tl, U.Hq, U.D);
   to_sequence(ctx, dkh, dk, U.B, U.Tl, U.Hkv, U.D);
   to_sequence(ctx, dvh, dv, U.B, U.Tl, U.Hkv, U.D);
@@ -283,17 +285,18 @@ void ulysses_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_
 }  // namespace
 
 void attention_forward(StepContext& ctx, const ModelConfig& cfg, const Tensor& q, const Tensor& k,
-                       const Tensor& v, const Tensor& att, const Tensor& lse) {
-  if (cfg.cp.kind == CpKind::ulysses) return ulysses_forward(ctx, cfg, q, k, v, att, lse);
-  ring_forward(ctx, cfg, q, k, v, att, lse);
+                       const Tensor& v, const Tensor& att, const Tensor& lse, DType compute) {
+  if (cfg.cp.kind == CpKind::ulysses) return ulysses_forward(ctx, cfg, q, k, v, att, lse, compute);
+  ring_forward(ctx, cfg, q, k, v, att, lse, compute);
 }
 
 void attention_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_att,
                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& att,
-                        const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                        const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        DType compute) {
   if (cfg.cp.kind == CpKind::ulysses)
-    return ulysses_backward(ctx, cfg, d_att, q, k, v, att, lse, dq, dk, dv);
-  ring_backward(ctx, cfg, d_att, q, k, v, att, lse, dq, dk, dv);
+    return ulysses_backward(ctx, cfg, d_att, q, k, v, att, lse, dq, dk, dv, compute);
+  ring_backward(ctx, cfg, d_att, q, k, v, att, lse, dq, dk, dv, compute);
 }
 
 }  // namespace tessera::cp

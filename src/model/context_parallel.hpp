@@ -28,12 +28,14 @@ inline int64_t size(const StepContext& ctx) {
 
 // att[N, Hq*D], lse = attention of this rank's queries q[N, Hq*D] over every key of their
 // sequences (k, v[N, Hkv*D] on each cp rank); N = B x seq_local. lse holds B x Hq x seq_local
-// floats (ring: [chunk][B][Hq][chunk length]; ulysses: [B][Hq/cp][seq_len]).
+// floats (ring: [chunk][B][Hq][chunk length]; ulysses: [B][Hq/cp][seq_len]). compute: the
+// kernels' product dtype (kernels::AttnShape::compute), the same in forward and backward.
 void attention_forward(StepContext& ctx, const ModelConfig& cfg, const Tensor& q, const Tensor& k,
-                       const Tensor& v, const Tensor& att, const Tensor& lse);
+                       const Tensor& v, const Tensor& att, const Tensor& lse, DType compute);
 // dq, dk, dv (overwritten) of this rank's tokens, from d_att and the forward's tensors.
 void attention_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_att,
                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& att,
-                        const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv);
+                        const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        DType compute);
 
 }  // namespace tessera::cp

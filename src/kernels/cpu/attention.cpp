@@ -8,13 +8,25 @@
 // exactly the scores that the forward's lse normalised.
 // Tiles are copied into zero-padded thread-local buffers so that every product is a small
 // dense GEMM over whole register blocks.
+//
+// With AttnShape::compute = bf16 the copies round the operands to bf16 (scale q, k, v, dout)
+// into pair layouts (bf16_tiles.hpp) and the seven tile products multiply bf16 operands with
+// fp32 sums; the probabilities P and dS are rounded to bf16 just before the products that read
+// them (P V, P^T dO, dS K, dS^T Q), as flash-attention does on tensor cores. The scores, the
+// online softmax, lse, Dvec (from bf16 dout and fp32 out) and every accumulator stay fp32. The
+// forward rounds its unnormalised P = exp(s - m), m the running maximum over the key tiles seen
+// so far, and sums the row from the rounded values, so that out = sum P v / sum P is a convex
+// combination of the bf16 v rows (with the fp32 sum instead, reference_llama_bf16's 50-step
+// loss trajectory drifted 2.5e-2 from float64, against 1.2e-2 this way and 0.9e-2 for autocast).
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/cpu/bf16_tiles.hpp"
 #include "kernels/cpu/vec_math.hpp"
 
 #ifdef _OPENMP
@@ -35,6 +47,11 @@ constexpr int64_t kMR = 4, kNR = 16;
 constexpr int64_t kMR = 4, kNR = 8;
 #endif
 static_assert(kTile % kNR == 0 && kNR % kMR == 0);
+// The bf16 products run over the same padded tiles.
+using bf16_tiles::column_pairs;
+using bf16_tiles::pair_gemm;
+using bf16_tiles::row_pairs;
+static_assert(kMR % bf16_tiles::kRows == 0 && kNR % bf16_tiles::kCols == 0);
 
 // Vector helpers (vec_math.hpp). The softmax exponentials use them because GCC does not
 // vectorise a clamped exp written as a plain loop.
@@ -50,6 +67,12 @@ using vec::vselect;
 using vec::vsplat;
 using vec::vstore;
 static_assert(kNR % kLanes == 0);
+
+// x rounded to bf16 (to nearest even) and widened back, per lane; x is finite here.
+inline vfloat round_bf16(vfloat x) {
+  const vint u = std::bit_cast<vint>(x);
+  return std::bit_cast<vfloat>((u + 0x7fff + ((u >> 16) & 1)) & int32_t(0xffff0000u));
+}
 
 int64_t round_up(int64_t x, int64_t m) {
   return (x + m - 1) / m * m;
@@ -156,26 +179,39 @@ void gemm_tile(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, con
 
 // ---- forward ----------------------------------------------------------------------------
 
+// fp32: the operand tiles Qs (scale q), KT (k^T), Vs; bf16: their pairs Qp (of columns), Kd
+// (k^T, pairs over d), Vr (pairs of rows) and Pp, the probabilities as pairs of columns.
+template <bool Bf16>
 struct ForwardScratch {
   std::vector<float> Qs, KT, Vs, S, O, m, l;
+  std::vector<uint32_t> Qp, Kd, Vr, Pp;
   explicit ForwardScratch(int64_t Dp)
-      : Qs(kTile * Dp),
-        KT(Dp * kTile),
-        Vs(kTile * Dp),
+      : Qs(Bf16 ? 0 : kTile * Dp),
+        KT(Bf16 ? 0 : Dp * kTile),
+        Vs(Bf16 ? 0 : kTile * Dp),
         S(kTile * kTile),
         O(kTile * Dp),
         m(kTile),
-        l(kTile) {}
+        l(kTile),
+        Qp(Bf16 ? kTile * Dp / 2 : 0),
+        Kd(Bf16 ? Dp / 2 * kTile : 0),
+        Vr(Bf16 ? kTile / 2 * Dp : 0),
+        Pp(Bf16 ? kTile * kTile / 2 : 0) {}
 };
 
 // One query tile of one (b, h): its out rows and lse.
+template <bool Bf16>
 void forward_tile(const float* q, const float* k, const float* v, float* out, float* lse,
                   const Geometry& G, float scale, int64_t b, int64_t h, int64_t ib,
-                  ForwardScratch& ws) {
-  const int64_t D = G.D, Dp = G.Dp, g = h / G.group;
+                  ForwardScratch<Bf16>& ws) {
+  const int64_t D = G.D, Dp = G.Dp, g = h / G.group, ld = G.Hkv * D;
   const TileRange Q(G.T, ib);
   // The scale is folded into the query copy.
-  load_rows(q + G.q_at(b, Q.start, h), G.Hq * D, Q.n, Q.n_rows, D, Dp, scale, ws.Qs.data());
+  if constexpr (Bf16)
+    column_pairs(q + G.q_at(b, Q.start, h), G.Hq * D, Q.n, Q.n_rows, D, Dp / 2, scale, ws.Qp.data(),
+                 Dp / 2, 1);
+  else
+    load_rows(q + G.q_at(b, Q.start, h), G.Hq * D, Q.n, Q.n_rows, D, Dp, scale, ws.Qs.data());
   std::fill(ws.O.begin(), ws.O.end(), 0.0f);
   std::fill(ws.l.begin(), ws.l.end(), 0.0f);
   constexpr float kNoKey = -std::numeric_limits<float>::infinity();
@@ -184,10 +220,18 @@ void forward_tile(const float* q, const float* k, const float* v, float* out, fl
   for (int64_t jb = 0; jb < nkt; ++jb) {
     const TileRange K(G.Tk, jb);
     if (!tiles_meet(Q, K, G.shift)) break;  // later key tiles are later still
-    load_transposed(k + G.kv_at(b, K.start, g), G.Hkv * D, K.n, K.n_cols, D, Dp, ws.KT.data());
-    load_rows(v + G.kv_at(b, K.start, g), G.Hkv * D, K.n, K.n_cols, D, Dp, 1.0f, ws.Vs.data());
-    gemm_tile<false, false>(Q.n_rows, K.n_cols, Dp, ws.Qs.data(), Dp, ws.KT.data(), kTile,
-                            ws.S.data(), kTile);
+    if constexpr (Bf16) {
+      column_pairs(k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, D, Dp / 2, 1.0f, ws.Kd.data(), 1,
+                   kTile);
+      row_pairs(v + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, D, Dp, 1.0f, ws.Vr.data(), Dp, 1);
+      pair_gemm<false>(Q.n_rows, K.n_cols, Dp / 2, ws.Qp.data(), Dp / 2, ws.Kd.data(), kTile,
+                       ws.S.data(), kTile);
+    } else {
+      load_transposed(k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, D, Dp, ws.KT.data());
+      load_rows(v + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, D, Dp, 1.0f, ws.Vs.data());
+      gemm_tile<false, false>(Q.n_rows, K.n_cols, Dp, ws.Qs.data(), Dp, ws.KT.data(), kTile,
+                              ws.S.data(), kTile);
+    }
     // S becomes P (unnormalised, relative to the running max); padding rows of S are zero.
     for (int64_t r = 0; r < Q.n; ++r) {
       const int64_t nc = causal_count(Q.start + r, K.start, K.n, G.shift);
@@ -206,7 +250,8 @@ void forward_tile(const float* q, const float* k, const float* v, float* out, fl
       const float corr = first ? 0.0f : std::exp(ws.m[r] - mx);
       vfloat sum = {};
       for (int64_t c0 = 0; c0 < K.n_cols; c0 += kLanes) {
-        const vfloat e = vselect(lanes_below(c0, nc), vexp(vload(s + c0) - mx), vfloat{});
+        vfloat e = vselect(lanes_below(c0, nc), vexp(vload(s + c0) - mx), vfloat{});
+        if constexpr (Bf16) e = round_bf16(e);  // the row sums the weights P V multiplies
         vstore(s + c0, e);
         sum += e;
       }
@@ -218,8 +263,15 @@ void forward_tile(const float* q, const float* k, const float* v, float* out, fl
         for (int64_t d = 0; d < Dp; ++d) o[d] *= corr;
       }
     }
-    gemm_tile<false, true>(Q.n_rows, Dp, K.n_cols, ws.S.data(), kTile, ws.Vs.data(), Dp,
-                           ws.O.data(), Dp);
+    if constexpr (Bf16) {
+      column_pairs(ws.S.data(), kTile, Q.n_rows, Q.n_rows, K.n_cols, K.n_cols / 2, 1.0f,
+                   ws.Pp.data(), kTile / 2, 1);
+      pair_gemm<true>(Q.n_rows, Dp, K.n_cols / 2, ws.Pp.data(), kTile / 2, ws.Vr.data(), Dp,
+                      ws.O.data(), Dp);
+    } else {
+      gemm_tile<false, true>(Q.n_rows, Dp, K.n_cols, ws.S.data(), kTile, ws.Vs.data(), Dp,
+                             ws.O.data(), Dp);
+    }
   }
   for (int64_t r = 0; r < Q.n; ++r) {
     float* dst = out + G.q_at(b, Q.start + r, h);
@@ -246,35 +298,63 @@ struct BackwardArgs {
 };
 
 // Per-thread tile buffers: the current query tile (Qs = scale * q, dOs), key tile (KT, VT,
-// Ks), the score tiles (P, dS) and the gradient accumulators.
+// Ks), the score tiles (P, dS) and the gradient accumulators. In bf16 the operand tiles are
+// pairs instead: of columns (Qp, dOp; and Pp, dSp from P, dS), of rows (Qr, dOr, Kr), over d
+// (Kd = k^T, Vd = v^T), and of P^T and dS^T (Pt, dSt).
+template <bool Bf16>
 struct BackwardScratch {
   std::vector<float> Qs, dOs, KT, VT, Ks, P, dS, dK, dV, dQ;
+  std::vector<uint32_t> Qp, Qr, dOp, dOr, Kd, Vd, Kr, Pt, dSt, dSp;
   explicit BackwardScratch(int64_t Dp)
-      : Qs(kTile * Dp),
-        dOs(kTile * Dp),
-        KT(Dp * kTile),
-        VT(Dp * kTile),
-        Ks(kTile * Dp),
+      : Qs(Bf16 ? 0 : kTile * Dp),
+        dOs(Bf16 ? 0 : kTile * Dp),
+        KT(Bf16 ? 0 : Dp * kTile),
+        VT(Bf16 ? 0 : Dp * kTile),
+        Ks(Bf16 ? 0 : kTile * Dp),
         P(kTile * kTile),
         dS(kTile * kTile),
         dK(kTile * Dp),
         dV(kTile * Dp),
-        dQ(kTile * Dp) {}
+        dQ(kTile * Dp) {
+    if constexpr (Bf16)
+      for (auto* t : {&Qp, &Qr, &dOp, &dOr, &Kd, &Vd, &Kr}) t->resize(kTile * Dp / 2);
+    if constexpr (Bf16)
+      for (auto* t : {&Pt, &dSt, &dSp}) t->resize(kTile * kTile / 2);
+  }
 };
 
+template <bool Bf16>
 void load_query_tile(const BackwardArgs& a, int64_t b, int64_t h, const TileRange& Q,
-                     BackwardScratch& ws) {
+                     BackwardScratch<Bf16>& ws) {
   const Geometry& G = a.G;
+  if constexpr (Bf16) {
+    const float *q = a.q + G.q_at(b, Q.start, h), *dout = a.dout + G.q_at(b, Q.start, h);
+    const int64_t ld = G.Hq * G.D, Dp = G.Dp;
+    column_pairs(q, ld, Q.n, Q.n_rows, G.D, Dp / 2, a.scale, ws.Qp.data(), Dp / 2, 1);
+    row_pairs(q, ld, Q.n, Q.n_rows, G.D, Dp, a.scale, ws.Qr.data(), Dp, 1);
+    column_pairs(dout, ld, Q.n, Q.n_rows, G.D, Dp / 2, 1.0f, ws.dOp.data(), Dp / 2, 1);
+    row_pairs(dout, ld, Q.n, Q.n_rows, G.D, Dp, 1.0f, ws.dOr.data(), Dp, 1);
+    return;
+  }
   load_rows(a.q + G.q_at(b, Q.start, h), G.Hq * G.D, Q.n, Q.n_rows, G.D, G.Dp, a.scale,
             ws.Qs.data());
   load_rows(a.dout + G.q_at(b, Q.start, h), G.Hq * G.D, Q.n, Q.n_rows, G.D, G.Dp, 1.0f,
             ws.dOs.data());
 }
 
+template <bool Bf16>
 void load_key_tile(const BackwardArgs& a, int64_t b, int64_t g, const TileRange& K,
-                   BackwardScratch& ws) {
+                   BackwardScratch<Bf16>& ws) {
   const Geometry& G = a.G;
   const int64_t ld = G.Hkv * G.D;
+  if constexpr (Bf16) {
+    const float *k = a.k + G.kv_at(b, K.start, g), *v = a.v + G.kv_at(b, K.start, g);
+    const int64_t Dp = G.Dp;
+    column_pairs(k, ld, K.n, K.n_cols, G.D, Dp / 2, 1.0f, ws.Kd.data(), 1, kTile);
+    column_pairs(v, ld, K.n, K.n_cols, G.D, Dp / 2, 1.0f, ws.Vd.data(), 1, kTile);
+    row_pairs(k, ld, K.n, K.n_cols, G.D, Dp, 1.0f, ws.Kr.data(), Dp, 1);
+    return;
+  }
   load_transposed(a.k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, ws.KT.data());
   load_transposed(a.v + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, ws.VT.data());
   load_rows(a.k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, 1.0f, ws.Ks.data());
@@ -282,13 +362,22 @@ void load_key_tile(const BackwardArgs& a, int64_t b, int64_t g, const TileRange&
 
 // For the loaded query tile (head h) against the loaded key tile: P = exp(scale Q K^T - lse)
 // and dS = P * (dO V^T - Dvec) (without the factor scale), zero where masked or padded.
+template <bool Bf16>
 void probs_and_dscores(const BackwardArgs& a, int64_t b, int64_t h, const TileRange& Q,
-                       const TileRange& K, BackwardScratch& ws) {
+                       const TileRange& K, BackwardScratch<Bf16>& ws) {
   const Geometry& G = a.G;
-  gemm_tile<false, false>(Q.n_rows, K.n_cols, G.Dp, ws.Qs.data(), G.Dp, ws.KT.data(), kTile,
-                          ws.P.data(), kTile);
-  gemm_tile<false, false>(Q.n_rows, K.n_cols, G.Dp, ws.dOs.data(), G.Dp, ws.VT.data(), kTile,
-                          ws.dS.data(), kTile);
+  if constexpr (Bf16) {
+    const int64_t kp = G.Dp / 2;
+    pair_gemm<false>(Q.n_rows, K.n_cols, kp, ws.Qp.data(), kp, ws.Kd.data(), kTile, ws.P.data(),
+                     kTile);
+    pair_gemm<false>(Q.n_rows, K.n_cols, kp, ws.dOp.data(), kp, ws.Vd.data(), kTile, ws.dS.data(),
+                     kTile);
+  } else {
+    gemm_tile<false, false>(Q.n_rows, K.n_cols, G.Dp, ws.Qs.data(), G.Dp, ws.KT.data(), kTile,
+                            ws.P.data(), kTile);
+    gemm_tile<false, false>(Q.n_rows, K.n_cols, G.Dp, ws.dOs.data(), G.Dp, ws.VT.data(), kTile,
+                            ws.dS.data(), kTile);
+  }
   // Padding rows (r >= Q.n) are zero already: their Qs and dOs rows are zero.
   for (int64_t r = 0; r < Q.n; ++r) {
     const int64_t i = Q.start + r, nc = causal_count(i, K.start, K.n, G.shift);
@@ -305,9 +394,20 @@ void probs_and_dscores(const BackwardArgs& a, int64_t b, int64_t h, const TileRa
 }
 
 // dV += P^T dO and dK += dS^T (scale Q) into the key-tile accumulators.
+template <bool Bf16>
 void accumulate_dkdv(const BackwardArgs& a, const TileRange& Q, const TileRange& K,
-                     BackwardScratch& ws) {
+                     BackwardScratch<Bf16>& ws) {
   const int64_t Dp = a.G.Dp;
+  if constexpr (Bf16) {
+    const int64_t kp = Q.n_rows / 2;
+    row_pairs(ws.P.data(), kTile, Q.n_rows, Q.n_rows, K.n_cols, K.n_cols, 1.0f, ws.Pt.data(), 1,
+              kTile / 2);
+    row_pairs(ws.dS.data(), kTile, Q.n_rows, Q.n_rows, K.n_cols, K.n_cols, 1.0f, ws.dSt.data(), 1,
+              kTile / 2);
+    pair_gemm<true>(K.n_cols, Dp, kp, ws.Pt.data(), kTile / 2, ws.dOr.data(), Dp, ws.dV.data(), Dp);
+    pair_gemm<true>(K.n_cols, Dp, kp, ws.dSt.data(), kTile / 2, ws.Qr.data(), Dp, ws.dK.data(), Dp);
+    return;
+  }
   gemm_tile<true, true>(K.n_cols, Dp, Q.n_rows, ws.P.data(), kTile, ws.dOs.data(), Dp, ws.dV.data(),
                         Dp);
   gemm_tile<true, true>(K.n_cols, Dp, Q.n_rows, ws.dS.data(), kTile, ws.Qs.data(), Dp, ws.dK.data(),
@@ -315,10 +415,17 @@ void accumulate_dkdv(const BackwardArgs& a, const TileRange& Q, const TileRange&
 }
 
 // ws.dQ = (or +=) dS K for the query tile; the factor scale is applied when it is stored.
-template <bool Accumulate>
+template <bool Accumulate, bool Bf16>
 void product_dq(const BackwardArgs& a, const TileRange& Q, const TileRange& K,
-                BackwardScratch& ws) {
+                BackwardScratch<Bf16>& ws) {
   const int64_t Dp = a.G.Dp;
+  if constexpr (Bf16) {
+    column_pairs(ws.dS.data(), kTile, Q.n_rows, Q.n_rows, K.n_cols, K.n_cols / 2, 1.0f,
+                 ws.dSp.data(), kTile / 2, 1);
+    pair_gemm<Accumulate>(Q.n_rows, Dp, K.n_cols / 2, ws.dSp.data(), kTile / 2, ws.Kr.data(), Dp,
+                          ws.dQ.data(), Dp);
+    return;
+  }
   gemm_tile<false, Accumulate>(Q.n_rows, Dp, K.n_cols, ws.dS.data(), kTile, ws.Ks.data(), Dp,
                                ws.dQ.data(), Dp);
 }
@@ -336,16 +443,15 @@ void store_rows(const float* tile, int64_t Dp, int64_t n, int64_t D, float alpha
   }
 }
 
-}  // namespace
-
-void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                       const AttnShape& s) {
+template <bool Bf16>
+void forward_impl(const float* q, const float* k, const float* v, float* out, float* lse,
+                  const AttnShape& s) {
   const Geometry G(s);
   const int64_t nt = num_tiles(s.T), B = s.B, Hq = s.Hq;
   if (B == 0 || s.T == 0) return;
 #pragma omp parallel
   {
-    ForwardScratch ws(G.Dp);
+    ForwardScratch<Bf16> ws(G.Dp);
     // Later query tiles see more keys; hand them out first.
 #pragma omp for collapse(3) schedule(dynamic, 1)
     for (int64_t t = 0; t < nt; ++t)
@@ -355,9 +461,10 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
   }
 }
 
-void attention_backward(const float* dout, const float* q, const float* k, const float* v,
-                        const float* out, const float* lse, float* dq, float* dk, float* dv,
-                        const AttnShape& s) {
+template <bool Bf16>
+void backward_impl(const float* dout, const float* q, const float* k, const float* v,
+                   const float* out, const float* lse, float* dq, float* dk, float* dv,
+                   const AttnShape& s) {
   const Geometry G(s);
   const int64_t B = s.B, T = s.T, Tk = s.keys(), Hq = s.Hq, Hkv = s.Hkv, D = s.D;
   const int64_t nt = num_tiles(T), nkt = num_tiles(Tk);
@@ -372,8 +479,13 @@ void attention_backward(const float* dout, const float* q, const float* k, const
         const float* x = dout + G.q_at(b, t, h);
         const float* y = out + G.q_at(b, t, h);
         float acc = 0.0f;
+        if constexpr (Bf16) {  // the dout that dP = dO V^T reads
 #pragma omp simd reduction(+ : acc)
-        for (int64_t d = 0; d < D; ++d) acc += x[d] * y[d];
+          for (int64_t d = 0; d < D; ++d) acc += half::from_bf16(half::to_bf16(x[d])) * y[d];
+        } else {
+#pragma omp simd reduction(+ : acc)
+          for (int64_t d = 0; d < D; ++d) acc += x[d] * y[d];
+        }
         dvec[G.stat_at(b, h, t)] = acc;
       }
   const BackwardArgs a{dout, q, k, v, lse, dvec.data(), G, s.scale};
@@ -392,7 +504,7 @@ void attention_backward(const float* dout, const float* q, const float* k, const
   if (fused) {
 #pragma omp parallel
     {
-      BackwardScratch ws(G.Dp);
+      BackwardScratch<Bf16> ws(G.Dp);
 #pragma omp for collapse(2) schedule(dynamic, 1)
       for (int64_t b = 0; b < B; ++b)
         for (int64_t g = 0; g < Hkv; ++g) {
@@ -425,7 +537,7 @@ void attention_backward(const float* dout, const float* q, const float* k, const
 
 #pragma omp parallel
   {
-    BackwardScratch ws(G.Dp);
+    BackwardScratch<Bf16> ws(G.Dp);
     // dk, dv: one work item per key tile; earlier key tiles are seen by more queries.
 #pragma omp for collapse(3) schedule(dynamic, 1)
     for (int64_t jb = 0; jb < nkt; ++jb)
@@ -466,6 +578,21 @@ void attention_backward(const float* dout, const float* q, const float* k, const
           store_rows<false>(ws.dQ.data(), G.Dp, Q.n, D, s.scale, dq + G.q_at(b, Q.start, h), q_ld);
         }
   }
+}
+
+}  // namespace
+
+void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
+                       const AttnShape& s) {
+  if (s.compute == DType::bf16) return forward_impl<true>(q, k, v, out, lse, s);
+  forward_impl<false>(q, k, v, out, lse, s);
+}
+
+void attention_backward(const float* dout, const float* q, const float* k, const float* v,
+                        const float* out, const float* lse, float* dq, float* dk, float* dv,
+                        const AttnShape& s) {
+  if (s.compute == DType::bf16) return backward_impl<true>(dout, q, k, v, out, lse, dq, dk, dv, s);
+  backward_impl<false>(dout, q, k, v, out, lse, dq, dk, dv, s);
 }
 
 void attention_merge(float* out, float* lse, const float* out_part, const float* lse_part,

@@ -19,10 +19,17 @@
 // same code (dot_tile: one fused multiply-add chain over d in order) in all three kernels, so
 // the backward recomputes exactly the scores that the forward's lse normalised.
 //
+// Precision (AttnShape::compute): with bf16 the tile loads round q (scaled), k, v and dout to
+// bf16, and P and dS are rounded to bf16 where they are stored for the products that read
+// them, as on the CPU (cpu/attention.cpp); products of bf16 numbers are exact in fp32, so the
+// fp32 fma chains then compute what a bf16 tensor-core product with fp32 accumulation would,
+// up to summation order. Scores, statistics and accumulators stay fp32.
+//
 // Threads: 256 per block, as 16 rows (ty) x 16 columns (tx) of the tile; the 16 threads of one
 // tile row are one half-warp, so row reductions are four shuffles. Shared-memory rows are padded
 // by one float so that column walks hit distinct banks. Head dims up to 128 (padded with zeros
 // to 32, 64 or 128); the largest configuration needs 146 KiB of shared memory per block.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -59,6 +66,11 @@ struct Geometry {
   }
 };
 
+// x, or x rounded to bf16 (to nearest even) and widened back when bf16.
+__device__ __forceinline__ float operand(float x, bool bf16) {
+  return bf16 ? __bfloat162float(__float2bfloat16_rn(x)) : x;
+}
+
 __device__ __forceinline__ int ty() {
   return threadIdx.x >> 4;
 }
@@ -67,15 +79,15 @@ __device__ __forceinline__ int tx() {
 }
 
 // dst[r][d] = alpha * src[(start + r) * ld + d] for start + r < T and d < D, else 0; r < kTile,
-// d < kD. src points at row t = 0 of the (b, head) being read.
+// d < kD, rounded to bf16 when bf16. src points at row t = 0 of the (b, head) being read.
 template <int kD>
 __device__ void load_tile(float* dst, const float* src, int64_t ld, int64_t start, int64_t T,
-                          int64_t D, float alpha) {
+                          int64_t D, float alpha, bool bf16) {
   constexpr int kLd = kD + 1;
   for (int idx = threadIdx.x; idx < kTile * kD; idx += kThreads) {
     const int r = idx / kD, d = idx % kD;
     const int64_t t = start + r;
-    dst[r * kLd + d] = t < T && d < D ? alpha * src[t * ld + d] : 0.0f;
+    dst[r * kLd + d] = t < T && d < D ? operand(alpha * src[t * ld + d], bf16) : 0.0f;
   }
 }
 
@@ -122,12 +134,13 @@ __device__ __forceinline__ void acc_product(const float* M, const float* X, floa
   }
 }
 
-// Stores the 4 x 4 register tile into a kTile x kLdp shared tile at the thread's places.
-__device__ __forceinline__ void store_scores(float* S, const float s[4][4]) {
+// Stores the 4 x 4 register tile into a kTile x kLdp shared tile at the thread's places, as
+// an operand of the next product (rounded to bf16 when bf16).
+__device__ __forceinline__ void store_scores(float* S, const float s[4][4], bool bf16) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) S[(ty() * 4 + i) * kLdp + tx() + 16 * j] = s[i][j];
+    for (int j = 0; j < 4; ++j) S[(ty() * 4 + i) * kLdp + tx() + 16 * j] = operand(s[i][j], bf16);
 }
 
 // Reductions over the 16 threads of a tile row (one half-warp).
@@ -163,7 +176,7 @@ __device__ void store_rows(float* dst, int64_t ld, int64_t t0, int64_t T, int64_
 template <int kD>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(const float* q, const float* k, const float* v, float* out, float* lse,
-                             Geometry G, float scale, int64_t nt, int64_t nkt) {
+                             Geometry G, float scale, int64_t nt, int64_t nkt, bool bf16) {
   constexpr int kLd = kD + 1;
   extern __shared__ float smem[];
   float* Qs = smem;
@@ -175,7 +188,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t q0 = ib * kTile, q_ld = G.Hq * G.D, kv_ld = G.Hkv * G.D;
 
   // The scale is folded into the query copy, as on the CPU.
-  load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, scale);
+  load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, scale, bf16);
   float o[4][kD / 16] = {};
   float m[4], l[4];
 #pragma unroll
@@ -184,8 +197,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t jb = 0; jb < nkt && G.tiles_meet(q0, jb * kTile); ++jb) {
     const int64_t k0 = jb * kTile;
     __syncthreads();  // the previous tile's products are done with Ks, Vs, Ps
-    load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f);
-    load_tile<kD>(Vs, v + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f);
+    load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f, bf16);
+    load_tile<kD>(Vs, v + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f, bf16);
     __syncthreads();
     float s[4][4];
     dot_tile<kD>(Qs, Ks, s);
@@ -207,15 +220,15 @@ __global__ void __launch_bounds__(kThreads)
       float rs = 0.0f;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        s[i][j] = expf(s[i][j] - ref);  // masked: exp(-inf) = 0
-        rs += s[i][j];
+        s[i][j] = operand(expf(s[i][j] - ref), bf16);  // masked: exp(-inf) = 0
+        rs += s[i][j];  // bf16: the rounded weights, as on the CPU
       }
       l[i] = l[i] * corr + rs;  // this thread's columns only; summed over the row at the end
       m[i] = mx;
 #pragma unroll
       for (int c = 0; c < kD / 16; ++c) o[i][c] *= corr;
     }
-    store_scores(Ps, s);
+    store_scores(Ps, s, bf16);
     __syncthreads();
     acc_product<kD>(Ps, Vs, o);
   }
@@ -235,15 +248,16 @@ __global__ void __launch_bounds__(kThreads)
 // ---- backward ---------------------------------------------------------------------------------
 
 // dvec[b, h, t] = dout[b, t, h, :] . out[b, t, h, :]; one warp per row.
+// With bf16, dout is rounded as the products read it.
 __global__ void attention_dvec_kernel(const float* dout, const float* out, float* dvec, Geometry G,
-                                      int64_t rows) {
+                                      int64_t rows, bool bf16) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
   for (int64_t r = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
     const float* x = dout + r * G.D;
     const float* y = out + r * G.D;
     float acc = 0.0f;
-    for (int64_t d = lane; d < G.D; d += 32) acc += x[d] * y[d];
+    for (int64_t d = lane; d < G.D; d += 32) acc += operand(x[d], bf16) * y[d];
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (lane == 0) {
       const int64_t h = r % G.Hq, bt = r / G.Hq, t = bt % G.T, b = bt / G.T;
@@ -267,7 +281,7 @@ template <int kD>
 __global__ void __launch_bounds__(kThreads)
     attention_dkdv_kernel(const float* dout, const float* q, const float* k, const float* v,
                           const float* lse, const float* dvec, float* dk, float* dv, Geometry G,
-                          float scale, int64_t nt) {  // nt: query tiles
+                          float scale, int64_t nt, bool bf16) {  // nt: query tiles
   constexpr int kLd = kD + 1;
   extern __shared__ float smem[];
   float* Ks = smem;
@@ -281,8 +295,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t b = blockIdx.y / G.Hkv, g = blockIdx.y % G.Hkv;
   const int64_t k0 = jb * kTile, q_ld = G.Hq * G.D, kv_ld = G.Hkv * G.D;
 
-  load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f);
-  load_tile<kD>(Vs, v + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f);
+  load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f, bf16);
+  load_tile<kD>(Vs, v + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f, bf16);
   float dk_acc[4][kD / 16] = {}, dv_acc[4][kD / 16] = {};
 
   for (int64_t h = g * G.group; h < (g + 1) * G.group; ++h)
@@ -290,8 +304,8 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t q0 = ib * kTile;
       if (!G.tiles_meet(q0, k0)) continue;  // the same for the whole block
       __syncthreads();                      // the previous products are done with Qs, dOs, St
-      load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, scale);
-      load_tile<kD>(dOs, dout + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, 1.0f);
+      load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, scale, bf16);
+      load_tile<kD>(dOs, dout + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, 1.0f, bf16);
       load_row_stats(lse_s, dvec_s, lse, dvec, G, b, h, q0);
       __syncthreads();
       // Transposed tiles: row i is key k0 + ty*4 + i, column j is query q0 + tx + 16 j.
@@ -310,11 +324,11 @@ __global__ void __launch_bounds__(kThreads)
           ds[i][j] = p[i][j] * (ds[i][j] - dvec_s[r]);
         }
       }
-      store_scores(St, p);
+      store_scores(St, p, bf16);
       __syncthreads();
       acc_product<kD>(St, dOs, dv_acc);  // dV += P^T dO
       __syncthreads();
-      store_scores(St, ds);
+      store_scores(St, ds, bf16);
       __syncthreads();
       acc_product<kD>(St, Qs, dk_acc);  // dK += dS^T (scale Q)
     }
@@ -327,7 +341,7 @@ template <int kD>
 __global__ void __launch_bounds__(kThreads)
     attention_dq_kernel(const float* dout, const float* q, const float* k, const float* v,
                         const float* lse, const float* dvec, float* dq, Geometry G, float scale,
-                        int64_t nt, int64_t nkt) {
+                        int64_t nt, int64_t nkt, bool bf16) {
   constexpr int kLd = kD + 1;
   extern __shared__ float smem[];
   float* Qs = smem;
@@ -341,16 +355,16 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t b = blockIdx.y / G.Hq, h = blockIdx.y % G.Hq, g = h / G.group;
   const int64_t q0 = ib * kTile, q_ld = G.Hq * G.D, kv_ld = G.Hkv * G.D;
 
-  load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, scale);
-  load_tile<kD>(dOs, dout + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, 1.0f);
+  load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, scale, bf16);
+  load_tile<kD>(dOs, dout + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, 1.0f, bf16);
   load_row_stats(lse_s, dvec_s, lse, dvec, G, b, h, q0);
   float dq_acc[4][kD / 16] = {};
 
   for (int64_t jb = 0; jb < nkt && G.tiles_meet(q0, jb * kTile); ++jb) {
     const int64_t k0 = jb * kTile;
     __syncthreads();  // the previous product is done with Ks, Ss
-    load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f);
-    load_tile<kD>(Vs, v + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f);
+    load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f, bf16);
+    load_tile<kD>(Vs, v + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f, bf16);
     __syncthreads();
     float p[4][4], ds[4][4];
     dot_tile<kD>(Qs, Ks, p);
@@ -367,7 +381,7 @@ __global__ void __launch_bounds__(kThreads)
         ds[i][j] = e * (ds[i][j] - dvec_s[r]);
       }
     }
-    store_scores(Ss, ds);
+    store_scores(Ss, ds, bf16);
     __syncthreads();
     acc_product<kD>(Ss, Ks, dq_acc);  // dQ += dS K
   }
@@ -417,7 +431,7 @@ void forward_impl(const float* q, const float* k, const float* v, float* out, fl
   allow_shared(attention_forward_kernel<kD>, bytes, "attention_forward_kernel");
   attention_forward_kernel<kD>
       <<<dim3(unsigned(nt), unsigned(s.B * s.Hq)), kThreads, bytes, stream()>>>(
-          q, k, v, out, lse, G, s.scale, nt, nkt);
+          q, k, v, out, lse, G, s.scale, nt, nkt, s.compute == DType::bf16);
   TESSERA_CUDA_LAUNCHED("attention_forward_kernel");
 }
 
@@ -431,10 +445,10 @@ void backward_impl(const float* dout, const float* q, const float* k, const floa
   allow_shared(attention_dq_kernel<kD>, bytes, "attention_dq_kernel");
   attention_dkdv_kernel<kD>
       <<<dim3(unsigned(nkt), unsigned(s.B * s.Hkv)), kThreads, bytes, stream()>>>(
-          dout, q, k, v, lse, dvec, dk, dv, G, s.scale, nt);
+          dout, q, k, v, lse, dvec, dk, dv, G, s.scale, nt, s.compute == DType::bf16);
   TESSERA_CUDA_LAUNCHED("attention_dkdv_kernel");
   attention_dq_kernel<kD><<<dim3(unsigned(nt), unsigned(s.B * s.Hq)), kThreads, bytes, stream()>>>(
-      dout, q, k, v, lse, dvec, dq, G, s.scale, nt, nkt);
+      dout, q, k, v, lse, dvec, dq, G, s.scale, nt, nkt, s.compute == DType::bf16);
   TESSERA_CUDA_LAUNCHED("attention_dq_kernel");
 }
 
@@ -459,8 +473,8 @@ void attention_backward(const float* dout, const float* q, const float* k, const
   if (s.B == 0 || s.T == 0) return;
   const int64_t rows = s.B * s.T * s.Hq;
   float* dvec = static_cast<float*>(current().scratch(sizeof(float) * size_t(rows)));
-  attention_dvec_kernel<<<detail::grid_for(rows * 32, 256), 256, 0, stream()>>>(dout, out, dvec, G,
-                                                                                rows);
+  attention_dvec_kernel<<<detail::grid_for(rows * 32, 256), 256, 0, stream()>>>(
+      dout, out, dvec, G, rows, s.compute == DType::bf16);
   TESSERA_CUDA_LAUNCHED("attention_dvec_kernel");
   if (s.D <= 32)
     backward_impl<32>(dout, q, k, v, dvec, lse, dq, dk, dv, s, G);

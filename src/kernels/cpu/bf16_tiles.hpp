@@ -1,0 +1,153 @@
+// bf16 tile products for the CPU attention (internal to the cpu backend). Operands are held as
+// pairs of bf16 values in one uint32 (the element of even index in the low half), the layout
+// of the AVX512-BF16 dot-product instruction: a product C = A B contracts A's pairs along a
+// row with B's pairs down a column, so A holds pairs of adjacent columns, A[i][p] =
+// (A[i][2p], A[i][2p+1]), and B pairs of adjacent rows, B[p][j] = (B[2p][j], B[2p+1][j]).
+// Every product of two bf16 numbers is exact in fp32 and the sums are fp32: with AVX512-BF16
+// (_mm512_dpbf16_ps) the pair's two products are added in the instruction, elsewhere they are
+// widened and multiplied in fp32 (the same products; the sums may round in another order,
+// and the instruction flushes fp32 subnormals to zero).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "tensor/half.hpp"
+
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
+
+namespace tessera::kernels::cpu::bf16_tiles {
+
+// Register block of pair_gemm: kRows rows x kCols columns (with AVX512-BF16 one vector of
+// fp32 accumulators per row), two such column blocks at once where n allows.
+#if defined(__AVX512BF16__)
+constexpr int64_t kRows = 8, kCols = 16;
+#else
+constexpr int64_t kRows = 4, kCols = 8;
+#endif
+
+// Round to nearest even on the bits, without the NaN case of half::to_bf16 (so that loops over
+// it vectorise): a NaN input may come out as infinity, which is as non-finite. Attention's
+// operands are finite in any step that is kept.
+inline uint32_t bf16_bits(float x) {
+  const uint32_t u = half::bits(x);
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+inline uint32_t pack(float lo, float hi) {
+  return bf16_bits(lo) | bf16_bits(hi) << 16;
+}
+inline float low(uint32_t p) {
+  return half::from_bits(p << 16);
+}
+inline float high(uint32_t p) {
+  return half::from_bits(p & 0xffff0000u);
+}
+
+// The pairs of adjacent columns of rows of an fp32 matrix: dst[r * rs + p * ps] =
+// pack(alpha x[r][2p], alpha x[r][2p + 1]) with x[r][c] = src[r * ld + c] for r < n, c < cols,
+// and zero up to padded_n rows and `pairs` pairs. With rs = pairs, ps = 1 the result is an A
+// operand over x's columns; with rs = 1 and ps = its row stride, the B operand x^T.
+inline void column_pairs(const float* src, int64_t ld, int64_t n, int64_t padded_n, int64_t cols,
+                         int64_t pairs, float alpha, uint32_t* dst, int64_t rs, int64_t ps) {
+  const int64_t whole = std::min(pairs, cols / 2);  // pairs inside x
+  for (int64_t r = 0; r < padded_n; ++r) {
+    uint32_t* out = dst + r * rs;
+    if (r >= n) {
+      for (int64_t p = 0; p < pairs; ++p) out[p * ps] = 0;
+      continue;
+    }
+    const float* row = src + r * ld;
+#pragma omp simd
+    for (int64_t p = 0; p < whole; ++p)
+      out[p * ps] = pack(alpha * row[2 * p], alpha * row[2 * p + 1]);
+    for (int64_t p = whole; p < pairs; ++p) {
+      const int64_t c = 2 * p;
+      out[p * ps] =
+          pack(c < cols ? alpha * row[c] : 0.0f, c + 1 < cols ? alpha * row[c + 1] : 0.0f);
+    }
+  }
+}
+
+// The pairs of adjacent rows of an fp32 matrix: dst[p * ps + c * cs] = pack(alpha x[2p][c],
+// alpha x[2p + 1][c]) with x as in column_pairs, for p < padded_n / 2 (padded_n even) and
+// c < padded_cols, zero outside x. With ps = its row stride, cs = 1 the result is a B operand
+// over x's rows; with ps = 1 and cs = padded_n / 2, the A operand x^T.
+inline void row_pairs(const float* src, int64_t ld, int64_t n, int64_t padded_n, int64_t cols,
+                      int64_t padded_cols, float alpha, uint32_t* dst, int64_t ps, int64_t cs) {
+  for (int64_t p = 0; p < padded_n / 2; ++p) {
+    const int64_t r = 2 * p;
+    uint32_t* out = dst + p * ps;
+    if (r + 1 < n) {  // both rows inside x
+      const float *lo = src + r * ld, *hi = lo + ld;
+#pragma omp simd
+      for (int64_t c = 0; c < cols; ++c) out[c * cs] = pack(alpha * lo[c], alpha * hi[c]);
+    } else {
+      for (int64_t c = 0; c < cols; ++c)
+        out[c * cs] = pack(r < n ? alpha * src[r * ld + c] : 0.0f, 0.0f);
+    }
+    for (int64_t c = cols; c < padded_cols; ++c) out[c * cs] = 0;
+  }
+}
+
+#if defined(__AVX512BF16__)
+// C[i][0, 16 NV) (+)= sum_p A[i][p] . B[p][0, 16 NV) for kRows rows.
+template <int NV, bool Accumulate>
+inline void pair_block(int64_t kp, const uint32_t* A, int64_t lda, const uint32_t* B, int64_t ldb,
+                       float* C, int64_t ldc) {
+  __m512 acc[kRows][NV];
+  for (int64_t i = 0; i < kRows; ++i)
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kp; ++p) {
+    __m512bh b[NV];
+    for (int v = 0; v < NV; ++v)
+      b[v] = (__m512bh)_mm512_loadu_si512(static_cast<const void*>(B + p * ldb + kCols * v));
+#pragma GCC unroll 8
+    for (int64_t i = 0; i < kRows; ++i) {
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(int32_t(A[i * lda + p]));
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], a, b[v]);
+    }
+  }
+  for (int64_t i = 0; i < kRows; ++i)
+    for (int v = 0; v < NV; ++v) {
+      float* c = C + i * ldc + kCols * v;
+      _mm512_storeu_ps(c, Accumulate ? _mm512_add_ps(_mm512_loadu_ps(c), acc[i][v]) : acc[i][v]);
+    }
+}
+#else
+template <int NV, bool Accumulate>
+inline void pair_block(int64_t kp, const uint32_t* A, int64_t lda, const uint32_t* B, int64_t ldb,
+                       float* C, int64_t ldc) {
+  constexpr int64_t n = kCols * NV;
+  float acc[kRows][n] = {};
+  for (int64_t p = 0; p < kp; ++p) {
+    const uint32_t* b = B + p * ldb;
+    for (int64_t i = 0; i < kRows; ++i) {
+      const float a0 = low(A[i * lda + p]), a1 = high(A[i * lda + p]);
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) acc[i][j] += a0 * low(b[j]) + a1 * high(b[j]);
+    }
+  }
+  for (int64_t i = 0; i < kRows; ++i) {
+    float* c = C + i * ldc;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) c[j] = Accumulate ? c[j] + acc[i][j] : acc[i][j];
+  }
+}
+#endif
+
+// C[m,n] = (or +=) A B over kp pairs: A[i][p] at A[i * lda + p], B[p][j] at B[p * ldb + j],
+// C row-major fp32. Requires m % kRows == 0 and n % kCols == 0.
+template <bool Accumulate>
+void pair_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* A, int64_t lda, const uint32_t* B,
+               int64_t ldb, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < m; i += kRows) {
+    int64_t j = 0;
+    for (; j + 2 * kCols <= n; j += 2 * kCols)
+      pair_block<2, Accumulate>(kp, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc);
+    if (j < n) pair_block<1, Accumulate>(kp, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc);
+  }
+}
+
+}  // namespace tessera::kernels::cpu::bf16_tiles
