@@ -147,6 +147,7 @@ namespace cpu {
 void register_gemm(Backend& b);
 void register_attention(Backend& b);
 bool gemm_native_bf16();  // kernels::cpu_native_bf16, from the GEMM library in use
+bool gemm_bf16_matmul();  // kernels::cpu_bf16_matmul
 }  // namespace cpu
 
 // The Kokkos kernels (kernels/kokkos/, doc/kokkos.md): every other entry, one source for both

@@ -104,6 +104,7 @@ bool cuda_backend_built() {
 }
 
 bool cpu_native_bf16() { return cpu::gemm_native_bf16(); }
+bool cpu_bf16_matmul() { return cpu::gemm_bf16_matmul(); }
 
 int cuda_device_count() {
   if (const int n = cuda_emulated()) return n;

@@ -69,8 +69,11 @@ class Device {
 void transfer(const Tensor& src, const Tensor& dst, int64_t n);
 // Whether the cpu backend multiplies bf16 natively: oneDNN on a CPU with AVX512-BF16 or AMX, not
 // capped below it by ONEDNN_MAX_CPU_ISA. Otherwise its bf16 GEMM is oneDNN's emulation
-// (AVX-512) or reference code, slower than fp32.
+// (AVX-512) or, below AVX-512, sgemm on operands widened to fp32: slower than fp32.
 bool cpu_native_bf16();
+// Whether the cpu backend's bf16 GEMMs are oneDNN's matmul (AVX-512 and up), which
+// matmul_packed_b can pack B for; below AVX-512 they are widened to fp32 and never packed.
+bool cpu_bf16_matmul();
 
 // ---- GEMM ---------------------------------------------------------------------------
 // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major.
@@ -81,7 +84,7 @@ void matmul(const Tensor& A, const Tensor& B, const Tensor& C, int64_t M, int64_
             bool trans_a, bool trans_b, float alpha = 1.0f, float beta = 0.0f);
 // C = op(A) op(B) as matmul, where the backend may first pack B into pack_space (memory of any
 // dtype the caller does not need during the call) when it gains by it: the cpu backend with
-// bf16 operands, A not transposed, at least 512 rows, and room for the packed B (the output
+// bf16 operands on oneDNN's matmul (cpu_bf16_matmul), A not transposed, at least 512 rows, and room for the packed B (the output
 // head's two GEMMs over the vocabulary; doc/performance.md, "Packing the weights"). The same
 // bits as matmul. Returns whether B was packed.
 bool matmul_packed_b(const Tensor& A, const Tensor& B, const Tensor& C, int64_t M, int64_t N,

@@ -66,8 +66,8 @@ void warn_precision_cost(const RunConfig& run, Communicator& world) {
   if (run.train.precision == TrainPrecision::bf16 && !kernels::cpu_native_bf16())
     std::printf("warning: train.precision = bf16 where oneDNN has no native bf16 GEMM (a CPU "
                 "without AVX512-BF16, or ONEDNN_MAX_CPU_ISA below it): oneDNN emulates the bf16 "
-                "GEMMs (or runs reference code without AVX-512), typically slower than fp32; the "
-                "results are the same. The report's MFU is against the measured bf16 GEMM rate, "
+                "GEMMs (without AVX-512, tessera widens their operands to fp32 for sgemm), "
+                "typically slower than fp32; the results are the same. The report's MFU is against the measured bf16 GEMM rate, "
                 "so compare tokens/s with an fp32 run to see the cost\n");
   if (run.train.precision == TrainPrecision::fp16)
     std::printf("warning: train.precision = fp16 on a CPU: the fp16 GEMM operands are widened "

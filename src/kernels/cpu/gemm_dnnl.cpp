@@ -2,7 +2,8 @@
 // same one tessera's loops use, so there is one threading model per process).
 //
 // fp32: dnnl_sgemm. bf16 operands: oneDNN's matmul primitive with fp32 accumulation (native on
-// AVX512-BF16 / AMX, emulated by oneDNN on other AVX-512 CPUs). A primitive is created once per
+// AVX512-BF16 / AMX, emulated by oneDNN on other AVX-512 CPUs; oneDNN 2.x has no bf16 matmul at
+// all below AVX-512, where the operands are widened to fp32 as fp16's are). A primitive is created once per
 // shape (sizes, transposes, output dtype, alpha, beta) and cached: a training step uses a few
 // dozen shapes, over and over; the output head's two GEMMs over the vocabulary may pack B first
 // (matmul_half_packed). fp16 operands: oneDNN 2.x has no fp16 matmul on CPUs without
@@ -102,17 +103,41 @@ Bf16Gemm& bf16_gemm() {
   return gemm;
 }
 
+// oneDNN 2.x implements bf16 primitives only from AVX-512 on (the ISA it uses: the CPU's, capped
+// by ONEDNN_MAX_CPU_ISA); below it (AVX2 CPUs) not even its reference code accepts bf16.
+bool dnnl_has_bf16() {
+  const unsigned avx512 = unsigned(dnnl::cpu_isa::avx512_core);
+  return (unsigned(dnnl::get_effective_cpu_isa()) & avx512) == avx512;
+}
+
+// 16-bit operands widened to fp32 (exactly: the products of two 16-bit numbers are exact in
+// fp32) and multiplied by sgemm; a 16-bit C is read and rounded back as kernels::cast rounds.
+// This is what a 16-bit GEMM with fp32 accumulation computes, up to the order of the sums.
+void matmul_widened(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType c_dtype,
+                    int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, float alpha,
+                    float beta) {
+  const Backend& cpu = cpu_backend();  // the casts of the table (kernels/kokkos)
+  auto widen = ab == DType::bf16 ? cpu.bf16_to_f32 : cpu.f16_to_f32;
+  std::vector<float> a(size_t(M * K)), b(size_t(K * N));
+  widen(A, a.data(), M * K);
+  widen(B, b.data(), K * N);
+  if (c_dtype == DType::f32)
+    return matmul(a.data(), b.data(), static_cast<float*>(C), M, N, K, trans_a, trans_b, alpha,
+                  beta);
+  if (c_dtype != DType::bf16) throw std::runtime_error("matmul: a 16-bit C is bf16");
+  uint16_t* c16 = static_cast<uint16_t*>(C);
+  std::vector<float> c(size_t(M * N));
+  if (beta != 0.0f) cpu.bf16_to_f32(c16, c.data(), M * N);
+  matmul(a.data(), b.data(), c.data(), M, N, K, trans_a, trans_b, alpha, beta);
+  cpu.f32_to_bf16(c.data(), c16, M * N);
+}
+
 void matmul_half(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType c_dtype, int64_t M,
                  int64_t N, int64_t K, bool trans_a, bool trans_b, float alpha, float beta) {
   if (M == 0 || N == 0) return;
   if (ab == DType::f16) {
     if (c_dtype != DType::f32) throw std::runtime_error("matmul: f16 operands need an f32 C");
-    std::vector<float> a(size_t(M * K)), b(size_t(K * N));
-    const Backend& cpu = cpu_backend();  // the casts of the table (kernels/kokkos)
-    cpu.f16_to_f32(A, a.data(), M * K);
-    cpu.f16_to_f32(B, b.data(), K * N);
-    return matmul(a.data(), b.data(), static_cast<float*>(C), M, N, K, trans_a, trans_b, alpha,
-                  beta);
+    return matmul_widened(ab, A, B, C, c_dtype, M, N, K, trans_a, trans_b, alpha, beta);
   }
   if (K == 0) {  // oneDNN rejects empty reductions; C = beta C
     if (c_dtype != DType::f32) throw std::runtime_error("matmul: K = 0 needs an f32 C");
@@ -120,6 +145,9 @@ void matmul_half(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType 
     for (int64_t i = 0; i < M * N; ++i) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
     return;
   }
+  static const bool native = dnnl_has_bf16();
+  if (!native)
+    return matmul_widened(ab, A, B, C, c_dtype, M, N, K, trans_a, trans_b, alpha, beta);
   Bf16Gemm& gemm = bf16_gemm();
   dnnl::matmul& mm = gemm.primitive(
       Key{M, N, K, trans_a, trans_b, c_dtype == DType::bf16 ? 1 : 0, alpha, beta});
@@ -144,7 +172,8 @@ bool matmul_half_packed(DType ab, const uint16_t* A, const uint16_t* B, void* C,
     matmul_half(ab, A, B, C, c_dtype, M, N, K, trans_a, trans_b, 1.0f, 0.0f);
     return false;
   };
-  if (ab != DType::bf16 || trans_a || M < kPackMinRows || K == 0 || N == 0) return plain();
+  if (ab != DType::bf16 || trans_a || M < kPackMinRows || K == 0 || N == 0 || !dnnl_has_bf16())
+    return plain();
   Bf16Gemm& gemm = bf16_gemm();
   Bf16Gemm::Packed& p =
       gemm.packed(Key{M, N, K, false, trans_b, c_dtype == DType::bf16 ? 1 : 0, 1.0f, 0.0f});
@@ -168,6 +197,8 @@ bool gemm_native_bf16() {
   const unsigned bf16 = unsigned(dnnl::cpu_isa::avx512_core_bf16);
   return (unsigned(dnnl::get_effective_cpu_isa()) & bf16) == bf16;
 }
+
+bool gemm_bf16_matmul() { return dnnl_has_bf16(); }
 
 void register_gemm(Backend& b) {
   b.matmul = matmul;
