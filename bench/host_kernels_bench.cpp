@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
       {"f32_to_bf16 N x 4C", 1.5 * nf, [&](const Backend& b) { b.f32_to_bf16(x.data(), h.data(), N * F); }},
       {"rmsnorm_forward N x C", 2 * nc,
        [&](const Backend& b) {
-         b.rmsnorm_forward(x.data(), w.data(), y.data(), stat1.data(), N, C, 1e-5f);
+         b.rmsnorm_forward(x.data(), w.data(), y.data(), nullptr, false, stat1.data(), N, C, 1e-5f);
        }},
       {"rmsnorm_backward N x C", 3 * nc,
        [&](const Backend& b) {
@@ -103,8 +103,8 @@ int main(int argc, char** argv) {
        }},
       {"layernorm_forward N x C", 2 * nc,
        [&](const Backend& b) {
-         b.layernorm_forward(x.data(), w.data(), bias.data(), y.data(), stat1.data(),
-                             stat2.data(), N, C, 1e-5f);
+         b.layernorm_forward(x.data(), w.data(), bias.data(), y.data(), nullptr, false,
+                             stat1.data(), stat2.data(), N, C, 1e-5f);
        }},
       {"layernorm_backward N x C", 3 * nc,
        [&](const Backend& b) {

@@ -56,13 +56,14 @@ struct Backend {
   void (*f32_to_f16)(const float* x, uint16_t* y, int64_t n) = nullptr;
   void (*f16_to_f32)(const uint16_t* x, float* y, int64_t n) = nullptr;
 
-  // normalisation
-  void (*rmsnorm_forward)(const float* x, const float* w, float* y, float* rstd, int64_t N,
-                          int64_t C, float eps) = nullptr;
+  // normalisation; the forwards write y (f32) or y16 (bf16, or f16 when f16), one of them
+  void (*rmsnorm_forward)(const float* x, const float* w, float* y, uint16_t* y16, bool f16,
+                          float* rstd, int64_t N, int64_t C, float eps) = nullptr;
   void (*rmsnorm_backward)(const float* dy, const float* x, const float* w, const float* rstd,
                            float* dx, float* dw, int64_t N, int64_t C) = nullptr;
-  void (*layernorm_forward)(const float* x, const float* w, const float* b, float* y, float* mean,
-                            float* rstd, int64_t N, int64_t C, float eps) = nullptr;
+  void (*layernorm_forward)(const float* x, const float* w, const float* b, float* y,
+                            uint16_t* y16, bool f16, float* mean, float* rstd, int64_t N,
+                            int64_t C, float eps) = nullptr;
   void (*layernorm_backward)(const float* dy, const float* x, const float* w, const float* mean,
                              const float* rstd, float* dx, float* dw, float* db, int64_t N,
                              int64_t C) = nullptr;

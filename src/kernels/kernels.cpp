@@ -242,11 +242,24 @@ void cast(const Tensor& x, const Tensor& y, int64_t n) {
   TESSERA_KERNEL(b, f16_to_f32)(h(x), f(y), n);
 }
 
+namespace {
+// A kernel's optional 16-bit output: none, or bf16 / f16.
+uint16_t* half_out(const char* kernel, const char* name, const Tensor& t) {
+  if (!t.data) return nullptr;
+  TESSERA_REQUIRE_LOCAL(t.dtype == DType::bf16 || t.dtype == DType::f16, "kernels::", kernel, ": ",
+                        name, " is ", dtype_name(t.dtype), ", this kernel writes bf16 or f16");
+  return static_cast<uint16_t*>(t.data);
+}
+}  // namespace
+
 void rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd,
                      int64_t N, int64_t C, float eps) {
-  const Backend& b =
-      check("rmsnorm_forward", {{"x", x, N * C}, {"w", w, C}, {"y", y, N * C}, {"rstd", rstd, N}});
-  TESSERA_KERNEL(b, rmsnorm_forward)(f(x), f(w), f(y), f(rstd), N, C, eps);
+  const Backend& b = check("rmsnorm_forward",
+                           {{"x", x, N * C}, {"w", w, C}, {"y", y, N * C, y.dtype}, {"rstd", rstd, N}});
+  const bool half = y.dtype != DType::f32;
+  TESSERA_KERNEL(b, rmsnorm_forward)
+  (f(x), f(w), half ? nullptr : f(y), half ? half_out("rmsnorm_forward", "y", y) : nullptr,
+   y.dtype == DType::f16, f(rstd), N, C, eps);
 }
 
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
@@ -265,10 +278,13 @@ void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& bias, con
   const Backend& b = check("layernorm_forward", {{"x", x, N * C},
                                                  {"w", w, C},
                                                  {"b", bias, C},
-                                                 {"y", y, N * C},
+                                                 {"y", y, N * C, y.dtype},
                                                  {"mean", mean, N},
                                                  {"rstd", rstd, N}});
-  TESSERA_KERNEL(b, layernorm_forward)(f(x), f(w), f(bias), f(y), f(mean), f(rstd), N, C, eps);
+  const bool half = y.dtype != DType::f32;
+  TESSERA_KERNEL(b, layernorm_forward)
+  (f(x), f(w), f(bias), half ? nullptr : f(y), half ? half_out("layernorm_forward", "y", y) : nullptr,
+   y.dtype == DType::f16, f(mean), f(rstd), N, C, eps);
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
@@ -397,15 +413,6 @@ void embedding_backward_range(const Tensor& ids, const Tensor& dout, const Tenso
   TESSERA_KERNEL(b, embedding_backward_range)(i(ids), f(dout), f(dtable), N, C, v0, rows);
 }
 
-namespace {
-// A kernel's optional 16-bit output: none, or bf16 / f16.
-uint16_t* half_out(const char* kernel, const char* name, const Tensor& t) {
-  if (!t.data) return nullptr;
-  TESSERA_REQUIRE_LOCAL(t.dtype == DType::bf16 || t.dtype == DType::f16, "kernels::", kernel, ": ",
-                        name, " is ", dtype_name(t.dtype), ", this kernel writes bf16 or f16");
-  return static_cast<uint16_t*>(t.data);
-}
-}  // namespace
 
 void cross_entropy_fused(const Tensor& logits, const Tensor& targets, const Tensor& losses,
                          int64_t N, int64_t V, int64_t V_valid, float grad_scale,
@@ -489,9 +496,11 @@ void same_half(const char* kernel, const Tensor& x, const Tensor& y) {
 void gelu_bias_forward(const Tensor& pre, const Tensor& bias, const Tensor& act,
                        const Tensor& act16, int64_t N, int64_t C) {
   const int64_t n = N * C;
+  TESSERA_REQUIRE_LOCAL(act.data || act16.data,
+                        "kernels::gelu_bias_forward: neither act nor act16 is given");
   const Backend& b = check("gelu_bias_forward", {{"pre", pre, n},
                                                  {"bias", bias, given(bias, C)},
-                                                 {"act", act, n},
+                                                 {"act", act, given(act, n)},
                                                  {"act16", act16, given(act16, n), act16.dtype}});
   TESSERA_KERNEL(b, gelu_bias_forward)
   (f(pre), f(bias), f(act), half_out("gelu_bias_forward", "act16", act16),
@@ -503,12 +512,14 @@ void swiglu_bias_forward(const Tensor& gate, const Tensor& up, const Tensor& gat
                          int64_t C) {
   const int64_t n = N * C;
   pair("swiglu_bias_forward", "gate_bias", gate_bias, "up_bias", up_bias);
+  TESSERA_REQUIRE_LOCAL(act.data || act16.data,
+                        "kernels::swiglu_bias_forward: neither act nor act16 is given");
   const Backend& b =
       check("swiglu_bias_forward", {{"gate", gate, n},
                                     {"up", up, n},
                                     {"gate_bias", gate_bias, given(gate_bias, C)},
                                     {"up_bias", up_bias, given(up_bias, C)},
-                                    {"act", act, n},
+                                    {"act", act, given(act, n)},
                                     {"act16", act16, given(act16, n), act16.dtype}});
   TESSERA_KERNEL(b, swiglu_bias_forward)
   (f(gate), f(up), f(gate_bias), f(up_bias), f(act),

@@ -119,6 +119,8 @@ void copy_rows(const Tensor& x, int64_t ldx, const Tensor& y, int64_t ldy, int64
 void cast(const Tensor& x, const Tensor& y, int64_t n);
 
 // ---- normalisation -------------------------------------------------------------------
+// The forwards' y is f32, or bf16 / f16: the fp32 value rounded as kernels::cast rounds it (a
+// 16-bit run keeps a norm's output only as its GEMMs' operand). Statistics are f32.
 // y = x / rms(x) * w; rstd[N] saved for backward.
 void rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd,
                      int64_t N, int64_t C, float eps);
@@ -148,8 +150,8 @@ void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx, int64_t 
 // activation above, cast and bias_backward compute, in the same order and with the same bits
 // (doc/kokkos.md, "Fused epilogues"). Optional arguments may be empty Tensors; a 16-bit output
 // is bf16 or f16, rounded as kernels::cast rounds the fp32 value.
-// Forward: pre += bias (per column, when bias is given; pre keeps the result), act = gelu(pre),
-// act16 = act in 16 bits (optional).
+// Forward: pre += bias (per column, when bias is given; pre keeps the result), act = gelu(pre)
+// written to act (f32) and / or act16 (16 bits; at least one).
 void gelu_bias_forward(const Tensor& pre, const Tensor& bias, const Tensor& act,
                        const Tensor& act16, int64_t N, int64_t C);
 // gate += gate_bias, up += up_bias (both or neither), act = silu(gate) * up, act16 as above.

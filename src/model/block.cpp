@@ -36,10 +36,13 @@ Block::Saved& Block::inner(const StepContext& ctx) {
   Saved& s = full_ ? shared_->block : slots_.at(ctx.slot);
   const int64_t R = tp::rows(ctx, ctx.batch * cfg_.seq_local()), C = cfg_.d_model;
   if (s.n1.numel() != R * C) {
-    auto act = [&](Shape shape) {
-      return Buffer(ctx.alloc, shape, DType::f32, Charge::activations);
+    auto act = [&](Shape shape, DType t = DType::f32) {
+      return Buffer(ctx.alloc, shape, t, Charge::activations);
     };
-    s.n1 = act({R, C}), s.h = act({R, C}), s.n2 = act({R, C});
+    // The norms' outputs feed only GEMMs: a 16-bit run keeps them as the GEMMs' operands, in
+    // the compute dtype (a mixture of experts packs and routes an fp32 input: not yet).
+    const DType t = cfg_.compute;
+    s.n1 = act({R, C}, t), s.h = act({R, C}), s.n2 = act({R, C}, moe_ ? DType::f32 : t);
     s.rstd1 = act({R}), s.rstd2 = act({R});
     if (attn_norm_.layernorm()) s.mean1 = act({R}), s.mean2 = act({R});
   }
@@ -48,7 +51,8 @@ Block::Saved& Block::inner(const StepContext& ctx) {
 
 // With sequence parallelism the norms and residual adds run on this rank's R = N/t rows; the
 // normed input is all-gathered before each sublayer (and again in backward: only the rows
-// are kept) and each sublayer reduce-scatters its output. Without it R = N.
+// are kept; in a 16-bit run in 16 bits) and each sublayer reduce-scatters its output. Without
+// it R = N.
 void Block::run(StepContext& ctx, const Tensor& x, Saved& s, const Tensor& out) {
   const int64_t N = ctx.batch * cfg_.seq_local(), C = cfg_.d_model, R = tp::rows(ctx, N);
   const Tensor full =

@@ -109,6 +109,9 @@ ModelConfig ModelConfig::from(const ModelSection& m, const TrainSection& t) {
   c.recompute = t.recompute;
   c.recompute_layers = t.recompute_layers;
   c.head_chunk_rows = t.head_chunk_rows;
+  c.compute = t.precision == TrainPrecision::bf16   ? DType::bf16
+              : t.precision == TrainPrecision::fp16 ? DType::f16
+                                                    : DType::f32;
   return c;
 }
 

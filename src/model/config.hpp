@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "config/choices.hpp"  // Arch, Recompute
+#include "tensor/tensor.hpp"    // DType
 
 namespace tessera {
 
@@ -93,6 +94,13 @@ struct ModelConfig {
     const int64_t c = head_chunk_rows > 0 ? head_chunk_rows : kHeadChunkRows;
     return c < N ? c : N;
   }
+
+  // The GEMMs' operand dtype (train.precision: f32, bf16 or f16). A 16-bit run keeps the
+  // activations that only feed GEMMs (the norms' outputs before attention and a dense MLP, the
+  // MLP's activation) in it alone (doc/precision.md, "What is 16-bit").
+  DType compute = DType::f32;
+  // Bytes of one element of such an activation.
+  double operand_bytes() const { return compute == DType::f32 ? 4 : 2; }
 
   static ModelConfig from(const ModelSection& m);
   // The model and how its blocks treat their activations (train.recompute*).

@@ -32,27 +32,28 @@ Mlp::Saved& Mlp::kept(const StepContext& ctx) {
 Mlp::Saved& Mlp::activated(const StepContext& ctx) {
   Saved& s = mode_ == Recompute::none ? slots_.at(ctx.slot) : *shared_;
   const int64_t N = ctx.batch * cfg_.seq_local(), F = cfg_.ffn_local();
+  // act feeds only down_'s GEMMs: kept in their operand dtype (16 bits in a 16-bit run).
   if (s.act.numel() != N * F)
-    s.act = Buffer(ctx.alloc, Shape{N, F}, DType::f32, Charge::activations);
+    s.act = Buffer(ctx.alloc, Shape{N, F}, down_.compute_dtype(), Charge::activations);
   return s;
 }
 
 // One fused pass (kernels::gelu_bias_forward / swiglu_bias_forward): the biases added to the
-// GEMMs' outputs when `bias` (they stay in `in` as the pre-activations), the activation into
-// `out`, and, when down_ multiplies in 16 bits, its operand into scratch gemm_x, so that
-// down_ does not cast it again. Returns down_'s operand: that copy, or out.act.
-Tensor Mlp::activate(StepContext& ctx, int64_t N, Saved& in, Saved& out, bool bias) const {
+// GEMMs' outputs when `bias` (they stay in `in` as the pre-activations) and the activation into
+// out.act, in fp32 or, when down_ multiplies in 16 bits, rounded to its operand dtype (no fp32
+// copy, no cast). Returns out.act, down_'s operand.
+Tensor Mlp::activate(int64_t N, Saved& in, Saved& out, bool bias) const {
   const int64_t F = cfg_.ffn_local();
-  const DType t = down_.compute_dtype();
-  const Tensor act16 =
-      t == DType::f32 ? Tensor{} : ctx.scratch.get(ScratchId::gemm_x, {N, F}, t);
+  const Tensor act = out.act.view(), none;
+  const bool half = act.dtype != DType::f32;
   if (swiglu_)
-    kernels::swiglu_bias_forward(in.gate.view(), in.up.view(), bias ? gate_.bias() : Tensor{},
-                                 bias ? up_.bias() : Tensor{}, out.act.view(), act16, N, F);
+    kernels::swiglu_bias_forward(in.gate.view(), in.up.view(), bias ? gate_.bias() : none,
+                                 bias ? up_.bias() : none, half ? none : act, half ? act : none,
+                                 N, F);
   else
-    kernels::gelu_bias_forward(in.up.view(), bias ? up_.bias() : Tensor{}, out.act.view(), act16,
-                               N, F);
-  return act16.data ? act16 : out.act.view();
+    kernels::gelu_bias_forward(in.up.view(), bias ? up_.bias() : none, half ? none : act,
+                               half ? act : none, N, F);
+  return act;
 }
 
 void Mlp::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
@@ -62,7 +63,7 @@ void Mlp::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
   const Tensor xc = up_.operand(ctx, x);  // cast once for both maps
   up_.forward_gemm(ctx, xc, s.up.view());  // the biases: in activate's pass
   if (swiglu_) gate_.forward_gemm(ctx, xc, s.gate.view());
-  const Tensor act = activate(ctx, N, s, a, /*bias=*/true);
+  const Tensor act = activate(N, s, a, /*bias=*/true);
   if (tp::size(ctx) == 1) return down_.forward(ctx, act, y, /*accumulate=*/true);
   const Tensor partial = ctx.scratch.get(ScratchId::tp_partial, {N, C});
   down_.forward(ctx, act, partial);
@@ -76,10 +77,8 @@ void Mlp::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Te
       tp::sequence_parallel(ctx) ? ctx.scratch.get(ScratchId::tp_partial, {N, C}) : dx;
   Saved& s = kept(ctx);
   Saved& a = activated(ctx);
-  // Full recompute has just rebuilt everything (Block::backward); selective rebuilds act (and
-  // its 16-bit operand, used at once by down_'s weight gradient).
-  const Tensor act =
-      mode_ == Recompute::selective ? activate(ctx, N, s, a, /*bias=*/false) : a.act.view();
+  // Full recompute has just rebuilt everything (Block::backward); selective rebuilds act.
+  const Tensor act = mode_ == Recompute::selective ? activate(N, s, a, /*bias=*/false) : a.act.view();
   const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {N, F});
   down_.backward(ctx, act, dy, d_act);
   const Tensor xc = up_.operand(ctx, x);

@@ -11,7 +11,8 @@ namespace tessera {
 
 class Mlp {
  public:
-  // What backward reads: the hidden tensors and the activation's output.
+  // What backward reads: the hidden tensors and the activation's output (in down's operand
+  // dtype: 16 bits in a 16-bit run).
   struct Saved {
     Buffer gate, up, act;  // gate is empty for gpt2 (up holds the GELU input)
   };
@@ -33,7 +34,7 @@ class Mlp {
   Saved& activated(const StepContext& ctx);
   // act = swiglu(gate, up) or gelu(up), the biases added first when `bias` (forward) and not
   // when selective recompute reruns it; returns down_'s GEMM operand (mlp.cpp).
-  Tensor activate(StepContext& ctx, int64_t N, Saved& in, Saved& out, bool bias) const;
+  Tensor activate(int64_t N, Saved& in, Saved& out, bool bias) const;
 
   const ModelConfig& cfg_;
   bool swiglu_;

@@ -109,13 +109,14 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
     f += 4 * N * Hq * D + 4 * N * Hkv * D  // q, out, dout, dq; k, v, dk, dv by heads
          + 2 * N * std::max(Hq, Hkv) * D;  // the all-to-all's send and receive buffers
   const double tokens = B * double(c.seq_len + 1) + 2 * N;  // int32 tokens (whole), inputs, targets
-  // 16-bit GEMM operands: the widest input (x, the attention output, the MLP activation) and
-  // the widest output gradient (of q/k/v, o: N rows; of a chunk of the logits). A dense MLP's
-  // hidden gradients are written in 16 bits by its fused epilogue into the start of their own
-  // fp32 buffers (d_up, d_gate above), not cast into gemm_dy (model/mlp.cpp); mixture-of-experts
-  // models keep the F-wide term of before (not validated in 16 bits).
-  const double x16 = N * std::max({C, Hq * D, F});
+  // 16-bit GEMM operands cast in scratch: the widest input (the head's normed input, the
+  // attention output) and the widest output gradient (of q/k/v, o: N rows; of a chunk of the
+  // logits). The norms' outputs and a dense MLP's activation are kept in 16 bits (model/block.cpp,
+  // mlp.cpp) and its hidden gradients written in 16 bits by its fused epilogue into the start of
+  // their own fp32 buffers (d_up, d_gate above): none of them is cast. Mixture-of-experts models
+  // keep the F-wide terms of before (not validated in 16 bits).
   const double mlp_dy16 = c.moe.enabled() ? F : 0;
+  const double x16 = N * std::max({C, Hq * D, mlp_dy16});
   const double dy16 = std::max(N * std::max({C, Hq * D, Hkv * D, mlp_dy16}), H * Vl);
   return 4 * (f + tokens) + (half ? 2 * (x16 + dy16) : 0);
 }

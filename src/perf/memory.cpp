@@ -27,21 +27,23 @@ double activation_bytes_per_block(const ModelConfig& cfg, int64_t batch) {
   const double t = double(cfg.tp.size), N = double(batch * cfg.seq_local()), C = double(cfg.d_model);
   const double R = cfg.tp.sequence_parallel && cfg.tp.size > 1 ? N / t : N;
   const bool layernorm = cfg.arch == Arch::gpt2;
-  double e = 4 * R * C + (layernorm ? 4 : 2) * R;
+  const double ob = cfg.operand_bytes();  // what feeds GEMMs only (model/block.cpp, mlp.cpp)
+  double e = 2 * R * C + (layernorm ? 4 : 2) * R;  // fp32: h, out; the norms' statistics
   e += (2 * double(cfg.heads) + 2 * double(cfg.kv_heads)) / t * double(cfg.head_dim) * N;
   e += double(batch) * double(cfg.heads) / t * double(cfg.seq_local());  // lse
-  e += (cfg.arch == Arch::llama ? 3 : 2) * double(cfg.ffn_hidden) / t * N;
-  return 4 * e;
+  e += (cfg.arch == Arch::llama ? 2 : 1) * double(cfg.ffn_hidden) / t * N;  // (gate,) up
+  return 4 * e + ob * (2 * R * C + double(cfg.ffn_hidden) / t * N);  // n1, n2; act
 }
 
 namespace {
 
-// Elements of the pieces selective recompute drops: attention output, lse, MLP activation.
+// Bytes of the pieces selective recompute drops: attention output, lse (fp32), MLP activation
+// (in the operand dtype).
 double selective_dropped(const ModelConfig& cfg, int64_t batch) {
   const double t = double(cfg.tp.size), N = double(batch * cfg.seq_local());
-  return double(cfg.heads) / t * double(cfg.head_dim) * N +
-         double(batch) * double(cfg.heads) / t * double(cfg.seq_local()) +
-         double(cfg.ffn_hidden) / t * N;
+  return 4 * (double(cfg.heads) / t * double(cfg.head_dim) * N +
+              double(batch) * double(cfg.heads) / t * double(cfg.seq_local())) +
+         cfg.operand_bytes() * double(cfg.ffn_hidden) / t * N;
 }
 
 double residual_rows(const ModelConfig& cfg, int64_t batch) {
@@ -56,7 +58,7 @@ double block_kept_bytes(const ModelConfig& cfg, int64_t batch, Recompute mode) {
     case Recompute::none:
       return activation_bytes_per_block(cfg, batch);
     case Recompute::selective:
-      return activation_bytes_per_block(cfg, batch) - 4 * selective_dropped(cfg, batch);
+      return activation_bytes_per_block(cfg, batch) - selective_dropped(cfg, batch);
     case Recompute::full:
       return 4 * residual_rows(cfg, batch) * double(cfg.d_model);
   }
@@ -64,7 +66,7 @@ double block_kept_bytes(const ModelConfig& cfg, int64_t batch, Recompute mode) {
 }
 
 double rebuilt_bytes(const ModelConfig& cfg, int64_t batch) {
-  if (cfg.recompute == Recompute::selective) return 4 * selective_dropped(cfg, batch);
+  if (cfg.recompute == Recompute::selective) return selective_dropped(cfg, batch);
   if (cfg.recompute == Recompute::full) return activation_bytes_per_block(cfg, batch);
   return 0;
 }
@@ -82,7 +84,10 @@ double moe_block_extra_bytes(const ModelConfig& cfg, int64_t batch) {
                C = double(cfg.d_model);
   const double E = double(cfg.moe.experts), K = double(cfg.moe.top_k), Fe = double(cfg.moe.ffn);
   const double ep = double(cfg.experts_held.size), mats = cfg.arch == Arch::llama ? 3 : 2;
-  double e = -mats * double(cfg.ffn_hidden) / t * N;  // no dense MLP
+  const double ob = cfg.operand_bytes();
+  // No dense MLP ((gate,) up fp32, act in the operand dtype), and n2 in fp32 (the router's input).
+  double e = -(mats - 1 + ob / 4) * double(cfg.ffn_hidden) / t * N +
+             (4 - ob) / 4 * residual_rows(cfg, batch) * C;
   e += mats * double(cfg.moe.shared) * Fe / t * N;    // the shared experts' MLP
   e += 2 * N * E + 3 * N * K + double(batch) * E;     // logits, scores; choice, row,
                                                       // weight; load fractions

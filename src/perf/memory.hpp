@@ -33,16 +33,19 @@ ModelStateBytes zero_model_state(int stage, double psi, double n, Precision prec
 const char* zero_formula(int stage, Precision precision);
 
 // Activations tessera keeps per rank for one micro-batch of `batch` sequences in flight, in
-// bytes (fp32), exactly as its layers allocate them (cfg.tp gives the tensor-parallel split;
-// R = rows of the residual stream: B*T, or B*T/t with sequence parallelism):
-//   per block: norm outputs, residual copies and block output 4*R*C, norm statistics 2*R
+// bytes, exactly as its layers allocate them (cfg.tp gives the tensor-parallel split; R = rows
+// of the residual stream: B*T, or B*T/t with sequence parallelism). Elements are fp32 except
+// those that feed only GEMMs (the norms' outputs and the MLP activation), which are in the
+// operand dtype (cfg.operand_bytes(): 2 in a 16-bit run):
+//   per block: norm outputs 2*R*C (operand dtype; a mixture-of-experts block's second in fp32,
+//     the router's input), residual copy and block output 2*R*C, norm statistics 2*R
 //     (LayerNorm 4*R); q, k, v and the attention output (2*Hq + 2*Hkv)/t * D * B*T, the
-//     softmax log-sum-exp B*Hq/t*T (flash-style: no T x T scores); MLP 3*F/t*B*T (SwiGLU:
-//     gate, up, product) or 2*F/t*B*T (GELU: input, output)
+//     softmax log-sum-exp B*Hq/t*T (flash-style: no T x T scores); MLP 2*F/t*B*T (SwiGLU:
+//     gate, up) or F/t*B*T (GELU: input) and the activation F/t*B*T (operand dtype)
 //   embedding output R*C; head: norm statistics R (LayerNorm 2R) and its input gradient R*C.
 // Recompute (cfg.recompute, doc/recompute.md) changes what a block keeps per micro-batch:
 //   selective: all but the attention output and its log-sum-exp and the MLP activation's
-//     output (q/t*D*B*T + B*Hq/t*T + F/t*B*T fewer elements);
+//     output (q/t*D*B*T + B*Hq/t*T fp32 and F/t*B*T operand-dtype elements fewer);
 //   full: its output R*C only (the next block's kept input; a block's own input is its
 //     predecessor's output);
 // and adds one shared set for the block being rebuilt: what selective drops, or a whole

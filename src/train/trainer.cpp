@@ -30,18 +30,6 @@ BatchGeometry BatchGeometry::from(const TrainSection& train, int64_t dp) {
 
 namespace {
 
-DType dtype_of(TrainPrecision p) {
-  switch (p) {
-    case TrainPrecision::fp32:
-      return DType::f32;
-    case TrainPrecision::bf16:
-      return DType::bf16;
-    case TrainPrecision::fp16:
-      return DType::f16;
-  }
-  return DType::f32;
-}
-
 // hardware.device = cuda: this rank's device, the one of its index among the ranks of its
 // (physical) node (one rank per GPU, checked by require_device).
 std::unique_ptr<kernels::Device> open_device(const RunConfig& run, ProcessGrid& grid) {
@@ -125,7 +113,7 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid,
   store_.finalize(
       alloc_,
       DataParallel::store_layout(run.parallel, *model_, dp_cp.size(), grid.group(Group::ep).size()),
-      dtype_of(run.train.precision));
+      cfg_.compute);
   if (run.train.precision == TrainPrecision::fp16) {
     scaler_.dynamic = true;
     scaler_.scale = run.train.loss_scale;

@@ -304,6 +304,23 @@ TEST_F(CudaKernels, FusedEpiloguesMatchCpu) {
     expect_normwise(dGB.host(), dgb, kRel, "swiglu_bias_backward dgate_bias");
     expect_normwise(dUB.host(), dub, kRel, "swiglu_bias_backward dup_bias");
   }
+  {  // the 16-bit-only forms a bf16 run uses: act16 without act, the norms' bf16 outputs
+    Dev<float> dG(x), dU(u), dB(b), dB2(b2), dW(b2), dR{size_t(N)}, dM{size_t(N)}, dY{size_t(n)};
+    Dev<uint16_t> a16{size_t(n)}, y16{size_t(n)};
+    swiglu_bias_forward(dG, dU, dB, dB2, {}, a16.as(DType::bf16), N, C);
+    FVec gate = x, up = u, act(n);
+    swiglu_bias_forward(host(gate), host(up), host(b), host(b2), host(act), {}, N, C);
+    const std::vector<uint16_t> want = rounded(act), got = a16.host();
+    int64_t off = 0;  // a bf16 ulp apart at most (the device's own fp32 act rounds so)
+    for (int64_t i = 0; i < n; ++i) off += std::abs(int(got[size_t(i)]) - int(want[size_t(i)])) > 1;
+    EXPECT_EQ(off, 0) << "swiglu_bias_forward act16 only";
+    rmsnorm_forward(dG, dW, dY, dR, N, C, 1e-5f);
+    rmsnorm_forward(dG, dW, y16.as(DType::bf16), dR, N, C, 1e-5f);
+    EXPECT_EQ(y16.host(), rounded(dY.host())) << "rmsnorm_forward bf16 y";
+    layernorm_forward(dG, dW, dB, dY, dM, dR, N, C, 1e-5f);
+    layernorm_forward(dG, dW, dB, y16.as(DType::bf16), dM, dR, N, C, 1e-5f);
+    EXPECT_EQ(y16.host(), rounded(dY.host())) << "layernorm_forward bf16 y";
+  }
 }
 
 // ---- rope -------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // The fused MLP epilogues (kernels::gelu_bias_forward and the others): against plain loops in
 // double, and against the unfused kernels they replace (bias_add, the activation, cast,
-// bias_backward), which they must match bit for bit.
+// bias_backward), which they must match bit for bit. Also the norms' 16-bit outputs, the cast
+// of their fp32 ones.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -103,7 +104,15 @@ TEST(KokkosEpilogue, GeluForwardIsBiasAddGeluAndCast) {
         expect_bits(pre, pre_ref, "gelu pre", N, C);
         expect_bits(act, act_ref, "gelu act", N, C);
         expect_near(act, want, 1e-5, 1e-6, "gelu act vs double", N, C);
-        if (t != DType::f32) expect_rounded(act16, act_ref, t, "gelu act16", N, C);
+        if (t == DType::f32) continue;
+        expect_rounded(act16, act_ref, t, "gelu act16", N, C);
+        // A 16-bit run keeps only the operand (model/mlp.cpp): the same bits without act.
+        FVec pre_only = pre0;
+        HVec only16(size_t(n), 0xffff);
+        gelu_bias_forward(host(pre_only), bias ? host(b) : Tensor{}, {}, half_view(only16, t), N,
+                          C);
+        expect_bits(pre_only, pre_ref, "gelu pre (act16 only)", N, C);
+        expect_rounded(only16, act_ref, t, "gelu act16 only", N, C);
       }
     }
   }
@@ -133,7 +142,15 @@ TEST(KokkosEpilogue, SwigluForwardIsBiasAddSwigluAndCast) {
         expect_bits(up, up_ref, "swiglu up", N, C);
         expect_bits(act, act_ref, "swiglu act", N, C);
         expect_near(act, want, 1e-5, 1e-6, "swiglu act vs double", N, C);
-        if (t != DType::f32) expect_rounded(act16, act_ref, t, "swiglu act16", N, C);
+        if (t == DType::f32) continue;
+        expect_rounded(act16, act_ref, t, "swiglu act16", N, C);
+        FVec gate_only = gate0, up_only = up0;
+        HVec only16(size_t(n), 0xffff);
+        swiglu_bias_forward(host(gate_only), host(up_only), bias ? host(gb) : Tensor{},
+                            bias ? host(ub) : Tensor{}, {}, half_view(only16, t), N, C);
+        expect_bits(gate_only, gate_ref, "swiglu gate (act16 only)", N, C);
+        expect_bits(up_only, up_ref, "swiglu up (act16 only)", N, C);
+        expect_rounded(only16, act_ref, t, "swiglu act16 only", N, C);
       }
     }
   }
@@ -233,12 +250,45 @@ TEST(KokkosEpilogue, SwigluBackwardIsSwigluBackwardBiasBackwardAndCast) {
   }
 }
 
+// A 16-bit run keeps a norm's output only as its GEMMs' operand (model/block.cpp): the norms
+// write it in bf16 / f16, the cast of the fp32 output, bit for bit; the statistics are the same.
+TEST(KokkosEpilogue, NormsWrite16BitOutputsAsTheCastOfFp32) {
+  for (const Case& k : kCases) {
+    const int64_t N = k.N, C = k.C, n = N * C;
+    const FVec x = randn(n, 31, 1.5, 2.0), w = randn(C, 32, 0.5, 1.0), b = randn(C, 33);
+    FVec y(size_t(n), kNaN), mean(size_t(N), kNaN), rstd(size_t(N), kNaN);
+    rmsnorm_forward(host(x), host(w), host(y), host(rstd), N, C, 1e-5f);
+    FVec ly(size_t(n), kNaN), lmean(size_t(N), kNaN), lrstd(size_t(N), kNaN);
+    layernorm_forward(host(x), host(w), host(b), host(ly), host(lmean), host(lrstd), N, C, 1e-5f);
+    for (DType t : kHalves) {
+      HVec y16(size_t(n), 0xffff), ly16(size_t(n), 0xffff);
+      FVec rstd16(size_t(N), kNaN), lmean16(size_t(N), kNaN), lrstd16(size_t(N), kNaN);
+      rmsnorm_forward(host(x), host(w), half_view(y16, t), host(rstd16), N, C, 1e-5f);
+      expect_rounded(y16, y, t, "rmsnorm y16", N, C);
+      expect_bits(rstd16, rstd, "rmsnorm rstd (16-bit y)", N, 1);
+      layernorm_forward(host(x), host(w), host(b), half_view(ly16, t), host(lmean16),
+                        host(lrstd16), N, C, 1e-5f);
+      expect_rounded(ly16, ly, t, "layernorm y16", N, C);
+      expect_bits(lmean16, lmean, "layernorm mean (16-bit y)", N, 1);
+      expect_bits(lrstd16, lrstd, "layernorm rstd (16-bit y)", N, 1);
+    }
+  }
+  // An output of another dtype is an error.
+  std::vector<int32_t> yi(12);
+  FVec x(12), w(4), r(3);
+  EXPECT_THROW(rmsnorm_forward(host(x), host(w), view_of(yi.data(), Shape{12}),
+                               host(r), 3, 4, 1e-5f),
+               Error);
+}
+
 TEST(KokkosEpilogue, BadArgumentsAreErrors) {
   FVec a(12), b(12), d(12), bias(4);
   HVec h(12), h16(12);
   // No output at all, and a 16-bit output of another dtype than bf16 / f16.
   EXPECT_THROW(gelu_bias_backward(host(a), host(b), {}, {}, {}, 3, 4), Error);
   EXPECT_THROW(gelu_bias_forward(host(a), {}, host(b), host(d), 3, 4), Error);
+  EXPECT_THROW(gelu_bias_forward(host(a), {}, {}, {}, 3, 4), Error);
+  EXPECT_THROW(swiglu_bias_forward(host(a), host(b), {}, {}, {}, {}, 3, 4), Error);
   // SwiGLU's pairs: both or neither, one 16-bit dtype.
   EXPECT_THROW(swiglu_bias_forward(host(a), host(b), host(bias), {}, host(d), {}, 3, 4), Error);
   EXPECT_THROW(swiglu_bias_backward(host(a), host(b), host(d), {}, {}, half_view(h, DType::bf16),

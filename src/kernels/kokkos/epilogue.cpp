@@ -92,8 +92,8 @@ struct Epilogue {
 
   // ---- forward ----------------------------------------------------------------------------
 
-  template <bool Bias, class Half>
-  static void gelu_fwd(float* pre, const float* bias, float* act, Half half, int64_t N,
+  template <bool Bias, class Full, class Half>
+  static void gelu_fwd(float* pre, const float* bias, Full full, Half half, int64_t N,
                        int64_t C) {
     for_each_cell<E>(
         "gelu_bias_forward", N, C, KOKKOS_LAMBDA(int64_t i, int64_t c) {
@@ -103,22 +103,24 @@ struct Epilogue {
             pre[i] = v;
           }
           const float y = gelu_value(v);
-          act[i] = y;
+          full(i, y);
           half(i, y);
         });
   }
 
   static void gelu_bias_forward(float* pre, const float* bias, float* act, uint16_t* act16,
                                 bool f16, int64_t N, int64_t C) {
-    with_half(act16, f16, [&](auto half) {
-      if (bias) gelu_fwd<true>(pre, bias, act, half, N, C);
-      else gelu_fwd<false>(pre, bias, act, half, N, C);
+    with_f32(act, [&](auto full) {
+      with_half(act16, f16, [&](auto half) {
+        if (bias) gelu_fwd<true>(pre, bias, full, half, N, C);
+        else gelu_fwd<false>(pre, bias, full, half, N, C);
+      });
     });
   }
 
-  template <bool Bias, class Half>
+  template <bool Bias, class Full, class Half>
   static void swiglu_fwd(float* gate, float* up, const float* gate_bias, const float* up_bias,
-                         float* act, Half half, int64_t N, int64_t C) {
+                         Full full, Half half, int64_t N, int64_t C) {
     for_each_cell<E>(
         "swiglu_bias_forward", N, C, KOKKOS_LAMBDA(int64_t i, int64_t c) {
           float g = gate[i], u = up[i];
@@ -129,7 +131,7 @@ struct Epilogue {
             up[i] = u;
           }
           const float y = swiglu_value(g, u);
-          act[i] = y;
+          full(i, y);
           half(i, y);
         });
   }
@@ -137,9 +139,11 @@ struct Epilogue {
   static void swiglu_bias_forward(float* gate, float* up, const float* gate_bias,
                                   const float* up_bias, float* act, uint16_t* act16, bool f16,
                                   int64_t N, int64_t C) {
-    with_half(act16, f16, [&](auto half) {
-      if (gate_bias) swiglu_fwd<true>(gate, up, gate_bias, up_bias, act, half, N, C);
-      else swiglu_fwd<false>(gate, up, gate_bias, up_bias, act, half, N, C);
+    with_f32(act, [&](auto full) {
+      with_half(act16, f16, [&](auto half) {
+        if (gate_bias) swiglu_fwd<true>(gate, up, gate_bias, up_bias, full, half, N, C);
+        else swiglu_fwd<false>(gate, up, gate_bias, up_bias, full, half, N, C);
+      });
     });
   }
 

@@ -1,24 +1,40 @@
 // RMSNorm (llama) and LayerNorm (gpt2), forward and backward. Row statistics in double, one
 // team per row; the weight and bias gradients in a second pass, parallel over columns, each
-// column summed over the rows in order (deterministic for any thread count).
+// column summed over the rows in order (deterministic for any thread count). The forwards
+// write their output in fp32 or, rounded from the same fp32 value, in bf16 / fp16.
 #include "kernels/kokkos/kokkos.hpp"
 
 namespace tessera::kernels::kokkos {
+namespace {
+
+// fn(store) for a norm's output: y in fp32, or y16 in bf16 (f16: in fp16).
+template <class Fn>
+void with_store(float* y, uint16_t* y16, bool f16, const Fn& fn) {
+  if (y) return fn(StoreF32{y});
+  if (f16) return fn(StoreF16{y16});
+  fn(StoreBf16{y16});
+}
+
+}  // namespace
 
 template <class E>
 struct Norm {
-  static void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t N,
-                              int64_t C, float eps) {
+  static void rmsnorm_forward(const float* x, const float* w, float* y, uint16_t* y16, bool f16,
+                              float* rstd, int64_t N, int64_t C, float eps) {
+    with_store(y, y16, f16, [&](auto store) { rmsnorm_rows(x, w, store, rstd, N, C, eps); });
+  }
+  template <class Store>
+  static void rmsnorm_rows(const float* x, const float* w, Store store, float* rstd, int64_t N,
+                           int64_t C, float eps) {
     Kokkos::parallel_for(
         "rmsnorm_forward", rows<E>(N), KOKKOS_LAMBDA(const Team<E>& team) {
           const int64_t r = team.league_rank();
           const float* xr = x + r * C;
-          float* yr = y + r * C;
           const double ss = team_sum<E>(team, C, [&](int64_t c) { return double(xr[c]) * xr[c]; });
           const float s = float(1.0 / Kokkos::sqrt(ss / double(C) + eps));
           Kokkos::single(Kokkos::PerTeam(team), [&] { rstd[r] = s; });
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
-                               [&](int64_t c) { yr[c] = xr[c] * s * w[c]; });
+                               [&](int64_t c) { store(r * C + c, xr[c] * s * w[c]); });
         });
   }
 
@@ -53,12 +69,18 @@ struct Norm {
   }
 
   static void layernorm_forward(const float* x, const float* w, const float* b, float* y,
-                                float* mean, float* rstd, int64_t N, int64_t C, float eps) {
+                                uint16_t* y16, bool f16, float* mean, float* rstd, int64_t N,
+                                int64_t C, float eps) {
+    with_store(y, y16, f16,
+               [&](auto store) { layernorm_rows(x, w, b, store, mean, rstd, N, C, eps); });
+  }
+  template <class Store>
+  static void layernorm_rows(const float* x, const float* w, const float* b, Store store,
+                             float* mean, float* rstd, int64_t N, int64_t C, float eps) {
     Kokkos::parallel_for(
         "layernorm_forward", rows<E>(N), KOKKOS_LAMBDA(const Team<E>& team) {
           const int64_t r = team.league_rank();
           const float* xr = x + r * C;
-          float* yr = y + r * C;
           const double m = team_sum<E>(team, C, [&](int64_t c) { return double(xr[c]); }) / double(C);
           const double var =
               team_sum<E>(team, C, [&](int64_t c) { return (xr[c] - m) * (xr[c] - m); }) / double(C);
@@ -69,7 +91,7 @@ struct Norm {
             rstd[r] = s;
           });
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
-                               [&](int64_t c) { yr[c] = (xr[c] - mf) * s * w[c] + b[c]; });
+                               [&](int64_t c) { store(r * C + c, (xr[c] - mf) * s * w[c] + b[c]); });
         });
   }
 
