@@ -320,17 +320,23 @@ void Moe::run_experts(StepContext& ctx, Saved& s) {
     const int64_t first = s.eoffset[size_t(e)], n = s.eoffset[size_t(e) + 1] - first;
     if (n == 0) continue;
     const Expert& x = experts_[size_t(first_expert + e - held_first_)];
-    const Tensor xin = rows(s.xe, first, n, C), act = rows(s.act, first, n, F);
-    const Tensor up = rows(s.up, first, n, F);
-    x.up.forward(ctx, xin, up);
+    const Tensor xin = x.up.operand(ctx, rows(s.xe, first, n, C));  // cast once for both maps
+    const Tensor act = rows(s.act, first, n, F), up = rows(s.up, first, n, F);
+    // The fused epilogue (as the dense Mlp's): the biases, the activation and, when down
+    // multiplies in 16 bits, its operand, in one pass; act stays fp32 for down's weight
+    // gradient.
+    x.up.forward_gemm(ctx, xin, up);
+    const Tensor gate = swiglu_ ? rows(s.gate, first, n, F) : Tensor{};
+    if (swiglu_) x.gate.forward_gemm(ctx, xin, gate);
+    // xin is consumed: its scratch buffer takes down's operand.
+    const DType t = x.down.compute_dtype();
+    const Tensor act16 = t == DType::f32 ? Tensor{} : ctx.scratch.get(ScratchId::gemm_x, {n, F}, t);
     if (swiglu_) {
-      const Tensor gate = rows(s.gate, first, n, F);
-      x.gate.forward(ctx, xin, gate);
-      kernels::swiglu_forward(gate, up, act, n * F);
+      kernels::swiglu_bias_forward(gate, up, x.gate.bias(), x.up.bias(), act, act16, n, F);
     } else {
-      kernels::gelu_forward(up, act, n * F);
+      kernels::gelu_bias_forward(up, x.up.bias(), act, act16, n, F);
     }
-    x.down.forward(ctx, act, rows(s.oe, first, n, C));
+    x.down.forward(ctx, act16.data ? act16 : act, rows(s.oe, first, n, C));
   }
 }
 
@@ -457,24 +463,36 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   const Tensor d_xe = ep ? ctx.scratch.get(ScratchId::moe_d_side_in, {Rx, C}) : d_in;
   to_experts(ctx, s, d_out, d_oe);
   const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {Rx, F});
-  const Tensor d_up = ctx.scratch.get(ScratchId::mlp_d_up, {Rx, F});
-  const Tensor d_gate = ctx.scratch.get(ScratchId::mlp_d_gate, {swiglu_ ? Rx : 1, F});
+  // The hidden gradients as the dense Mlp's: one fused pass writes them (in 16 bits only the
+  // GEMMs' operands, at the start of the fp32 buffers) and adds the bias gradients.
+  const DType t = experts_.empty() ? DType::f32 : experts_.front().up.compute_dtype();
+  const bool half = t != DType::f32;
+  auto hidden = [&](ScratchId id, int64_t r) {
+    const Tensor f32 = ctx.scratch.get(id, {r, F});
+    return half ? ctx.scratch.get(id, {r, F}, t) : f32;
+  };
+  const Tensor d_up = hidden(ScratchId::mlp_d_up, Rx);
+  const Tensor d_gate = hidden(ScratchId::mlp_d_gate, swiglu_ ? Rx : 1);
+  const Tensor none;
   for (int64_t e = 0; e < El; ++e) {
     const int64_t first = s.eoffset[size_t(e)], n = s.eoffset[size_t(e) + 1] - first;
     if (n == 0) continue;
     const Expert& ex = experts_[size_t(first_expert + e - held_first_)];
-    const Tensor xin = rows(s.xe, first, n, C), up = rows(s.up, first, n, F);
-    ex.down.backward(ctx, rows(s.act, first, n, F), rows(d_oe, first, n, C),
-                     rows(d_act, first, n, F));
+    const Tensor up = rows(s.up, first, n, F), da = rows(d_act, first, n, F);
+    const Tensor du = d_up.rows(first, n), dxe = rows(d_xe, first, n, C);
+    ex.down.backward(ctx, rows(s.act, first, n, F), rows(d_oe, first, n, C), da);
+    const Tensor xin = ex.up.operand(ctx, rows(s.xe, first, n, C));
     if (swiglu_) {
-      kernels::swiglu_backward(rows(d_act, first, n, F), rows(s.gate, first, n, F), up,
-                               rows(d_gate, first, n, F), rows(d_up, first, n, F), n * F);
-      ex.gate.backward(ctx, xin, rows(d_gate, first, n, F), rows(d_xe, first, n, C));
-      ex.up.backward(ctx, xin, rows(d_up, first, n, F), rows(d_xe, first, n, C),
-                     /*accumulate_dx=*/true);
+      const Tensor dg = d_gate.rows(first, n);
+      kernels::swiglu_bias_backward(da, rows(s.gate, first, n, F), up, half ? none : dg,
+                                    half ? none : du, half ? dg : none, half ? du : none,
+                                    ex.gate.bias_grad(), ex.up.bias_grad(), n, F);
+      ex.gate.backward_gemms(ctx, xin, dg, dxe);
+      ex.up.backward_gemms(ctx, xin, du, dxe, /*accumulate_dx=*/true);
     } else {
-      kernels::gelu_backward(rows(d_act, first, n, F), up, rows(d_up, first, n, F), n * F);
-      ex.up.backward(ctx, xin, rows(d_up, first, n, F), rows(d_xe, first, n, C));
+      kernels::gelu_bias_backward(da, up, half ? none : du, half ? du : none, ex.up.bias_grad(),
+                                  n, F);
+      ex.up.backward_gemms(ctx, xin, du, dxe);
     }
   }
   from_experts(ctx, s, d_xe, d_in);
