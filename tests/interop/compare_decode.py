@@ -1,0 +1,47 @@
+"""Compares the token ids of two greedy decodings (tessera-sample --sample.print_ids=true and
+llamacpp_decode.mjs): the prompt's tokenization and the first N generated ids must be equal.
+
+  compare_decode.py TESSERA.txt LLAMACPP.txt N
+"""
+import sys
+
+MIN_GAP = 1e-3  # a probability gap below this would make the argmax a coin toss of rounding
+
+
+def ids(path, label):
+    with open(path) as f:
+        for line in f:
+            if line.startswith(label + ":"):
+                return [int(t) for t in line.split(":", 1)[1].split()]
+    raise SystemExit(f"decode: FAIL: '{path}' has no '{label}:' line")
+
+
+def main():
+    tessera, llamacpp, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    with open(llamacpp) as f:
+        gap = float([ln for ln in f if ln.startswith("min probability gap:")][0].split(":")[1])
+    tp, lp = ids(tessera, "prompt ids"), ids(llamacpp, "prompt ids")
+    ts, ls = ids(tessera, "sample ids"), ids(llamacpp, "sample ids")
+    print(f"prompt: tessera {tp}\n        llama.cpp {lp}")
+    print(f"sample: tessera {ts}\n        llama.cpp {ls}")
+    if tp != lp:
+        print("decode: FAIL: the prompt's tokenizations differ")
+        return 1
+    if len(ts) < n:
+        print(f"decode: FAIL: tessera generated {len(ts)} tokens before its end-of-text, not {n}")
+        return 1
+    same = next((i for i in range(n) if i >= len(ls) or ts[i] != ls[i]), n)
+    if same < n:
+        print(f"decode: FAIL: the decodings differ from token {same} on")
+        return 1
+    if gap < MIN_GAP:
+        print(f"decode: FAIL: the smallest probability gap of llama.cpp's argmax is {gap:.2e} < "
+              f"{MIN_GAP:.0e}: too thin for a comparison that holds on every CPU")
+        return 1
+    print(f"decode: PASS: {n} tokens equal, prompt of {len(tp)} tokens equal, "
+          f"smallest top-2 probability gap {gap:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
