@@ -1,5 +1,5 @@
 """Compares the token ids of two greedy decodings (tessera-sample --sample.print_ids=true and
-llamacpp_decode.mjs): the prompt's tokenization and the first N generated ids must be equal.
+tools/llamacpp-generate.mjs): the prompt's tokenization and the first N generated ids must be equal.
 
   compare_decode.py TESSERA.txt LLAMACPP.txt N
 """

@@ -2,7 +2,7 @@
 # Greedy decoding of a tessera checkpoint by tessera-sample and, from its GGUF export, by
 # llama.cpp (node-llama-cpp): the prompt's token ids and N generated ids must be equal.
 # usage: gguf_decode.sh WORK DTYPE N PROMPT -- EXPORT CKPT [EXPORT OPTIONS...] -- SAMPLE DECK [OVERRIDES...]
-# Environment: NODE_DIR (node_modules of node-llama-cpp), DECODE (llamacpp_decode.mjs),
+# Environment: NODE_DIR (node_modules of node-llama-cpp), DECODE (tools/llamacpp-generate.mjs),
 # COMPARE (compare_decode.py), PYTHON.
 set -euo pipefail
 work=$1 dtype=$2 n=$3 prompt=$4
@@ -15,5 +15,5 @@ rm -rf "$work" && mkdir -p "$work"
 "${export_cmd[@]}" "$work/model.gguf" --dtype "$dtype"
 "$@" --sample.prompt="$prompt" --sample.temperature=0 --sample.length="$n" \
   --sample.print_ids=true > "$work/tessera.txt"
-node "$DECODE" "$NODE_DIR" "$work/model.gguf" "$prompt" "$n" > "$work/llamacpp.txt"
+TESSERA_NODE_DIR="$NODE_DIR" node "$DECODE" "$work/model.gguf" "$prompt" "$n" > "$work/llamacpp.txt"
 "$PYTHON" "$COMPARE" "$work/tessera.txt" "$work/llamacpp.txt" "$n"
