@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Greedy decoding of a tessera checkpoint by tessera-sample and, from its GGUF export, by
 # llama.cpp (node-llama-cpp): the prompt's token ids and N generated ids must be equal.
-# usage: gguf_decode.sh WORK DTYPE N PROMPT -- EXPORT CKPT [EXPORT OPTIONS...] -- SAMPLE DECK [OVERRIDES...]
+# usage: gguf_decode.sh WORK DTYPE N MIN_GAP PROMPT -- EXPORT CKPT [EXPORT OPTIONS...] -- SAMPLE DECK [OVERRIDES...]
 # Environment: NODE_DIR (node_modules of node-llama-cpp), DECODE (tools/llamacpp-generate.mjs),
 # COMPARE (compare_decode.py), PYTHON.
 set -euo pipefail
-work=$1 dtype=$2 n=$3 prompt=$4
-shift 4
+work=$1 dtype=$2 n=$3 gap=$4 prompt=$5
+shift 5
 [ "$1" = -- ] && shift
 export_cmd=()
 while [ "$1" != -- ]; do export_cmd+=("$1"); shift; done
@@ -16,4 +16,4 @@ rm -rf "$work" && mkdir -p "$work"
 "$@" --sample.prompt="$prompt" --sample.temperature=0 --sample.length="$n" \
   --sample.print_ids=true > "$work/tessera.txt"
 TESSERA_NODE_DIR="$NODE_DIR" node "$DECODE" "$work/model.gguf" "$prompt" "$n" > "$work/llamacpp.txt"
-"$PYTHON" "$COMPARE" "$work/tessera.txt" "$work/llamacpp.txt" "$n"
+"$PYTHON" "$COMPARE" "$work/tessera.txt" "$work/llamacpp.txt" "$n" "$gap"

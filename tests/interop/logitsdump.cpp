@@ -36,8 +36,8 @@ int main(int argc, char** argv) {
       for (int64_t t = 0; t < T; ++t) ids[size_t(b * T + t)] = tokens[size_t(b * (T + 1) + t)];
     }
     std::vector<float> logits(size_t(B * T * c.vocab));
-    trainer.model().logits(trainer.context(false), view_of(ids.data(), {B, T}),
-                           view_of(logits.data(), {B * T, c.vocab}));
+    StepContext ctx = trainer.context(false);
+    trainer.model().logits(ctx, view_of(ids.data(), {B, T}), view_of(logits.data(), {B * T, c.vocab}));
     H5File f = H5File::create(out);
     f.write("/tokens", {B, T}, ids.data());
     f.write("/logits", {B, T, c.vocab}, logits.data());

@@ -1,6 +1,7 @@
 """Errors, atomic output and progress shared by the interop commands."""
 import os
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -42,6 +43,13 @@ def check_target(path, force, kind):
         raise Refusal(f"the directory of '{path}' does not exist")
 
 
+def _fault_midwrite():
+    """Test hook: TESSERA_FAULT_INJECT=interop-midwrite kills the process after the output is
+    written under its temporary name, before the rename (what a crash or kill -9 would do)."""
+    if os.environ.get("TESSERA_FAULT_INJECT") == "interop-midwrite":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _fsync(path):
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -57,6 +65,7 @@ def atomic_file(path, write):
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
+            _fault_midwrite()
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
@@ -76,6 +85,7 @@ def atomic_dir(path, fill):
                            dir=parent)
     try:
         fill(tmp)
+        _fault_midwrite()
         for name in os.listdir(tmp):
             _fsync(os.path.join(tmp, name))
         os.chmod(tmp, 0o755)

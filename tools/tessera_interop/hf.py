@@ -84,9 +84,6 @@ def to_hf(model, params):
             "initializer_range": 0.02, "use_cache": True, "torch_dtype": "float32",
         }
         return out, config
-    if model.kv_heads != model.heads:
-        raise Refusal(f"model.kv_heads = {model.kv_heads} with model.heads = {model.heads}: "
-                      "Hugging Face's GPT2 has no grouped-query attention")
     out["transformer.wte.weight"] = p["embed.tok.weight"][:V]
     out["transformer.wpe.weight"] = p["embed.pos.weight"]
     for i in range(model.layers):
