@@ -28,10 +28,13 @@ try {
 const llama = await api.getLlama({gpu: false, build: "never", logLevel: api.LlamaLogLevel.error});
 const model = await llama.loadModel({modelPath});
 const contextSize = Math.min(256, model.trainContextSize);
-const context = await model.createContext({contextSize, batchSize: contextSize});
+// An f32 KV cache (llama.cpp's default is f16), so an f32 model computes in f32 throughout.
+const context = await model.createContext({contextSize, batchSize: contextSize, flashAttention: false,
+                                           experimentalKvCacheKeyType: "F32",
+                                           experimentalKvCacheValueType: "F32"});
 const sequence = context.getSequence();
 const promptIds = Array.from(model.tokenize(prompt, false));
-const out = [];
+const out = [], chosen = [];
 let margin = Infinity;
 const steps = sequence.evaluateWithMetadata(promptIds, {probabilities: true}, {temperature: 0});
 for await (const {token, probabilities} of steps) {
@@ -40,11 +43,13 @@ for await (const {token, probabilities} of steps) {
   if (model.isEogToken(token)) break;
   if (ranked.length > 1) margin = Math.min(margin, ranked[0][1] - ranked[1][1]);
   out.push(token);
+  chosen.push(ranked[0][1]);
   if (out.length >= Number(count)) break;
 }
 console.log(`--- llama.cpp, greedy ---\n${prompt}${model.detokenize(out)}`);
 console.log(`prompt ids: ${promptIds.join(" ")}`);
 console.log(`sample ids: ${out.join(" ")}`);
 console.log(`min probability gap: ${margin}`);
+console.log(`chosen probabilities: ${chosen.join(" ")}`);
 await context.dispose();
 await model.dispose();
