@@ -28,8 +28,9 @@ try {
 const llama = await api.getLlama({gpu: false, build: "never", logLevel: api.LlamaLogLevel.error});
 const model = await llama.loadModel({modelPath});
 const contextSize = Math.min(256, model.trainContextSize);
-// An f32 KV cache (llama.cpp's default is f16), so an f32 model computes in f32 throughout.
-const context = await model.createContext({contextSize, batchSize: contextSize, flashAttention: false,
+// An f32 KV cache (llama.cpp's default is f16), so an f32 model computes in f32 throughout;
+// one thread (idle threads spin, which costs seconds a token on a busy machine).
+const context = await model.createContext({contextSize, batchSize: contextSize, flashAttention: false, threads: 1,
                                            experimentalKvCacheKeyType: "F32",
                                            experimentalKvCacheValueType: "F32"});
 const sequence = context.getSequence();
