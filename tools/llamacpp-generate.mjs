@@ -9,9 +9,14 @@
 import {dirname, join} from "node:path";
 import {fileURLToPath, pathToFileURL} from "node:url";
 
+const usage = "usage: tools/llamacpp-generate.mjs MODEL.gguf PROMPT [N]   (greedy, N tokens, default 64)";
+if (process.argv.includes("--help") || process.argv.includes("-h")) {
+  console.log(usage);
+  process.exit(0);
+}
 const [modelPath, prompt, count = "64"] = process.argv.slice(2);
 if (!modelPath || prompt === undefined) {
-  console.error("usage: tools/llamacpp-generate.mjs MODEL.gguf PROMPT [N]");
+  console.error(usage);
   process.exit(2);
 }
 const nodeDir = process.env.TESSERA_NODE_DIR ||
