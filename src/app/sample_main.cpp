@@ -27,9 +27,10 @@ int main(int argc, char** argv) {
                     "the path of a checkpoint");
     Trainer trainer(run, grid);
     Checkpointer checkpoints(run, grid.world());
-    const int64_t step = trainer.restore(checkpoints, true);
-    TESSERA_REQUIRE(step > 0, "no checkpoint found in '", checkpoints.dir(),
-                    "' (checkpoint.resume = latest); train first");
+    TESSERA_REQUIRE(!checkpoints.resume_path().empty(), "no checkpoint found in '",
+                    checkpoints.dir(), "' (checkpoint.resume = latest); train first");
+    const int64_t step = trainer.restore(checkpoints, true);  // 0: an imported model
+
     auto tokenizer = make_tokenizer(to_string(run.data.tokenizer), run.sample.vocab_dir);
     const std::string& prompt = run.sample.prompt;
     std::vector<int32_t> ids;
@@ -45,5 +46,12 @@ int main(int argc, char** argv) {
     std::printf("--- sample (step %lld, temperature %g, top-k %lld) ---\n%s%s\n",
                 (long long)step, opt.temperature, (long long)opt.top_k, prompt.c_str(),
                 tokenizer->decode(text_ids).c_str());
+    if (run.sample.print_ids) {  // for comparisons with other implementations (doc/interop.md)
+      std::printf("prompt ids:");
+      for (int32_t id : ids) std::printf(" %d", id);
+      std::printf("\nsample ids:");
+      for (int32_t id : out) std::printf(" %d", id);
+      std::printf("\n");
+    }
   });
 }

@@ -155,6 +155,7 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   s.top_k = r.integer("sample.top_k");
   s.seed = r.integer("sample.seed");
   s.vocab_dir = r.str("sample.vocab_dir");
+  s.print_ids = r.boolean("sample.print_ids");
 
   r.require_all_read();
   return c;

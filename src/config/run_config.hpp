@@ -118,6 +118,7 @@ struct SampleSection {
   int64_t top_k = 0;
   int64_t seed = 0;
   std::string vocab_dir;
+  bool print_ids = false;
 };
 
 struct RunConfig {

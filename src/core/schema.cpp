@@ -347,6 +347,8 @@ std::vector<KeySpec> build_schema() {
       integer("sample", "seed", "0", 0, kMaxInt, "tessera-sample: seed of the sampling."),
       path("sample", "vocab_dir", "", false,
            "tessera-sample with data.tokenizer = gpt2: directory of encoder.json and vocab.bpe."),
+      boolean("sample", "print_ids", "false",
+              "tessera-sample: also print the token ids of the prompt and of the continuation."),
   };
 }
 
