@@ -88,7 +88,7 @@ double number(const KeySpec& k, const std::string& raw, const std::string& origi
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
   TESSERA_REQUIRE(!v.empty() && *end == '\0' && std::isfinite(x), k.name(), " = '", v, "' (",
-                  origin, ") is not a number; allowed: ", k.allowed());
+                  origin, ") is not a finite number; allowed: ", k.allowed());
   TESSERA_REQUIRE(x >= k.min && x <= k.max, k.name(), " = '", v, "' (", origin,
                   ") is out of range; allowed: ", k.allowed());
   TESSERA_REQUIRE(k.type != KeyType::integer || x == std::floor(x), k.name(), " = '", v, "' (",
