@@ -107,10 +107,15 @@ bool requeue_of(const std::string& holder) {
 }  // namespace
 
 RunLock::RunLock(const std::vector<LockedDir>& dirs, Communicator& world) {
-  collectively(world, [&] {
-    if (world.rank() != 0) return;
-    for (const LockedDir& d : dirs) acquire(d);
-  });
+  try {
+    collectively(world, [&] {
+      if (world.rank() != 0) return;
+      for (const LockedDir& d : dirs) acquire(d);
+    });
+  } catch (...) {  // the destructor of a half-made lock does not run: undo what was made
+    release();
+    throw;
+  }
 }
 
 void RunLock::acquire(const LockedDir& d) {
@@ -143,7 +148,13 @@ void RunLock::acquire(const LockedDir& d) {
         continue;
       }
       const std::string before = read_fd(me.fd);
-      if (!before.empty())
+      if (!before.empty() && requeue_of(before))
+        std::printf(
+            "warning: %s '%s' was locked by an earlier run of this Slurm job (%s), which is "
+            "gone; this run is its requeue (restart %s) and takes the lock over\n",
+            d.key.c_str(), printable(d.path).c_str(), describe(before).c_str(),
+            env("SLURM_RESTART_COUNT").c_str());
+      else if (!before.empty())
         std::printf(
             "warning: %s '%s' was locked by a run that is gone (%s) and did not remove its "
             "lock file; taking it over: check that run's checkpoints and logs\n",
@@ -187,7 +198,9 @@ void RunLock::acquire(const LockedDir& d) {
                         "': it keeps being replaced by another run; is one starting there?");
 }
 
-RunLock::~RunLock() {
+RunLock::~RunLock() { release(); }
+
+void RunLock::release() {
   for (auto it = held_.rbegin(); it != held_.rend(); ++it) {
     if (it->fd >= 0) {
       unlink(it->file.c_str());  // while locked: a run waiting on it retries with a new file
@@ -196,6 +209,7 @@ RunLock::~RunLock() {
     std::error_code ec;
     if (it->created_dir && fs::is_empty(it->dir, ec)) fs::remove(it->dir, ec);
   }
+  held_.clear();
 }
 
 }  // namespace tessera

@@ -39,6 +39,7 @@ class RunLock {
     bool created_dir = false;
   };
   void acquire(const LockedDir& d);
+  void release();
   std::vector<Held> held_;
 };
 

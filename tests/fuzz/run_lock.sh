@@ -41,7 +41,7 @@ start() {
   done
   fail "the holder logged no step in 60 s"
 }
-snapshot() { find . -type f ! -name '*.log' -exec sha256sum {} + | LC_ALL=C sort; find . | LC_ALL=C sort; }
+snapshot() { find . -type f ! -name '*.log' -exec sha256sum {} + | LC_ALL=C sort; find . ! -name '*.log' | LC_ALL=C sort; }
 # refused LOG REGEX ARGS...: a run with ARGS exits 1 with exactly one error line, matching
 # REGEX, and leaves every file as it was.
 refused() {
