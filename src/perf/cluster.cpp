@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -125,6 +126,9 @@ const std::vector<KeySpec>& cluster_schema() {
 }
 
 Cluster Cluster::from_file(const std::string& path) {
+  std::error_code ec;
+  TESSERA_REQUIRE(!std::filesystem::is_directory(path, ec), "cluster file '", path,
+                  "' is a directory; name a cluster file (inputs/clusters/*.in)");
   std::ifstream in(path);
   TESSERA_REQUIRE(in.good(), "cannot open cluster file '", path, "': no such file or not readable");
   std::stringstream text;
