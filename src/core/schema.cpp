@@ -90,19 +90,21 @@ std::vector<KeySpec> build_schema() {
       choice("model", "router", "softmax", {"softmax", "sigmoid"},
              "Router scores: softmax over the experts (top-k weights are the probabilities), or "
              "sigmoid with the top-k weights normalised to sum to 1 (DeepSeek-V3)."),
-      coefficient("model", "aux_loss", "0.01",
-           "Coefficient of the load-balancing loss (Switch/GShard form, computed per sequence: "
-           "E/(kT) sum_i f_i P_i); 0 disables."),
+      coefficient(
+          "model", "aux_loss", "0.01",
+          "Coefficient of the load-balancing loss (Switch/GShard form, computed per sequence: "
+          "E/(kT) sum_i f_i P_i); 0 disables."),
       coefficient("model", "router_bias_step", "0",
-           "Auxiliary-loss-free balancing (DeepSeek-V3): after each step every expert's "
-           "selection bias moves by this step towards the mean load; 0 disables."),
+                  "Auxiliary-loss-free balancing (DeepSeek-V3): after each step every expert's "
+                  "selection bias moves by this step towards the mean load; 0 disables."),
       coefficient("model", "z_loss", "0",
-           "Coefficient of the router z-loss, the mean over tokens of logsumexp(router "
-           "logits)^2; 0 disables."),
-      coefficient("model", "capacity_factor", "0",
-           "0: dropless (every routed token is computed). Above 0: each expert takes at most "
-           "ceil(factor x T x k / experts) tokens of each sequence, the first in token order; "
-           "the others are dropped (their weight is lost) and counted."),
+                  "Coefficient of the router z-loss, the mean over tokens of logsumexp(router "
+                  "logits)^2; 0 disables."),
+      coefficient(
+          "model", "capacity_factor", "0",
+          "0: dropless (every routed token is computed). Above 0: each expert takes at most "
+          "ceil(factor x T x k / experts) tokens of each sequence, the first in token order; "
+          "the others are dropped (their weight is lost) and counted."),
       // [data]
       path("data", "path", "", true,
            "Token dataset (HDF5) made by tessera-prep from text, directories or JSONL."),

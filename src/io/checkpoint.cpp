@@ -374,8 +374,8 @@ void Checkpointer::save(const CheckpointMeta& meta, const std::vector<Checkpoint
       std::remove(tmp_path.c_str());
       TESSERA_REQUIRE_LOCAL(false, "not publishing the checkpoint of step ", meta.step,
                             ": the launcher ", launcher_.describe(),
-                            " is gone, so this run is ending; the checkpoints already in '",
-                            dir_, "' are kept");
+                            " is gone, so this run is ending; the checkpoints already in '", dir_,
+                            "' are kept");
     }
     fsync_path(tmp_path);
     fs::rename(tmp_path, final_path);
@@ -453,9 +453,10 @@ CheckpointMeta Checkpointer::load(const std::string& path,
                               "); resume it with the keys it was trained with, or set "
                               "checkpoint.allow_routing_change = true to change them");
         if (world_.rank() == 0)
-          std::printf("warning: checkpoint '%s' was trained with another routing (%s); "
-                      "continuing as checkpoint.allow_routing_change = true asks\n",
-                      path.c_str(), what.c_str());
+          std::printf(
+              "warning: checkpoint '%s' was trained with another routing (%s); "
+              "continuing as checkpoint.allow_routing_change = true asks\n",
+              path.c_str(), what.c_str());
       }
       // Every parameter in the file belongs to this model (a deeper model's extra blocks or an
       // untied head would otherwise be ignored).

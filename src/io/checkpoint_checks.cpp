@@ -143,8 +143,7 @@ std::string meta_checksum(const CheckpointMeta& meta) {
   return h.hex();
 }
 
-std::vector<std::string> require_same_model(const std::string& path,
-                                            const std::string& deck_json,
+std::vector<std::string> require_same_model(const std::string& path, const std::string& deck_json,
                                             const ModelSection& model) {
   DeckModel then;
   try {
@@ -202,8 +201,8 @@ std::vector<std::string> require_same_model(const std::string& path,
                         " but the deck says ", printable(model.moe_layers),
                         "; set model.moe_layers = ", printable(layers), " to resume it");
   if (then.ints["experts_top_k"] != model.experts_top_k)
-    changed.push_back(cat("model.experts_top_k ", then.ints["experts_top_k"], " -> ",
-                          model.experts_top_k));
+    changed.push_back(
+        cat("model.experts_top_k ", then.ints["experts_top_k"], " -> ", model.experts_top_k));
   const std::string router = then.strings.count("router") ? then.strings["router"] : "softmax";
   if (router != to_string(model.router))
     changed.push_back(cat("model.router ", printable(router), " -> ", to_string(model.router)));

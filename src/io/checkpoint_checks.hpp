@@ -41,8 +41,7 @@ std::string meta_checksum(const CheckpointMeta& meta);
 // for a mixture of experts the experts, shared experts, expert width and moe_layers. Returns
 // how the routing changed ("model.experts_top_k 2 -> 1", "model.router ..."), which the
 // caller refuses unless checkpoint.allow_routing_change.
-std::vector<std::string> require_same_model(const std::string& path,
-                                            const std::string& deck_json,
+std::vector<std::string> require_same_model(const std::string& path, const std::string& deck_json,
                                             const ModelSection& model);
 
 }  // namespace tessera

@@ -74,8 +74,7 @@ std::string read_fd(int fd) {
 
 void write_fd(int fd, const std::string& text, const std::string& file) {
   const bool ok = ftruncate(fd, 0) == 0 &&
-                  pwrite(fd, text.data(), text.size(), 0) == ssize_t(text.size()) &&
-                  fsync(fd) == 0;
+                  pwrite(fd, text.data(), text.size(), 0) == ssize_t(text.size()) && fsync(fd) == 0;
   TESSERA_REQUIRE_LOCAL(ok, "cannot write the lock file '", printable(file),
                         "': ", std::strerror(errno));
 }
@@ -90,7 +89,7 @@ bool lock(int fd) {
 // The file at path is still the inode fd has open (a holder that ended may have removed it
 // between our open and our lock).
 bool same_file(int fd, const std::string& path) {
-  struct stat a {}, b {};
+  struct stat a = {}, b = {};
   return fstat(fd, &a) == 0 && stat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino &&
          a.st_dev == b.st_dev;
 }
@@ -125,10 +124,10 @@ void RunLock::acquire(const LockedDir& d) {
   std::error_code ec;
   const bool not_dir = fs::exists(d.path, ec) && !fs::is_directory(d.path, ec);
   if (!not_dir) h.created_dir = fs::create_directories(d.path, ec);
-  TESSERA_REQUIRE_LOCAL(!not_dir && !ec, "cannot create the ", d.what, " '", printable(d.path),
-                        "' (", d.key, "): ",
-                        not_dir ? std::string("it exists and is not a directory") : ec.message(),
-                        "; choose another ", d.key);
+  TESSERA_REQUIRE_LOCAL(
+      !not_dir && !ec, "cannot create the ", d.what, " '", printable(d.path), "' (", d.key,
+      "): ", not_dir ? std::string("it exists and is not a directory") : ec.message(),
+      "; choose another ", d.key);
   // One lock per directory, however it is spelled (checkpoint.dir = output.dir): a second
   // descriptor of the same file would release this process's lock when closed.
   for (const Held& other : held_)
@@ -139,8 +138,7 @@ void RunLock::acquire(const LockedDir& d) {
   for (int attempt = 0; attempt < 5; ++attempt) {
     me.fd = open(me.file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     TESSERA_REQUIRE_LOCAL(me.fd >= 0, "cannot write in the ", d.what, " '", printable(d.path),
-                          "' (", d.key, "): ", std::strerror(errno), "; choose a writable ",
-                          d.key);
+                          "' (", d.key, "): ", std::strerror(errno), "; choose a writable ", d.key);
     if (lock(me.fd)) {
       if (!same_file(me.fd, me.file)) {  // removed by a holder that just ended: again
         close(me.fd);
@@ -177,8 +175,7 @@ void RunLock::acquire(const LockedDir& d) {
     me.fd = -1;
     TESSERA_REQUIRE_LOCAL(requeue_of(holder), d.key, " '", printable(d.path),
                           "' is in use by another run (", describe(holder), "; lock file '",
-                          printable(me.file), "'): wait for it to end, or choose another ",
-                          d.key);
+                          printable(me.file), "'): wait for it to end, or choose another ", d.key);
     // A requeue of this job: a fresh lock file, locked, renamed over the held one.
     const std::string fresh = cat(me.file, ".", getpid());
     me.fd = open(fresh.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -198,7 +195,9 @@ void RunLock::acquire(const LockedDir& d) {
                         "': it keeps being replaced by another run; is one starting there?");
 }
 
-RunLock::~RunLock() { release(); }
+RunLock::~RunLock() {
+  release();
+}
 
 void RunLock::release() {
   for (auto it = held_.rbegin(); it != held_.rend(); ++it) {

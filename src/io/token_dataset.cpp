@@ -83,8 +83,9 @@ TokenDataset::TokenDataset(const std::string& path, MPI_Comm comm,
   // A size model.vocab cannot take is damage, not advice to set the key to it.
   const KeySpec& key = *find_key("model.vocab");
   TESSERA_REQUIRE(double(vocab) >= key.min && double(vocab) <= key.max, "data file '", path,
-                  "' has vocabulary size ", vocab, ", which no model can have (model.vocab: ",
-                  key.allowed(), "): its header is damaged; prepare it again with tessera-prep");
+                  "' has vocabulary size ", vocab,
+                  ", which no model can have (model.vocab: ", key.allowed(),
+                  "): its header is damaged; prepare it again with tessera-prep");
   TESSERA_REQUIRE(vocab == expect.vocab, "data file '", path, "' has vocabulary size ", vocab,
                   " but model.vocab = ", expect.vocab, "; set model.vocab = ", vocab);
 

@@ -50,8 +50,9 @@ MoeConfig moe_from(const ModelSection& m, int64_t ffn_hidden) {
                   ")");
   TESSERA_REQUIRE(e.every <= m.layers, "model.moe_layers = '", s, "' selects no block of ",
                   m.layers, " (every:K makes blocks K-1, 2K-1, ... mixture-of-experts blocks), so ",
-                  "model.experts = ", m.experts, " would train a dense model; use every:K with K <= ",
-                  m.layers, ", or model.experts = 0");
+                  "model.experts = ", m.experts,
+                  " would train a dense model; use every:K with K <= ", m.layers,
+                  ", or model.experts = 0");
   return e;
 }
 

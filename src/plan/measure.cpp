@@ -90,7 +90,8 @@ void measure_cluster() {
   const int rank = world.rank(), n = world.size();
   // One process has no peer: its all-reduce bandwidth would be 0, a cluster file no planner
   // accepts.
-  TESSERA_REQUIRE(n >= 2, "--measure-cluster on 1 process cannot measure the node's "
+  TESSERA_REQUIRE(n >= 2,
+                  "--measure-cluster on 1 process cannot measure the node's "
                   "all-reduce bandwidth (node.bw_gbs); run it under mpiexec -n 2 or more (the "
                   "ranks per node a run will use)");
   const double peak = mean_over_ranks(world, gemm_rate(world, 1536, 1536, 1536));
