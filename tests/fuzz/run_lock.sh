@@ -5,8 +5,8 @@
 #   fresh    two fresh runs in one output.dir: the second is refused with one line naming the
 #            holder's PID and lock file, nothing in the directory changed (SHA-256 of every
 #            file); the holder, continued, finishes with every metrics line whole and its
-#            checkpoint verified. Then two fresh runs started at the same moment: exactly one
-#            is refused, by the lock.
+#            checkpoint verified (it trains "forever"; SIGUSR1 stops it with a checkpoint). Then two fresh runs started at the same moment: exactly one
+#            is refused, by the lock; the other, stopped by SIGUSR1, leaves a verified checkpoint.
 #   resume   two runs resuming from one checkpoint.dir (other output.dirs): the second is
 #            refused naming checkpoint.dir, its own output.dir not even created.
 #   stale    a holder killed (SIGKILL) leaves its lock files; the next run takes them over with
@@ -58,13 +58,15 @@ refused() {
   [ "$before" = "$after" ] || { diff <(echo "$before") <(echo "$after"); fail "$log: files changed"; }
   echo "lock: refused: $(grep error "$log")"
 }
-# finish_holder: continues the holder and waits for it; it must exit 0.
+# finish_holder: continues the holder, which trains "forever", and stops it with SIGUSR1; it
+# must write its checkpoint and exit 75.
 finish_holder() {
   kill -CONT "$holder"
+  kill -USR1 "$holder"
   wait "$holder"
   local status=$?
   holder=""
-  [ "$status" -eq 0 ] || fail "the holder exited $status"
+  [ "$status" -eq 75 ] || fail "the holder exited $status, expected 75 (stopped with a checkpoint)"
 }
 verified() {
   "$tool" verify "$1" > verify.log 2>&1 || fail "tessera-ckpt verify $1"
@@ -75,38 +77,52 @@ verified() {
 case $case in
   fresh)
     OUT=out
-    fresh=(--output.dir=out --train.steps=40 --checkpoint.every=20)
+    fresh=(--output.dir=out --train.steps=100000 --checkpoint.every=0)
     start holder.log "${fresh[@]}"
     pid=$holder
     refused second.log "output.dir 'out' is in use by another run \\(host [^,]+, pid $pid, started [0-9T:Z-]+; lock file 'out/tessera.lock'\\): wait for it to end, or choose another output.dir" \
       "${fresh[@]}"
     finish_holder
-    verified out/checkpoints/ckpt-00000040.h5 out/metrics.jsonl
+    verified "out/checkpoints/$(cat out/checkpoints/latest)" out/metrics.jsonl
     [ ! -e out/tessera.lock ] && [ ! -e out/checkpoints/tessera.lock ] || fail "lock files left"
-    # Two fresh runs at the same moment: one trains, the other is refused by the lock.
+    # Two fresh runs at the same moment: the one that gets the lock trains "forever" (until
+    # SIGUSR1 stops it with a checkpoint, exit 75), the other is refused by the lock, whichever
+    # starts first and however late the other comes.
     rm -rf out
-    "${run[@]}" --output.dir=out2 --train.steps=40 > a.log 2>&1 < /dev/null &
+    forever=(--output.dir=out2 --train.steps=100000 --checkpoint.every=0)
+    "${run[@]}" "${forever[@]}" > a.log 2>&1 < /dev/null &
     a=$!
-    "${run[@]}" --output.dir=out2 --train.steps=40 > b.log 2>&1 < /dev/null &
+    "${run[@]}" "${forever[@]}" > b.log 2>&1 < /dev/null &
     b=$!
-    wait $a; sa=$?
-    wait $b; sb=$?
-    [ $((sa + sb)) -eq 1 ] || fail "exit statuses $sa and $sb: expected one 0 and one 1"
-    loser=a.log; [ "$sa" -eq 0 ] && loser=b.log
-    [ "$(grep -c error $loser)" -eq 1 ] && grep -q "error: output.dir 'out2' is in use by another run" $loser ||
-      fail "$loser: not refused by the lock"
-    verified out2/checkpoints/ckpt-00000040.h5 out2/metrics.jsonl
+    for _ in $(seq 1 600); do
+      kill -0 $a 2>/dev/null && kill -0 $b 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 $a 2>/dev/null; then holder=$a loser=$b log=b.log; else holder=$b loser=$a log=a.log; fi
+    wait $loser
+    status=$?
+    [ "$status" -eq 1 ] || fail "$log: exit status $status, expected 1"
+    [ "$(grep -c error $log)" -eq 1 ] && grep -q "error: output.dir 'out2' is in use by another run" $log ||
+      fail "$log: not refused by the lock"
+    for _ in $(seq 1 600); do [ -s out2/metrics.jsonl ] && break; sleep 0.1; done
+    kill -USR1 $holder
+    wait $holder
+    status=$?
+    holder=""
+    [ "$status" -eq 75 ] || fail "the run holding the lock exited $status, expected 75"
+    verified "out2/checkpoints/$(cat out2/checkpoints/latest)" out2/metrics.jsonl
     echo "lock: simultaneous: one refused"
     ;;
   resume)
     OUT=out1
-    start holder.log --output.dir=out1 --checkpoint.dir=ck --checkpoint.resume=latest --train.steps=40
+    start holder.log --output.dir=out1 --checkpoint.dir=ck --checkpoint.resume=latest \
+      --train.steps=100000 --checkpoint.every=0
     pid=$holder
     refused second.log "checkpoint.dir 'ck' is in use by another run \\(host [^,]+, pid $pid, .*lock file 'ck/tessera.lock'\\)" \
       --output.dir=out2 --checkpoint.dir=ck --checkpoint.resume=latest --train.steps=40
     [ ! -e out2 ] || fail "the refused run left its output.dir"
     finish_holder
-    verified ck/ckpt-00000040.h5 out1/metrics.jsonl
+    verified "ck/$(cat ck/latest)" out1/metrics.jsonl
     ;;
   stale)
     OUT=out
