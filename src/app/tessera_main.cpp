@@ -165,8 +165,7 @@ int main(int argc, char** argv) {
     // checkpoint is chosen or anything is written (doc/checkpoints.md).
     const tessera::RunLock lock(
         {{run.output.dir, "output.dir", "output directory"},
-         {tessera::checkpoint_dir(run),
-          run.checkpoint.dir.empty() ? "output.dir" : "checkpoint.dir", "checkpoint directory"}},
+         {tessera::checkpoint_dir(run), tessera::checkpoint_dir_key(run), "checkpoint directory"}},
         grid.world());
     tessera::Checkpointer checkpoints(run, grid.world());
     checkpoints.set_write_hook([rank] { tessera::inject_stop_signal("checkpoint-write", rank); });

@@ -217,6 +217,10 @@ std::string checkpoint_dir(const RunConfig& run) {
   return run.checkpoint.dir.empty() ? run.output.dir + "/checkpoints" : run.checkpoint.dir;
 }
 
+const char* checkpoint_dir_key(const RunConfig& run) {
+  return run.checkpoint.dir.empty() ? "output.dir" : "checkpoint.dir";
+}
+
 Checkpointer::Checkpointer(const RunConfig& run, Communicator& world)
     : run_(run),
       world_(world),
@@ -265,12 +269,13 @@ std::string Checkpointer::resume_path() {
 void Checkpointer::require_writable(const std::vector<CheckpointTensor>& tensors) {
   double bytes = 0;
   for (const CheckpointTensor& ct : tensors) bytes += 4.0 * double(ct.global.numel());
+  const std::string key = checkpoint_dir_key(run_);  // the key the user set
   collectively(world_, [&] {
     if (world_.rank() != 0) return;
     std::error_code ec;
     fs::create_directories(dir_, ec);
     TESSERA_REQUIRE_LOCAL(!ec, "cannot create the checkpoint directory '", printable(dir_),
-                          "' (checkpoint.dir): ", ec.message());
+                          "' (", key, "): ", ec.message());
     const std::string probe = dir_ + "/.write-test";
     std::FILE* f = std::fopen(probe.c_str(), "w");
     const int err = errno;
@@ -278,13 +283,13 @@ void Checkpointer::require_writable(const std::vector<CheckpointTensor>& tensors
     if (f) std::fclose(f);
     std::remove(probe.c_str());
     TESSERA_REQUIRE_LOCAL(wrote, "cannot write in the checkpoint directory '", printable(dir_),
-                          "' (checkpoint.dir): ", std::strerror(err ? err : EIO),
-                          "; choose a writable checkpoint.dir");
+                          "' (", key, "): ", std::strerror(err ? err : EIO),
+                          "; choose a writable ", key);
     const fs::space_info space = fs::space(dir_, ec);
     TESSERA_REQUIRE_LOCAL(ec || double(space.available) >= bytes, "the checkpoint directory '",
                           printable(dir_), "' has ", double(space.available) / 1e6,
                           " MB free, but one checkpoint takes ", bytes / 1e6,
-                          " MB; free space or choose another checkpoint.dir");
+                          " MB; free space or choose another ", key);
   });
 }
 

@@ -54,6 +54,8 @@ struct CheckpointMeta {
 
 // The checkpoint directory: checkpoint.dir, or output.dir/checkpoints when it is empty.
 std::string checkpoint_dir(const RunConfig& run);
+// The key that names it: "checkpoint.dir", or "output.dir" when checkpoint.dir is empty.
+const char* checkpoint_dir_key(const RunConfig& run);
 
 class Checkpointer {
  public:
