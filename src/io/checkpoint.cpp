@@ -274,8 +274,8 @@ void Checkpointer::require_writable(const std::vector<CheckpointTensor>& tensors
     if (world_.rank() != 0) return;
     std::error_code ec;
     fs::create_directories(dir_, ec);
-    TESSERA_REQUIRE_LOCAL(!ec, "cannot create the checkpoint directory '", printable(dir_),
-                          "' (", key, "): ", ec.message());
+    TESSERA_REQUIRE_LOCAL(!ec, "cannot create the checkpoint directory '", printable(dir_), "' (",
+                          key, "): ", ec.message());
     const std::string probe = dir_ + "/.write-test";
     std::FILE* f = std::fopen(probe.c_str(), "w");
     const int err = errno;
@@ -283,8 +283,8 @@ void Checkpointer::require_writable(const std::vector<CheckpointTensor>& tensors
     if (f) std::fclose(f);
     std::remove(probe.c_str());
     TESSERA_REQUIRE_LOCAL(wrote, "cannot write in the checkpoint directory '", printable(dir_),
-                          "' (", key, "): ", std::strerror(err ? err : EIO),
-                          "; choose a writable ", key);
+                          "' (", key, "): ", std::strerror(err ? err : EIO), "; choose a writable ",
+                          key);
     const fs::space_info space = fs::space(dir_, ec);
     TESSERA_REQUIRE_LOCAL(ec || double(space.available) >= bytes, "the checkpoint directory '",
                           printable(dir_), "' has ", double(space.available) / 1e6,
