@@ -359,6 +359,14 @@ void run(const std::vector<std::string>& argv) {
   }
   const int top = to_int("--top", opt("--top", "10"), 1, kMaxCount);
   const bool json_stdout = opt("--json", "") == "-";
+  if (has("--plot")) {  // before any work: a directory, or a path where one can be made
+    const std::string dir = opt("--plot", "");
+    std::error_code ec;
+    const bool not_dir =
+        std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec);
+    TESSERA_REQUIRE(!not_dir, "option --plot = '", dir,
+                    "' exists and is not a directory; name a directory for the plots");
+  }
 
   std::string json;
   if (has("--explain")) {
@@ -401,7 +409,10 @@ void run(const std::vector<std::string>& argv) {
     write_file(opt("--json", ""), json);
   if (has("--plot")) {
     const std::string dir = opt("--plot", "");
-    std::filesystem::create_directories(dir);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    TESSERA_REQUIRE(!ec, "option --plot = '", dir, "': cannot create the directory (", ec.message(),
+                    "); name a directory for the plots");
     const std::string path = dir + "/plan.json";
     write_file(path, json);
     const char* py = std::getenv("TESSERA_PYTHON");

@@ -15,6 +15,8 @@
 #include "comm/agree.hpp"
 #include "config/run_config.hpp"
 #include "core/schema.hpp"
+#include "io/checkpoint.hpp"
+#include "io/run_lock.hpp"
 #include "model/config.hpp"
 #include "perf/memory.hpp"
 #include "report/run_log.hpp"
@@ -159,6 +161,12 @@ int main(int argc, char** argv) {
       trainer.set_trace(&trace->trace());
       trace->set_layout(trainer.layout_json());
     }
+    // One run per directory, held to the end: after the deck, data and model checks, before a
+    // checkpoint is chosen or anything is written (doc/checkpoints.md).
+    const tessera::RunLock lock(
+        {{run.output.dir, "output.dir", "output directory"},
+         {tessera::checkpoint_dir(run), tessera::checkpoint_dir_key(run), "checkpoint directory"}},
+        grid.world());
     tessera::Checkpointer checkpoints(run, grid.world());
     checkpoints.set_write_hook([rank] { tessera::inject_stop_signal("checkpoint-write", rank); });
     const int64_t done = trainer.restore(checkpoints);

@@ -3,6 +3,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "core/error.hpp"
 #include "core/schema.hpp"
 
 namespace tessera {
@@ -84,6 +85,9 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   t.loss_scale = r.real("train.loss_scale");
   t.loss_scale_window = r.integer("train.loss_scale_window");
   t.loss_scale_min = r.real("train.loss_scale_min");
+  TESSERA_REQUIRE(t.loss_scale_min <= t.loss_scale, "train.loss_scale_min = ", t.loss_scale_min,
+                  " is above train.loss_scale = ", t.loss_scale,
+                  ": the run would start below its own floor; set loss_scale_min <= loss_scale");
   t.recompute = parse_recompute(r.str("train.recompute"));
   t.recompute_layers = r.integer("train.recompute_layers");
   t.head_chunk_rows = r.integer("train.head_chunk_rows");
@@ -95,6 +99,9 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   OptimSection& o = c.optim;
   o.lr = r.real("optim.lr");
   o.min_lr = r.real("optim.min_lr");
+  TESSERA_REQUIRE(o.min_lr <= o.lr, "optim.min_lr = ", o.min_lr, " is above optim.lr = ", o.lr,
+                  ": the cosine decay would raise the learning rate; set optim.min_lr <= ", o.lr,
+                  " (its default is 3e-5)");
   o.warmup = r.integer("optim.warmup");
   o.beta1 = r.real("optim.beta1");
   o.beta2 = r.real("optim.beta2");
@@ -147,6 +154,7 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   k.keep = r.integer("checkpoint.keep");
   k.resume = r.str("checkpoint.resume");
   k.overwrite = r.boolean("checkpoint.overwrite");
+  k.allow_routing_change = r.boolean("checkpoint.allow_routing_change");
 
   SampleSection& s = c.sample;
   s.prompt = r.str("sample.prompt");

@@ -109,6 +109,7 @@ struct CheckpointSection {
   int64_t keep = 1;
   std::string resume;  // none, latest or a file
   bool overwrite = false;
+  bool allow_routing_change = false;  // resume a MoE checkpoint with another top-k or router
 };
 
 struct SampleSection {

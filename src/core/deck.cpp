@@ -60,8 +60,10 @@ std::string validate(const KeySpec& k, const std::string& raw, const std::string
       char* end = nullptr;
       const double x = std::strtod(v.c_str(), &end);
       TESSERA_REQUIRE(!v.empty() && *end == '\0' && std::isfinite(x), seen,
-                      " is not a number; allowed: ", k.allowed());
-      TESSERA_REQUIRE(x >= k.min && x <= k.max, seen, " is out of range; allowed: ", k.allowed());
+                      " is not a finite number; allowed: ", k.allowed());
+      const bool narrows = k.zero_is_off && x != 0 && std::fabs(x) < kFloatTiny;  // 0 as a float
+      TESSERA_REQUIRE(x >= k.min && x <= k.max && !narrows, seen,
+                      " is out of range; allowed: ", k.allowed());
       return shortest(x);
     }
     case KeyType::boolean:

@@ -1,5 +1,6 @@
 #include "core/schema.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -17,6 +18,18 @@ KeySpec integer(const char* section, const char* key, const char* dflt, double l
 KeySpec real(const char* section, const char* key, const char* dflt, double lo, double hi,
              const char* help) {
   return {section, key, KeyType::real, dflt, false, lo, hi, {}, help};
+}
+// A real key the code holds as a float: its range stops at FLT_MAX, so that no value becomes
+// infinite when narrowed.
+KeySpec real32(const char* section, const char* key, const char* dflt, double lo, double hi,
+               const char* help) {
+  return real(section, key, dflt, lo, std::min(hi, kFloatHuge), help);
+}
+// A float coefficient whose 0 turns its feature off: other values must stay nonzero as a float.
+KeySpec coefficient(const char* section, const char* key, const char* dflt, const char* help) {
+  KeySpec k = real32(section, key, dflt, 0, kInf, help);
+  k.zero_is_off = true;
+  return k;
 }
 KeySpec choice(const char* section, const char* key, const char* dflt,
                std::vector<std::string> choices, const char* help) {
@@ -50,11 +63,11 @@ std::vector<KeySpec> build_schema() {
               "Embedding rows are padded up to a multiple of this; padding never changes the "
               "loss."),
       integer("model", "seq_len", "128", 1, 1 << 24, "Sequence length T (tokens per sample)."),
-      real("model", "norm_eps", "1e-5", 0, 1, "Epsilon of RMSNorm / LayerNorm."),
-      real("model", "rope_theta", "10000", 1, kInf, "RoPE base (llama)."),
+      real32("model", "norm_eps", "1e-5", 0, 1, "Epsilon of RMSNorm / LayerNorm."),
+      real32("model", "rope_theta", "10000", 1, kInf, "RoPE base (llama)."),
       choice("model", "tie_embeddings", "auto", {"auto", "true", "false"},
              "Share the token embedding with the output head; auto: gpt2 ties, llama does not."),
-      real("model", "init_std", "0.02", 0, 10, "Standard deviation of weight initialisation."),
+      real32("model", "init_std", "0.02", 0, 10, "Standard deviation of weight initialisation."),
       integer("model", "experts", "0", 0, 1 << 16,
               "Routed experts of each mixture-of-experts block; 0 means a dense model (doc/moe.md)."),
       integer("model", "experts_top_k", "2", 1, 1 << 16,
@@ -77,19 +90,21 @@ std::vector<KeySpec> build_schema() {
       choice("model", "router", "softmax", {"softmax", "sigmoid"},
              "Router scores: softmax over the experts (top-k weights are the probabilities), or "
              "sigmoid with the top-k weights normalised to sum to 1 (DeepSeek-V3)."),
-      real("model", "aux_loss", "0.01", 0, kInf,
-           "Coefficient of the load-balancing loss (Switch/GShard form, computed per sequence: "
-           "E/(kT) sum_i f_i P_i); 0 disables."),
-      real("model", "router_bias_step", "0", 0, kInf,
-           "Auxiliary-loss-free balancing (DeepSeek-V3): after each step every expert's "
-           "selection bias moves by this step towards the mean load; 0 disables."),
-      real("model", "z_loss", "0", 0, kInf,
-           "Coefficient of the router z-loss, the mean over tokens of logsumexp(router "
-           "logits)^2; 0 disables."),
-      real("model", "capacity_factor", "0", 0, kInf,
-           "0: dropless (every routed token is computed). Above 0: each expert takes at most "
-           "ceil(factor x T x k / experts) tokens of each sequence, the first in token order; "
-           "the others are dropped (their weight is lost) and counted."),
+      coefficient(
+          "model", "aux_loss", "0.01",
+          "Coefficient of the load-balancing loss (Switch/GShard form, computed per sequence: "
+          "E/(kT) sum_i f_i P_i); 0 disables."),
+      coefficient("model", "router_bias_step", "0",
+                  "Auxiliary-loss-free balancing (DeepSeek-V3): after each step every expert's "
+                  "selection bias moves by this step towards the mean load; 0 disables."),
+      coefficient("model", "z_loss", "0",
+                  "Coefficient of the router z-loss, the mean over tokens of logsumexp(router "
+                  "logits)^2; 0 disables."),
+      coefficient(
+          "model", "capacity_factor", "0",
+          "0: dropless (every routed token is computed). Above 0: each expert takes at most "
+          "ceil(factor x T x k / experts) tokens of each sequence, the first in token order; "
+          "the others are dropped (their weight is lost) and counted."),
       // [data]
       path("data", "path", "", true,
            "Token dataset (HDF5) made by tessera-prep from text, directories or JSONL."),
@@ -162,10 +177,10 @@ std::vector<KeySpec> build_schema() {
       real("optim", "lr", "3e-4", 0, 10, "Peak learning rate."),
       real("optim", "min_lr", "3e-5", 0, 10, "Learning rate at the end of the cosine decay."),
       integer("optim", "warmup", "10", 0, kMaxInt, "Linear warmup steps."),
-      real("optim", "beta1", "0.9", 0, 0.999999, "AdamW beta1."),
-      real("optim", "beta2", "0.95", 0, 0.999999999, "AdamW beta2."),
-      real("optim", "eps", "1e-8", 0, 1, "AdamW epsilon."),
-      real("optim", "weight_decay", "0.1", 0, 10, "Decoupled weight decay of linear weights."),
+      real32("optim", "beta1", "0.9", 0, 0.999999, "AdamW beta1."),
+      real32("optim", "beta2", "0.95", 0, 0.9999999, "AdamW beta2."),
+      real32("optim", "eps", "1e-8", 0, 1, "AdamW epsilon."),
+      real32("optim", "weight_decay", "0.1", 0, 10, "Decoupled weight decay of linear weights."),
       real("optim", "grad_clip", "1.0", 0, kInf, "Global gradient-norm clip; 0 disables."),
       boolean("optim", "decay_embeddings", "false", "Apply weight decay to embeddings too."),
       // [parallel]
@@ -329,6 +344,10 @@ std::vector<KeySpec> build_schema() {
               "A fresh run (resume = none) into a checkpoint.dir holding checkpoints: false "
               "refuses to start; true replaces them (deleted once this run has written its "
               "first checkpoint)."),
+      boolean("checkpoint", "allow_routing_change", "false",
+              "Resuming a mixture-of-experts checkpoint with another model.experts_top_k or "
+              "model.router: false refuses to start; true continues with a warning naming "
+              "what changed."),
       // [sample]
       {"sample",
        "prompt",
@@ -367,6 +386,10 @@ std::string KeySpec::allowed() const {
     case KeyType::integer:
       return "integer in [" + format_bound(min) + ", " + format_bound(max) + "]";
     case KeyType::real:
+      if (std::isinf(max)) return "finite number >= " + format_bound(min);
+      if (zero_is_off)
+        return "0 (off) or a number in [" + format_bound(kFloatTiny) + ", " + format_bound(max) +
+               "]";
       return "number in [" + format_bound(min) + ", " + format_bound(max) + "]";
     case KeyType::boolean:
       return "true or false";

@@ -7,6 +7,9 @@
 
 namespace tessera {
 
+// The range of real keys held as 32-bit floats, in round numbers inside FLT_MIN..FLT_MAX.
+constexpr double kFloatTiny = 1.2e-38, kFloatHuge = 3.4e38;
+
 enum class KeyType { integer, real, boolean, string, choice, path };
 
 struct KeySpec {
@@ -18,6 +21,9 @@ struct KeySpec {
   double min, max;                   // integer and real keys
   std::vector<std::string> choices;  // choice keys
   std::string help;
+  // A real key held as a 32-bit float whose 0 turns a feature off: any other value must stay
+  // nonzero as a float (at least kFloatTiny), so that a tiny request is not silently "off".
+  bool zero_is_off = false;
 
   std::string name() const { return section + "." + key; }
   std::string allowed() const;  // human-readable domain, e.g. "integer in [1, 65536]"

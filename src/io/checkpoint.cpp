@@ -213,16 +213,23 @@ uint64_t tensor_checksum(const float* data, int64_t begin, int64_t end) {
   return h;
 }
 
+std::string checkpoint_dir(const RunConfig& run) {
+  return run.checkpoint.dir.empty() ? run.output.dir + "/checkpoints" : run.checkpoint.dir;
+}
+
+const char* checkpoint_dir_key(const RunConfig& run) {
+  return run.checkpoint.dir.empty() ? "output.dir" : "checkpoint.dir";
+}
+
 Checkpointer::Checkpointer(const RunConfig& run, Communicator& world)
     : run_(run),
       world_(world),
-      dir_(run.checkpoint.dir),
+      dir_(checkpoint_dir(run)),
       every_(run.checkpoint.every),
       keep_(run.checkpoint.keep),
       at_end_(run.checkpoint.at_end),
       overwrite_(run.checkpoint.overwrite),
       resume_(run.checkpoint.resume) {
-  if (dir_.empty()) dir_ = run.output.dir + "/checkpoints";
   // HDF5 errors reach the user as one line of ours, never as HDF5's error stack.
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }
@@ -262,12 +269,13 @@ std::string Checkpointer::resume_path() {
 void Checkpointer::require_writable(const std::vector<CheckpointTensor>& tensors) {
   double bytes = 0;
   for (const CheckpointTensor& ct : tensors) bytes += 4.0 * double(ct.global.numel());
+  const std::string key = checkpoint_dir_key(run_);  // the key the user set
   collectively(world_, [&] {
     if (world_.rank() != 0) return;
     std::error_code ec;
     fs::create_directories(dir_, ec);
-    TESSERA_REQUIRE_LOCAL(!ec, "cannot create the checkpoint directory '", printable(dir_),
-                          "' (checkpoint.dir): ", ec.message());
+    TESSERA_REQUIRE_LOCAL(!ec, "cannot create the checkpoint directory '", printable(dir_), "' (",
+                          key, "): ", ec.message());
     const std::string probe = dir_ + "/.write-test";
     std::FILE* f = std::fopen(probe.c_str(), "w");
     const int err = errno;
@@ -275,13 +283,13 @@ void Checkpointer::require_writable(const std::vector<CheckpointTensor>& tensors
     if (f) std::fclose(f);
     std::remove(probe.c_str());
     TESSERA_REQUIRE_LOCAL(wrote, "cannot write in the checkpoint directory '", printable(dir_),
-                          "' (checkpoint.dir): ", std::strerror(err ? err : EIO),
-                          "; choose a writable checkpoint.dir");
+                          "' (", key, "): ", std::strerror(err ? err : EIO), "; choose a writable ",
+                          key);
     const fs::space_info space = fs::space(dir_, ec);
     TESSERA_REQUIRE_LOCAL(ec || double(space.available) >= bytes, "the checkpoint directory '",
                           printable(dir_), "' has ", double(space.available) / 1e6,
                           " MB free, but one checkpoint takes ", bytes / 1e6,
-                          " MB; free space or choose another checkpoint.dir");
+                          " MB; free space or choose another ", key);
   });
 }
 
@@ -332,6 +340,9 @@ void Checkpointer::save(const CheckpointMeta& meta, const std::vector<Checkpoint
     H5Pset_dxpl_mpio(dxpl.id, H5FD_MPIO_COLLECTIVE);
     for (size_t t = 0; t < tensors.size(); ++t) {
       if (write_hook_ && t == tensors.size() / 2) write_hook_();
+      // Test hook: the write waits (up to 30 s) until the launcher is gone (tests/fuzz/orphan.sh).
+      if (fault("checkpoint-write-until-orphaned") && t == tensors.size() / 2)
+        for (int i = 0; i < 300 && !launcher_.gone(); ++i) usleep(100000);
       if (fault("checkpoint-midwrite") && t == tensors.size() / 2) {
         H5Fflush(file.id, H5F_SCOPE_GLOBAL);
         raise(SIGKILL);
@@ -364,6 +375,13 @@ void Checkpointer::save(const CheckpointMeta& meta, const std::vector<Checkpoint
   // Publish: the complete file under its final name, then the pointer to it.
   collectively(world_, [&] {
     if (world_.rank() != 0) return;
+    if (launcher_.gone()) {  // killed with its job: a next job may already be starting here
+      std::remove(tmp_path.c_str());
+      TESSERA_REQUIRE_LOCAL(false, "not publishing the checkpoint of step ", meta.step,
+                            ": the launcher ", launcher_.describe(),
+                            " is gone, so this run is ending; the checkpoints already in '", dir_,
+                            "' are kept");
+    }
     fsync_path(tmp_path);
     fs::rename(tmp_path, final_path);
     const std::string latest = dir_ + "/latest";
@@ -431,7 +449,20 @@ CheckpointMeta Checkpointer::load(const std::string& path,
       TESSERA_REQUIRE_LOCAL(meta.step >= 0 && meta.samples >= 0, "checkpoint '", path,
                             "' has step ", meta.step, " and samples ", meta.samples,
                             ": damaged; use an earlier checkpoint");
-      require_same_model(path, meta.deck_json, run_.model);
+      const std::vector<std::string> routing = require_same_model(path, meta.deck_json, run_.model);
+      if (!routing.empty()) {
+        std::string what;
+        for (const std::string& r : routing) what += (what.empty() ? "" : ", ") + r;
+        TESSERA_REQUIRE_LOCAL(run_.checkpoint.allow_routing_change, "checkpoint '", path,
+                              "' was trained with another routing (", what,
+                              "); resume it with the keys it was trained with, or set "
+                              "checkpoint.allow_routing_change = true to change them");
+        if (world_.rank() == 0)
+          std::printf(
+              "warning: checkpoint '%s' was trained with another routing (%s); "
+              "continuing as checkpoint.allow_routing_change = true asks\n",
+              path.c_str(), what.c_str());
+      }
       // Every parameter in the file belongs to this model (a deeper model's extra blocks or an
       // untied head would otherwise be ignored).
       std::vector<std::string> expected;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "io/launcher_watch.hpp"
 #include "tensor/tensor.hpp"
 
 namespace tessera {
@@ -51,6 +52,11 @@ struct CheckpointMeta {
   int64_t loss_scale_good = 0;
 };
 
+// The checkpoint directory: checkpoint.dir, or output.dir/checkpoints when it is empty.
+std::string checkpoint_dir(const RunConfig& run);
+// The key that names it: "checkpoint.dir", or "output.dir" when checkpoint.dir is empty.
+const char* checkpoint_dir_key(const RunConfig& run);
+
 class Checkpointer {
  public:
   Checkpointer(const RunConfig& run, Communicator& world);
@@ -87,6 +93,7 @@ class Checkpointer {
   // checkpoint.overwrite: another run's checkpoints, deleted once this run has published one.
   std::vector<std::string> replaced_;
   std::function<void()> write_hook_;
+  LauncherWatch launcher_;  // a launcher gone: the run is ending, nothing more is published
 };
 
 // Checksum of elements [begin, end) of a tensor: a position-keyed hash summed with

@@ -40,10 +40,11 @@ DeckModel parse_model(const std::string& deck_json) {
   r.read_object([&](const std::string& section) {
     if (section != "model") return r.skip_value();
     r.read_object([&](const std::string& key) {
-      if (key == "arch" || key == "tie_embeddings")
+      if (key == "arch" || key == "tie_embeddings" || key == "router" || key == "moe_layers")
         m.strings[key] = r.read_string();
       else if (key == "layers" || key == "d_model" || key == "heads" || key == "kv_heads" ||
-               key == "vocab")
+               key == "vocab" || key == "experts" || key == "experts_top_k" ||
+               key == "shared_experts" || key == "expert_ffn")
         m.ints[key] = r.read_integer();
       else
         r.skip_value();
@@ -142,8 +143,8 @@ std::string meta_checksum(const CheckpointMeta& meta) {
   return h.hex();
 }
 
-void require_same_model(const std::string& path, const std::string& deck_json,
-                        const ModelSection& model) {
+std::vector<std::string> require_same_model(const std::string& path, const std::string& deck_json,
+                                            const ModelSection& model) {
   DeckModel then;
   try {
     then = parse_model(deck_json);
@@ -170,7 +171,11 @@ void require_same_model(const std::string& path, const std::string& deck_json,
               {"d_model", in("d_model"), model.d_model},
               {"heads", heads, model.heads},
               {"kv_heads", kv, model.kv_heads ? model.kv_heads : model.heads},
-              {"vocab", in("vocab"), model.vocab}};
+              {"vocab", in("vocab"), model.vocab},
+              // mixture of experts (absent from files written before it: a dense model)
+              {"experts", then.ints["experts"], model.experts},
+              {"shared_experts", then.ints["shared_experts"], model.shared_experts},
+              {"expert_ffn", then.ints["expert_ffn"], model.expert_ffn}};
   for (const auto& x : ints)
     TESSERA_REQUIRE_LOCAL(x.then == x.now, "checkpoint '", path, "' holds a model with model.",
                           x.key, " = ", x.then, " but the deck says ", x.now, "; set model.", x.key,
@@ -186,6 +191,22 @@ void require_same_model(const std::string& path, const std::string& deck_json,
                         now_tied ? "tied" : "untied",
                         "; set model.tie_embeddings = ", then_tied ? "true" : "false",
                         " to resume it");
+  // The routing of a mixture of experts: which blocks are MoE is the model's definition, the
+  // top-k and the router kind are how it was trained (checkpoint.allow_routing_change).
+  std::vector<std::string> changed;
+  if (model.experts == 0) return changed;
+  const std::string layers = then.strings.count("moe_layers") ? then.strings["moe_layers"] : "all";
+  TESSERA_REQUIRE_LOCAL(layers == model.moe_layers, "checkpoint '", path,
+                        "' holds a model with model.moe_layers = ", printable(layers),
+                        " but the deck says ", printable(model.moe_layers),
+                        "; set model.moe_layers = ", printable(layers), " to resume it");
+  if (then.ints["experts_top_k"] != model.experts_top_k)
+    changed.push_back(
+        cat("model.experts_top_k ", then.ints["experts_top_k"], " -> ", model.experts_top_k));
+  const std::string router = then.strings.count("router") ? then.strings["router"] : "softmax";
+  if (router != to_string(model.router))
+    changed.push_back(cat("model.router ", printable(router), " -> ", to_string(model.router)));
+  return changed;
 }
 
 }  // namespace tessera

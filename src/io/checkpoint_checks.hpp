@@ -37,8 +37,11 @@ std::vector<std::string> foreign_checkpoints(const std::string& dir, bool overwr
 std::string meta_checksum(const CheckpointMeta& meta);
 
 // The model definition of the deck a checkpoint was written with (its `deck` attribute)
-// against this run's: architecture, layers, heads, key/value heads, vocabulary, tying.
-void require_same_model(const std::string& path, const std::string& deck_json,
-                        const ModelSection& model);
+// against this run's: architecture, layers, heads, key/value heads, vocabulary, tying, and
+// for a mixture of experts the experts, shared experts, expert width and moe_layers. Returns
+// how the routing changed ("model.experts_top_k 2 -> 1", "model.router ..."), which the
+// caller refuses unless checkpoint.allow_routing_change.
+std::vector<std::string> require_same_model(const std::string& path, const std::string& deck_json,
+                                            const ModelSection& model);
 
 }  // namespace tessera

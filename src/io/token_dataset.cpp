@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
+#include "core/schema.hpp"
 #include "io/h5_object.hpp"
 #include "io/sample_order.hpp"
 
@@ -79,6 +80,12 @@ TokenDataset::TokenDataset(const std::string& path, MPI_Comm comm,
   TESSERA_REQUIRE(tokenizer == expect.tokenizer, "data file '", path, "' was tokenized with '",
                   tokenizer, "' but data.tokenizer = ", expect.tokenizer);
   const int64_t vocab = int_attr(file_, "vocab_size", path);
+  // A size model.vocab cannot take is damage, not advice to set the key to it.
+  const KeySpec& key = *find_key("model.vocab");
+  TESSERA_REQUIRE(double(vocab) >= key.min && double(vocab) <= key.max, "data file '", path,
+                  "' has vocabulary size ", vocab,
+                  ", which no model can have (model.vocab: ", key.allowed(),
+                  "): its header is damaged; prepare it again with tessera-prep");
   TESSERA_REQUIRE(vocab == expect.vocab, "data file '", path, "' has vocabulary size ", vocab,
                   " but model.vocab = ", expect.vocab, "; set model.vocab = ", vocab);
 

@@ -48,6 +48,11 @@ MoeConfig moe_from(const ModelSection& m, int64_t ffn_hidden) {
   TESSERA_REQUIRE(e.every >= 1 && e.after >= 0 && e.after < m.layers, "model.moe_layers = '", s,
                   "' is not all, every:K (K >= 1) or after:K (0 <= K < model.layers = ", m.layers,
                   ")");
+  TESSERA_REQUIRE(e.every <= m.layers, "model.moe_layers = '", s, "' selects no block of ",
+                  m.layers, " (every:K makes blocks K-1, 2K-1, ... mixture-of-experts blocks), so ",
+                  "model.experts = ", m.experts,
+                  " would train a dense model; use every:K with K <= ", m.layers,
+                  ", or model.experts = 0");
   return e;
 }
 
@@ -103,6 +108,9 @@ ModelConfig ModelConfig::from(const ModelSection& m, const TrainSection& t) {
                   "train.recompute_layers = ", t.recompute_layers,
                   " needs train.recompute = full (it is ", to_string(t.recompute),
                   "); set recompute = full or recompute_layers = 0");
+  TESSERA_REQUIRE(t.recompute_layers <= c.layers, "train.recompute_layers = ", t.recompute_layers,
+                  " is more than the model's ", c.layers, " blocks (model.layers); at most ",
+                  c.layers, " (0: all)");
   TESSERA_REQUIRE(!c.moe.enabled() || t.recompute == Recompute::none, "train.recompute = ",
                   to_string(t.recompute), " is not available with mixture-of-experts blocks ",
                   "(model.experts = ", c.moe.experts, ") yet; set train.recompute = none");

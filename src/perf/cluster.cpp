@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -88,7 +89,7 @@ double number(const KeySpec& k, const std::string& raw, const std::string& origi
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
   TESSERA_REQUIRE(!v.empty() && *end == '\0' && std::isfinite(x), k.name(), " = '", v, "' (",
-                  origin, ") is not a number; allowed: ", k.allowed());
+                  origin, ") is not a finite number; allowed: ", k.allowed());
   TESSERA_REQUIRE(x >= k.min && x <= k.max, k.name(), " = '", v, "' (", origin,
                   ") is out of range; allowed: ", k.allowed());
   TESSERA_REQUIRE(k.type != KeyType::integer || x == std::floor(x), k.name(), " = '", v, "' (",
@@ -125,6 +126,9 @@ const std::vector<KeySpec>& cluster_schema() {
 }
 
 Cluster Cluster::from_file(const std::string& path) {
+  std::error_code ec;
+  TESSERA_REQUIRE(!std::filesystem::is_directory(path, ec), "cluster file '", path,
+                  "' is a directory; name a cluster file (inputs/clusters/*.in)");
   std::ifstream in(path);
   TESSERA_REQUIRE(in.good(), "cannot open cluster file '", path, "': no such file or not readable");
   std::stringstream text;

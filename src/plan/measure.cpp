@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "core/error.hpp"
 #include "kernels/kernels.hpp"
 #include "perf/flops.hpp"
 
@@ -87,6 +88,12 @@ double mean_over_ranks(Communicator& world, double x) {
 void measure_cluster() {
   Communicator world(MPI_COMM_WORLD, "world");
   const int rank = world.rank(), n = world.size();
+  // One process has no peer: its all-reduce bandwidth would be 0, a cluster file no planner
+  // accepts.
+  TESSERA_REQUIRE(n >= 2,
+                  "--measure-cluster on 1 process cannot measure the node's "
+                  "all-reduce bandwidth (node.bw_gbs); run it under mpiexec -n 2 or more (the "
+                  "ranks per node a run will use)");
   const double peak = mean_over_ranks(world, gemm_rate(world, 1536, 1536, 1536));
   // The GEMM of tessera's train.precision = bf16 / fp16 (16-bit operands, fp32 accumulation).
   world.barrier();

@@ -1,5 +1,6 @@
 #include "train/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -166,6 +167,11 @@ std::vector<ChunkLayers> Trainer::pipeline_stage() {
   // The micro-batches of a step are those one data-parallel rank accumulates.
   pp::require_valid(shape);
   chunk_layers_ = pp::split_layers(cfg_, shape.model_chunks(), run_.parallel.pp_layers);
+  const int64_t largest = *std::max_element(chunk_layers_.begin(), chunk_layers_.end());
+  TESSERA_REQUIRE(cfg_.recompute_layers <= largest,
+                  "train.recompute_layers = ", cfg_.recompute_layers, " is more than the ", largest,
+                  " blocks of the largest model chunk (", shape.model_chunks(),
+                  " chunks: parallel.pp x pp_virtual); at most ", largest, " (0: all)");
   return pp::stage_layers(chunk_layers_, shape.stages, pp.rank());
 }
 

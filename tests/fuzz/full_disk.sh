@@ -30,4 +30,9 @@ echo "full: output.dir refused: $line"
 run "error: the checkpoint directory '$small/ck' has 0\.0[0-9]* MB free, but one checkpoint takes 0\.[0-9]+ MB" \
     --output.dir=out --checkpoint.dir="$small/ck"
 echo "full: checkpoint.dir refused: $line"
+# The default checkpoint directory (output.dir/checkpoints): the advice names output.dir, the
+# key the user set, not checkpoint.dir.
+run "error: the checkpoint directory '$small/out/checkpoints' has 0\.0[0-9]* MB free, but one checkpoint takes 0\.[0-9]+ MB; free space or choose another output.dir$" \
+    --output.dir="$small/out"
+echo "full: the default checkpoint directory refused naming output.dir: $line"
 cd / && rm -rf "$work"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes what the checkpoint and dataset fuzz cases start from, in BASE: a small corpus and its
 # dataset (data.h5), and two finished runs of tests/fuzz/data/tiny.in: run/ (one block,
-# checkpoints of steps 3 and 6, `latest`) and run2/ (the same with two blocks).
+# checkpoints of steps 3 and 6, `latest`), run2/ (the same with two blocks) and run_moe/ (a
+# mixture of experts: 4 experts, top-2, softmax router; 3 steps).
 # usage: make_base.sh BASE TESSERA TESSERA_PREP DECK
 set -euo pipefail
 base=$1 tessera=$2 prep=$3 deck=$4
@@ -13,5 +14,7 @@ done > corpus.txt
 export OMP_NUM_THREADS=1
 "$tessera" "$deck" --data.path=data.h5 --output.dir=run --hardware.peak_flops=1e9
 "$tessera" "$deck" --data.path=data.h5 --output.dir=run2 --model.layers=2 --hardware.peak_flops=1e9
-ls run/checkpoints run2/checkpoints
+"$tessera" "$deck" --data.path=data.h5 --output.dir=run_moe --model.experts=4 --train.steps=3 \
+  --hardware.peak_flops=1e9
+ls run/checkpoints run2/checkpoints run_moe/checkpoints
 echo "base: ready"

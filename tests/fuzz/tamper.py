@@ -6,6 +6,7 @@
   tamper.py attr CKPT NAME VALUE      an integer root attribute changed (a flipped bit there)
   tamper.py old-attr CKPT NAME VALUE  the same in a file without the root checksum (older files)
   tamper.py version DATA VALUE        the dataset's format version
+  tamper.py vocab DATA VALUE          the vocab_size attribute (a damaged header)
   tamper.py n-tokens DATA FACTOR      the n_tokens attribute multiplied by FACTOR
   tamper.py offsets-decrease DATA     two document offsets swapped
   tamper.py offsets-past-end DATA     the last document offset beyond the token array
@@ -47,6 +48,8 @@ def main(argv):
                 del f.attrs["meta_checksum"]
         elif op == "version":
             f.attrs["version"] = np.int64(int(rest[0]))
+        elif op == "vocab":
+            f.attrs["vocab_size"] = np.int64(int(rest[0]))
         elif op == "n-tokens":
             f.attrs["n_tokens"] = np.int64(int(f.attrs["n_tokens"]) * int(rest[0]))
         elif op == "offsets-decrease":

@@ -101,6 +101,15 @@ grep -q "received SIGTERM" "$log" || fail "the script did not see SIGTERM"
 grep -q "received SIGUSR1" "$log" || fail "the script did not see SIGUSR1"
 grep -q "requeueing job $id" "$log" || fail "the script did not requeue itself after SIGUSR1"
 grep -q "run complete: .*COMPLETED (step $steps)" "$log" || fail "no completion"
+# The run lock (doc/checkpoints.md, "One run per directory"): a requeue is never refused as
+# another run, a lock file its killed earlier run left is taken over as this job's own (not a
+# stranger's), and the completed run leaves no lock file.
+! grep -q "is in use by another run" "$log" || fail "a requeue was refused by the run lock"
+! grep -q "was locked by a run that is gone" "$log" || fail "the requeue took its own lock as a stranger's"
+[ ! -e "$run/out/tessera.lock" ] && [ ! -e "$run/out/checkpoints/tessera.lock" ] || fail "a lock file left"
+if grep -q "was locked by an earlier run of this Slurm job" "$log"; then
+  echo "lock: the killed run's lock taken over by its requeue"
+fi
 
 # The uninterrupted reference: the same 4 ranks launched straight.
 # shellcheck disable=SC2086  # mpiexec is a command line

@@ -293,7 +293,7 @@ TEST(DeckErrors, WrongTypeAndRangeShowValueAndDomain) {
       {"--optim.beta1=1.5", "'1.5'", "number in [0, 0.999999]"},
       {"--optim.lr=fast", "'fast'", "number in [0, 10]"},
       {"--optim.lr=-1e-3", "'-1e-3'", "number in [0, 10]"},
-      {"--optim.grad_clip=nan", "'nan'", "number in [0, inf]"},
+      {"--optim.grad_clip=nan", "'nan'", "finite number >= 0"},
       {"--model.arch=gpt3", "'gpt3'", "one of llama, gpt2"},
       {"--output.echo_deck=maybe", "'maybe'", "true or false"},
   };
