@@ -71,6 +71,11 @@ void Mlp::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
   down_.add_bias(y);
 }
 
+Tensor hidden_grad(StepContext& ctx, ScratchId id, int64_t rows, int64_t F, DType t) {
+  const Tensor f32 = ctx.scratch.get(id, {rows, F});
+  return t == DType::f32 ? f32 : ctx.scratch.get(id, {rows, F}, t);
+}
+
 void Mlp::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx) {
   const int64_t N = ctx.batch * cfg_.seq_local(), F = cfg_.ffn_local(), C = cfg_.d_model;
   const Tensor dxp =
@@ -83,18 +88,13 @@ void Mlp::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Te
   down_.backward(ctx, act, dy, d_act);
   const Tensor xc = up_.operand(ctx, x);
   // One fused pass writes the hidden gradients, their bias gradients, and in 16 bits only the
-  // GEMMs' operands (no fp32 copy and no cast): those go to the start of the fp32 buffers,
-  // which are requested as before, so the workspace stays what perf/ counts.
+  // GEMMs' operands (no fp32 copy and no cast).
   const DType t = up_.compute_dtype();
   const bool half = t != DType::f32;
-  auto hidden = [&](ScratchId id) {
-    const Tensor f32 = ctx.scratch.get(id, {N, F});
-    return half ? ctx.scratch.get(id, {N, F}, t) : f32;
-  };
-  const Tensor d_up = hidden(ScratchId::mlp_d_up);
+  const Tensor d_up = hidden_grad(ctx, ScratchId::mlp_d_up, N, F, t);
   const Tensor none;
   if (swiglu_) {
-    const Tensor d_gate = hidden(ScratchId::mlp_d_gate);
+    const Tensor d_gate = hidden_grad(ctx, ScratchId::mlp_d_gate, N, F, t);
     kernels::swiglu_bias_backward(d_act, s.gate.view(), s.up.view(), half ? none : d_gate,
                                   half ? none : d_up, half ? d_gate : none, half ? d_up : none,
                                   gate_.bias_grad(), up_.bias_grad(), N, F);

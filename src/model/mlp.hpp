@@ -9,6 +9,12 @@
 
 namespace tessera {
 
+// A hidden gradient [rows, F] of an MLP's fused backward (kernels::gelu_bias_backward and
+// swiglu_bias_backward) in scratch buffer `id`: fp32, or, when the GEMMs multiply in 16 bits
+// (t), only its 16-bit operand, at the start of the fp32 buffer (which is requested all the same,
+// so the workspace stays what perf/ counts).
+Tensor hidden_grad(StepContext& ctx, ScratchId id, int64_t rows, int64_t F, DType t);
+
 class Mlp {
  public:
   // What backward reads: the hidden tensors and the activation's output (in down's operand

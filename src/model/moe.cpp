@@ -467,12 +467,8 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   // GEMMs' operands, at the start of the fp32 buffers) and adds the bias gradients.
   const DType t = experts_.empty() ? DType::f32 : experts_.front().up.compute_dtype();
   const bool half = t != DType::f32;
-  auto hidden = [&](ScratchId id, int64_t r) {
-    const Tensor f32 = ctx.scratch.get(id, {r, F});
-    return half ? ctx.scratch.get(id, {r, F}, t) : f32;
-  };
-  const Tensor d_up = hidden(ScratchId::mlp_d_up, Rx);
-  const Tensor d_gate = hidden(ScratchId::mlp_d_gate, swiglu_ ? Rx : 1);
+  const Tensor d_up = hidden_grad(ctx, ScratchId::mlp_d_up, Rx, F, t);
+  const Tensor d_gate = hidden_grad(ctx, ScratchId::mlp_d_gate, swiglu_ ? Rx : 1, F, t);
   const Tensor none;
   for (int64_t e = 0; e < El; ++e) {
     const int64_t first = s.eoffset[size_t(e)], n = s.eoffset[size_t(e) + 1] - first;

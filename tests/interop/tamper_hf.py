@@ -8,6 +8,16 @@ import json
 import struct
 import sys
 
+
+
+def read_safetensors(path):
+    """(header, data bytes) of a safetensors file."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    return json.loads(blob[8:8 + n]), blob[8 + n:]
+
+
 d, what = sys.argv[1], sys.argv[2]
 if what == "set":
     with open(f"{d}/config.json") as f:
@@ -17,10 +27,7 @@ if what == "set":
         json.dump(cfg, f)
 elif what == "add-tensor":
     path = f"{d}/model.safetensors"
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header, data = json.loads(blob[8:8 + n]), blob[8 + n:]
+    header, data = read_safetensors(path)
     header[sys.argv[3]] = {"dtype": "F32", "shape": [4], "data_offsets": [len(data), len(data) + 16]}
     text = json.dumps(header).encode()
     with open(path, "wb") as f:
@@ -29,10 +36,7 @@ elif what == "to-bf16":
     import numpy as np
     import torch
     path = f"{d}/model.safetensors"
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header, data = json.loads(blob[8:8 + n]), blob[8 + n:]
+    header, data = read_safetensors(path)
     out, parts, offset = {}, [], 0
     for name, info in header.items():
         if name == "__metadata__":

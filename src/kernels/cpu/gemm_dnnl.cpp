@@ -106,8 +106,11 @@ Bf16Gemm& bf16_gemm() {
 // oneDNN 2.x implements bf16 primitives only from AVX-512 on (the ISA it uses: the CPU's, capped
 // by ONEDNN_MAX_CPU_ISA); below it (AVX2 CPUs) not even its reference code accepts bf16.
 bool dnnl_has_bf16() {
-  const unsigned avx512 = unsigned(dnnl::cpu_isa::avx512_core);
-  return (unsigned(dnnl::get_effective_cpu_isa()) & avx512) == avx512;
+  static const bool has = [] {
+    const unsigned avx512 = unsigned(dnnl::cpu_isa::avx512_core);
+    return (unsigned(dnnl::get_effective_cpu_isa()) & avx512) == avx512;
+  }();
+  return has;
 }
 
 // 16-bit operands widened to fp32 (exactly: the products of two 16-bit numbers are exact in
@@ -145,8 +148,7 @@ void matmul_half(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType 
     for (int64_t i = 0; i < M * N; ++i) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
     return;
   }
-  static const bool native = dnnl_has_bf16();
-  if (!native)
+  if (!dnnl_has_bf16())
     return matmul_widened(ab, A, B, C, c_dtype, M, N, K, trans_a, trans_b, alpha, beta);
   Bf16Gemm& gemm = bf16_gemm();
   dnnl::matmul& mm = gemm.primitive(
