@@ -70,25 +70,19 @@ std::string gib(double bytes) {
   return buf;
 }
 
-// Before anything large is allocated: the model state of this rank (the ZeRO formula of
-// perf/memory.hpp for this rank's share of the parameters) and one micro-batch's
-// activations, summed over the ranks of each node, must fit in what the node has available.
-// A lower bound of what the run allocates, so it never refuses a run that would fit; a model
-// far too big is one error line naming the bytes instead of an allocation failure.
-void require_memory(const tessera::RunConfig& run, tessera::ProcessGrid& grid) {
-  const tessera::ModelConfig c = tessera::ModelConfig::from(run.model, run.train);
-  const tessera::GridDegrees& d = grid.layout().degrees();
-  const double psi = double(c.param_count()) / double(d.tp) / double(d.pp);
-  const int stage = run.parallel.zero;
-  const double n = double(run.parallel.shard_group > 0 ? run.parallel.shard_group : d.dp);
-  const auto precision = run.train.precision == tessera::TrainPrecision::fp32
-                             ? tessera::Precision::fp32
-                             : tessera::Precision::mixed;
-  const double state = tessera::zero_model_state(stage, psi, n, precision).total();
-  tessera::ModelConfig per_rank = c;
-  per_rank.tp.size = d.tp;
-  per_rank.layers = std::max<int64_t>(1, c.layers / d.pp);
-  const double acts = tessera::activation_bytes(per_rank, run.train.micro_batch);
+// Before anything large is allocated: the model state of this rank (RankLayout::model_state,
+// the formula the summary and the planner use) and one micro-batch's activations through its
+// stage's blocks, summed over the ranks of each node, must fit in what the node has
+// available. A lower bound of what the run allocates, so it never refuses a run that would
+// fit; a model far too big is one error line naming the bytes instead of an allocation
+// failure.
+void require_memory(const tessera::RankLayout& layout, tessera::ProcessGrid& grid) {
+  const double state = layout.model_state().total();
+  tessera::ModelConfig stage = layout.model;
+  int64_t blocks = 0;
+  for (const tessera::ChunkLayers& k : layout.chunks) blocks += k.last - k.first;
+  stage.layers = std::max<int64_t>(1, blocks);
+  const double acts = tessera::activation_bytes(stage, layout.batch.micro_batch);
   const size_t node = size_t(grid.node());
   std::vector<double> per_node(2 * size_t(grid.nodes()), 0.0);  // bytes, then ranks
   per_node[node] = state + acts;
@@ -99,9 +93,10 @@ void require_memory(const tessera::RunConfig& run, tessera::ProcessGrid& grid) {
       grid.world(), need <= have,
       tessera::cat("out of memory: this model needs at least ", gib(need), " on node ", node, " (",
                    per_node[size_t(grid.nodes()) + node], " rank(s), each with ", gib(state),
-                   " of model state, ", tessera::zero_formula(stage, precision),
-                   " bytes for Psi = ", psi, " parameters per rank at ZeRO-", stage, ", and ",
-                   gib(acts), " of activations for one micro-batch), but it has ", gib(have),
+                   " of model state, ", tessera::model_state_formula(layout),
+                   " bytes for Psi = ", layout.params, " parameters per rank at ZeRO-",
+                   layout.zero, ", and ", gib(acts),
+                   " of activations for one micro-batch), but it has ", gib(have),
                    " available (MemAvailable); use a smaller model or "
                    "train.micro_batch, or spread the model over more ranks (parallel.zero, "
                    "tp, pp); tessera-plan --runtime tessera predicts a layout's memory"));
@@ -136,7 +131,6 @@ int main(int argc, char** argv) {
         layout_only ? layout_deck(args) : tessera::Deck::from_args(args));
     if (run.hardware.threads > 0) omp_set_num_threads(run.hardware.threads);
     tessera::ProcessGrid grid = make_grid(run);
-    const tessera::GridDegrees& d = grid.layout().degrees();
     if (layout_only) {
       if (rank == 0) std::printf("%s\n", grid.describe().c_str());
       std::fflush(stdout);
@@ -147,15 +141,12 @@ int main(int argc, char** argv) {
     TESSERA_REQUIRE(!run.output.dir.empty(),
                     "output.dir is empty; name the directory for "
                     "this run's metrics, report and checkpoints (say --output.dir=run1)");
-    {
-      tessera::ModelConfig model = tessera::ModelConfig::from(run.model, run.train);
-      model.check_experts(d.ep, d.tp, d.cp, run.parallel.zero);
-      model.limit_nodes(run.parallel.ep_nodes, grid.blocked_nodes(tessera::Group::ep),
-                        run.parallel.ep_max_nodes);
-    }
+    // What the layout means for this rank, every layout check made once (RankLayout).
+    const tessera::RankLayout layout = tessera::RankLayout::make(
+        run, grid.layout(), rank, grid.blocked_nodes(tessera::Group::ep));
     // output.trace: made first so that it outlives everything that records into it.
     const std::unique_ptr<tessera::TraceFile> trace = tessera::TraceFile::open(run, grid);
-    tessera::Trainer trainer(run, grid, [&] { require_memory(run, grid); });
+    tessera::Trainer trainer(run, grid, layout, [&] { require_memory(layout, grid); });
     if (trace) {
       grid.set_trace(&trace->trace());
       trainer.set_trace(&trace->trace());

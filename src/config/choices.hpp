@@ -30,6 +30,10 @@ enum class DeviceKind { cpu, cuda };
 // Compute precision of training (train.precision): GEMM operands and the compute copy of the
 // parameters; master weights, optimizer, norms and the loss stay fp32.
 enum class TrainPrecision { fp32, bf16, fp16 };
+// The number formats an accelerator multiplies in, as the planner names a layout's precision
+// (prec=, cluster peaks); fp8 means fp8 GEMMs with bf16 elsewhere, which tessera does not
+// train in. model/config.hpp's precision_names maps one vocabulary to the others.
+enum class ComputeType { fp32, bf16, fp16, fp8 };
 // The dtype gradients travel in when data-parallel ranks reduce them.
 enum class ReduceDtype { fp32, bf16 };
 // train.recompute: which activations a block rebuilds in backward instead of keeping

@@ -17,6 +17,7 @@
 #include "comm/agree.hpp"
 #include "config/run_config.hpp"
 #include "core/error.hpp"
+#include "core/fault_inject.hpp"
 #include "io/checkpoint_checks.hpp"
 #include "io/h5_object.hpp"
 
@@ -166,13 +167,6 @@ void fsync_path(const std::string& path) {
     ::fsync(fd);
     ::close(fd);
   }
-}
-
-// Test hook: TESSERA_FAULT_INJECT=checkpoint-midwrite kills the process (SIGKILL) halfway
-// through writing a checkpoint, so tests can prove the previous one survives.
-bool fault(const char* name) {
-  const char* f = std::getenv("TESSERA_FAULT_INJECT");
-  return f && std::strcmp(f, name) == 0;
 }
 
 // Non-finite values among n floats.
@@ -341,9 +335,11 @@ void Checkpointer::save(const CheckpointMeta& meta, const std::vector<Checkpoint
     for (size_t t = 0; t < tensors.size(); ++t) {
       if (write_hook_ && t == tensors.size() / 2) write_hook_();
       // Test hook: the write waits (up to 30 s) until the launcher is gone (tests/fuzz/orphan.sh).
-      if (fault("checkpoint-write-until-orphaned") && t == tensors.size() / 2)
+      if (fault_injected("checkpoint-write-until-orphaned") && t == tensors.size() / 2)
         for (int i = 0; i < 300 && !launcher_.gone(); ++i) usleep(100000);
-      if (fault("checkpoint-midwrite") && t == tensors.size() / 2) {
+      // Test hook: checkpoint-midwrite kills the process (SIGKILL) halfway through writing a
+      // checkpoint, so tests can prove the previous one survives.
+      if (fault_injected("checkpoint-midwrite") && t == tensors.size() / 2) {
         H5Fflush(file.id, H5F_SCOPE_GLOBAL);
         raise(SIGKILL);
       }
@@ -412,8 +408,8 @@ CheckpointMeta Checkpointer::load(const std::string& path,
                                   const std::vector<CheckpointTensor>& tensors) {
   CheckpointMeta meta;
   const std::string r = std::to_string(world_.rank());
-  const bool read_fault = fault(("checkpoint-read-fails-on-rank-" + r).c_str());
-  const bool checksum_fault = fault(("checkpoint-checksum-differs-on-rank-" + r).c_str());
+  const bool read_fault = fault_injected("checkpoint-read-fails-on-rank-" + r);
+  const bool checksum_fault = fault_injected("checkpoint-checksum-differs-on-rank-" + r);
   collectively(world_, [&] {
     H5Handle fapl(parallel_access(world_.raw()), H5Pclose);
     // H5Fopen is collective: every rank opens, then all agree on whether each could.

@@ -117,10 +117,36 @@ ModelConfig ModelConfig::from(const ModelSection& m, const TrainSection& t) {
   c.recompute = t.recompute;
   c.recompute_layers = t.recompute_layers;
   c.head_chunk_rows = t.head_chunk_rows;
-  c.compute = t.precision == TrainPrecision::bf16   ? DType::bf16
-              : t.precision == TrainPrecision::fp16 ? DType::f16
-                                                    : DType::f32;
+  c.compute = precision_names(t.precision).compute;
   return c;
+}
+
+namespace {
+constexpr PrecisionNames kPrecisions[] = {
+    {TrainPrecision::fp32, DType::f32, ComputeType::fp32},
+    {TrainPrecision::bf16, DType::bf16, ComputeType::bf16},
+    {TrainPrecision::fp16, DType::f16, ComputeType::fp16},
+};
+}  // namespace
+
+const PrecisionNames& precision_names(TrainPrecision p) {
+  for (const PrecisionNames& n : kPrecisions)
+    if (n.train == p) return n;
+  return kPrecisions[0];
+}
+
+const PrecisionNames& precision_names(ComputeType t) {
+  for (const PrecisionNames& n : kPrecisions)
+    if (n.planner == t) return n;
+  TESSERA_REQUIRE(false, "tessera trains in fp32, bf16 or fp16");
+  return kPrecisions[0];
+}
+
+const PrecisionNames& precision_names(DType compute) {
+  for (const PrecisionNames& n : kPrecisions)
+    if (n.compute == compute) return n;
+  TESSERA_REQUIRE(false, "tessera computes in f32, bf16 or f16, not ", dtype_name(compute));
+  return kPrecisions[0];
 }
 
 void ModelConfig::split(const TensorParallel& t) {

@@ -71,6 +71,20 @@ struct ExpertShard {
   int64_t size = 1, rank = 0;
 };
 
+// train.precision in each vocabulary that speaks of it, in one table: the deck's choice, the
+// dtype of the GEMM operands and of the parameters' compute copy (kernels, ParamStore), and
+// the planner's precision (perf/: Layout::precision, a cluster's peak).
+struct PrecisionNames {
+  TrainPrecision train;
+  DType compute;
+  ComputeType planner;
+};
+const PrecisionNames& precision_names(TrainPrecision p);
+// The precision tessera trains for a planner's precision (a tessera::Error for fp8), and for
+// a compute dtype.
+const PrecisionNames& precision_names(ComputeType t);
+const PrecisionNames& precision_names(DType compute);
+
 struct ModelConfig {
   Arch arch = Arch::llama;
   int64_t layers = 0, d_model = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn_hidden = 0;

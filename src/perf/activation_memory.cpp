@@ -2,9 +2,11 @@
 
 #include <algorithm>
 
-#include "perf/compute_model.hpp"
-
 namespace tessera {
+
+double activation_element_bytes(const Layout& l) {
+  return l.mixed() ? 2.0 : 4.0;
+}
 
 LayerActivations layer_activations(const Workload& w, const Layout& l, bool moe_layer) {
   const ModelConfig& c = w.cfg;

@@ -41,6 +41,8 @@ struct LayerActivations {
   double input = 0;       // the layer's input alone (what full recompute keeps)
   double total() const { return replicated + split + scores; }
 };
+// Bytes per element of saved activations and of the GEMM operands for a layout's precision.
+double activation_element_bytes(const Layout& l);
 // Bytes one layer saves for one micro-batch on one rank, before recompute.
 LayerActivations layer_activations(const Workload& w, const Layout& l, bool moe_layer);
 // What stays saved per layer under the layout's recompute policy.

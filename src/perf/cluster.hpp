@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "config/choices.hpp"
 #include "core/schema.hpp"
 
 namespace tessera {
 
-// Number formats the accelerator multiplies in; fp8 means fp8 GEMMs with bf16 elsewhere.
-enum class ComputeType { fp32, bf16, fp16, fp8 };
+// ComputeType (config/choices.hpp): the number formats the accelerator multiplies in.
 const char* compute_type_name(ComputeType t);
 ComputeType parse_compute_type(const std::string& s);  // throws Error on anything else
 

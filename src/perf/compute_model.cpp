@@ -8,10 +8,6 @@
 
 namespace tessera {
 
-double activation_element_bytes(const Layout& l) {
-  return l.mixed() ? 2.0 : 4.0;
-}
-
 double gemm_efficiency(const Cluster& c, double m, double n, double k) {
   const double d = std::min({m, n, k});
   return c.gemm_efficiency * d / (d + c.gemm_half_dim);

@@ -22,6 +22,7 @@
 // d_head is small) and the scores pass through memory in the element-wise term.
 #pragma once
 
+#include "perf/activation_memory.hpp"  // activation_element_bytes
 #include "perf/cluster.hpp"
 #include "perf/layout.hpp"
 
@@ -74,7 +75,5 @@ double attention_work_fraction(const Workload& w);
 // Parameters of the workload's model (ModelConfig::param_count, with MoE layers' experts
 // and routers in place of the dense MLPs).
 double workload_params(const Workload& w);
-// Bytes per element of saved activations and of the GEMM operands for a layout's precision.
-double activation_element_bytes(const Layout& l);
 
 }  // namespace tessera

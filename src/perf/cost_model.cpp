@@ -136,101 +136,25 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
                " is not a multiple of dp x mb = ", l.dp * l.micro_batch);
   if (l.vpp > 1 && m % l.pp != 0)
     return cat("interleaving needs micro-batches (", m, ") to be a multiple of pp = ", l.pp);
-  if (rt == Runtime::tessera && l.pp > 1) {  // tessera's own rules for its pipelines
-    try {
-      pp::require_valid(tessera_schedule_shape(l, m));
-      (void)pp::split_layers(c, l.pp * l.vpp, w.pp_layers);
-    } catch (const Error& e) {
-      return e.what();
-    }
-  }
   if (rt == Runtime::tessera) {
     if (c.moe.enabled() && (l.tp > 1 || l.cp > 1 || l.pp > 1 || l.recompute != Recompute::none ||
                             l.precision != ComputeType::fp32))
       return "the planner costs tessera's mixture of experts with dp, ep and ZeRO/HSDP only "
              "(fp32, no recompute; doc/planning.md); tp, cp, pp, recompute and bf16 with "
              "experts are not modelled yet";
-    if (l.cp > 1 && w.cp_kind == CpKind::ring && c.seq_len % (2 * l.cp) != 0)
-      return cat("tessera's ring cuts seq_len ", c.seq_len, " into 2 x cp = ", 2 * l.cp,
-                 " zigzag chunks, which does not divide it");
-    if (l.cp > 1 && w.cp_kind == CpKind::ulysses &&
-        (c.heads / l.tp % l.cp != 0 || c.kv_heads / l.tp % l.cp != 0))
-      return cat("tessera's Ulysses needs cp (", l.cp,
-                 ") to divide the heads and key/value "
-                 "heads per tensor-parallel rank");
-    if (c.kv_heads % l.tp != 0)
-      return cat("tessera needs tp (", l.tp, ") to divide the ", c.kv_heads, " key/value heads");
-    if (c.vocab_padded % l.tp != 0)
-      return cat("tessera needs tp (", l.tp, ") to divide the padded vocabulary ", c.vocab_padded);
-    if (l.seq_parallel && (int64_t(l.micro_batch) * c.seq_len) % l.tp != 0)
-      return cat("sequence parallelism needs tp (", l.tp, ") to divide the ",
-                 int64_t(l.micro_batch) * c.seq_len, " tokens of a micro-batch");
     if (l.precision == ComputeType::fp8) return "tessera trains in fp32, bf16 or fp16";
+    // Every check tessera makes of a run's layout (RankLayout::make; the same on every rank).
+    try {
+      (void)tessera_rank_layout(w, l, 0);
+    } catch (const Error& e) {
+      return e.what();
+    }
     if (l.order != Layout::kDefaultRankOrder)
       return cat("the planner validates tessera's memory for the default rank order only (order = ",
                  l.order, ")");
   }
   (void)cl.peak(l.precision);  // throws when the accelerator lacks this precision
   return {};
-}
-
-TesseraParts tessera_parts(const ModelConfig& c, int zero, int shard_ranks) {
-  auto r16 = [](double n) { return std::ceil(n / 16) * 16; };
-  const double t = double(c.tp.size);
-  const double C = double(c.d_model), F = double(c.ffn_hidden) / t;
-  const double Vl = double(c.vocab_padded) / t;
-  const double qd = double(c.heads * c.head_dim) / t, kvd = double(c.kv_heads * c.head_dim) / t;
-  const bool b = c.has_bias();
-  const double mats = c.arch == Arch::llama ? 3 : 2;
-  TesseraParts p;
-  p.embed = r16(Vl * C) + (c.arch == Arch::gpt2 ? r16(double(c.seq_len) * C) : 0);
-  double common = 2 * r16(C) + (b ? 2 * r16(C) : 0);       // norms
-  common += r16(qd * C) + 2 * r16(kvd * C) + r16(C * qd);  // q, k, v (columns), o (rows)
-  if (b) common += r16(qd) + 2 * r16(kvd) + r16(C);
-  p.block = common + mats * r16(C * F) + (b ? r16(F) + r16(C) : 0);  // (gate,) up, down
-  p.head = r16(C) + (b ? r16(C) : 0) + (c.tie_embeddings ? 0 : r16(Vl * C));
-  const double moe_blocks = c.moe.enabled() ? double(c.moe_blocks()) : 0;
-  const double ep = double(c.experts_held.size);
-  if (moe_blocks > 0) {  // model/moe.cpp: router (no bias), selection bias, shared, experts
-    const double E = double(c.moe.experts), Fe = double(c.moe.ffn);
-    const double Fs = double(c.moe.shared) * Fe / t;  // the shared experts, split over tp
-    p.moe_dense = common + r16(E * C) + r16(E);
-    if (c.moe.shared > 0) p.moe_dense += mats * r16(C * Fs) + (b ? r16(Fs) + r16(C) : 0);
-    // A routed expert is whole on its ep rank (no tensor parallelism inside an expert).
-    const double held = E / ep * (mats * r16(C * Fe) + (b ? r16(Fe) + r16(C) : 0));
-    if (ep > 1)
-      p.moe_experts = held;
-    else
-      p.moe_dense += held;
-  }
-  if (zero >= 1) {
-    const double K = shard_ranks;
-    p.expert_shard_ranks = K >= ep ? K / ep : 1;
-    const double align = 16.0 * K, expert_align = 16.0 * p.expert_shard_ranks;
-    auto ra = [&](double n, double a) { return std::ceil(n / a) * a; };
-    p.embed = ra(p.embed, align), p.block = ra(p.block, align), p.head = ra(p.head, align);
-    p.moe_dense = ra(p.moe_dense, align), p.moe_experts = ra(p.moe_experts, expert_align);
-  }  // zero = 0: one part per block too, every tensor 16-aligned already
-  p.experts = moe_blocks * p.moe_experts;
-  p.total = p.embed + (double(c.layers) - moe_blocks) * p.block +
-            moe_blocks * (p.moe_dense + p.moe_experts) + p.head;
-  return p;
-}
-
-double TesseraParts::part(const ModelConfig& c, int q) const {
-  if (q == 0) return embed;
-  if (q == int(c.layers) + 1) return head;
-  return c.moe.enabled() && c.moe.is_moe(q - 1) ? moe_dense + moe_experts : block;
-}
-
-double TesseraParts::piece(const ModelConfig& c, int q, double K) const {
-  if (q > 0 && q <= int(c.layers) && c.moe.enabled() && c.moe.is_moe(q - 1))
-    return moe_dense / K + moe_experts / expert_shard_ranks;
-  return part(c, q) / K;
-}
-
-double tessera_padded_params(const ModelConfig& c, int zero, int shard_ranks) {
-  return tessera_parts(c, zero, shard_ranks).total;
 }
 
 Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime rt,
@@ -248,7 +172,6 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
   const double M = double(m), p = l.pp, L = double(c.layers), Ls = e.stage_layers.most;
   const int N = l.shard_ranks();
   const bool moe = w.moe.any();
-  const Precision prec = l.mixed() ? Precision::mixed : Precision::fp32;
 
   // ---- memory ----
   const StageParams sp = stage_params(w, l, e.stage_layers);
@@ -265,37 +188,31 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
            (stage_layers - n) * saved_bytes_per_layer(act, others);
   };
   if (rt == Runtime::tessera && l.pp > 1) {
-    ModelConfig tc = c;
-    tc.tp = {l.tp, 0, l.seq_parallel};
-    tc.cp = {l.cp, 0, w.cp_kind};
-    tc.recompute = l.recompute;  // the layout's mode; recompute_layers from the deck
-    const TesseraStageMemory sm = tessera_pipeline_memory(tc, l, m, w.zero_inflight, w.pp_layers);
+    const TesseraStageMemory sm = tessera_pipeline_memory(w, l, m);
     e.memory = sm.memory;
     e.params_per_rank = sm.params;
   } else if (rt == Runtime::tessera) {
-    ModelConfig tc = c;
-    tc.tp = {l.tp, 0, l.seq_parallel};
-    tc.cp = {l.cp, 0, w.cp_kind};
-    tc.recompute = l.recompute;  // the layout's mode; recompute_layers from the deck
-    tc.experts_held = {l.ep, 0};  // each rank registers its E / ep routed experts
-    const TesseraParts parts = tessera_parts(tc, l.zero, N);
-    const double psi = parts.total;
-    const ModelStateBytes s = tessera_model_state(parts, l.zero, N);
+    // What the layout means for a rank (all ranks alike without a pipeline).
+    const RankLayout r = tessera_rank_layout(w, l, 0);
+    const ModelConfig& tc = r.model;
+    const double psi = r.params;
+    const ModelStateBytes s = r.model_state();
     e.params_per_rank = psi;
-    e.memory.params = s.params + tessera_compute_copy_bytes(l, psi);
+    e.memory.params = s.params;
     e.memory.grads = s.grads;
     e.memory.optimizer = s.optimizer;
     e.memory.activations = activation_bytes(tc, l.micro_batch);
     e.memory.workspace = tessera_workspace_bytes(tc, l.micro_batch, tessera_half(l));
-    e.memory.comm = tessera_comm_bytes(tc, l, m, w.zero_inflight) +
+    e.memory.comm = tessera_comm_bytes(r, l, m, w.zero_inflight) +
                     tessera_grad_staging_bytes(l, psi);
   } else {
     auto stage_memory = [&](bool first, bool last, double psi) {
       MemoryBreakdown mb;
       // Expert weights are replicated over dp x cp / ep ranks only, so ZeRO shards them over
       // that many (Megatron-LM's expert-data-parallel group).
-      const ModelStateBytes s = zero_model_state(l.zero, psi - sp.experts, N, prec);
-      const ModelStateBytes x = zero_model_state(l.zero, sp.experts, std::max(1, N / l.ep), prec);
+      const ModelStateBytes s = zero_model_state(l.zero, psi - sp.experts, N, l.mixed());
+      const ModelStateBytes x = zero_model_state(l.zero, sp.experts,
+                                                 double(expert_shard_ranks_of(N, l.ep)), l.mixed());
       mb.params = s.params + x.params, mb.grads = s.grads + x.grads;
       mb.optimizer = s.optimizer + x.optimizer;
       // Micro-batches in flight on this stage: first stage p (1F1B), last stage 1.

@@ -32,7 +32,7 @@
 //
 // Runtime tessera (the code in this repository, as it runs today: fp32, DP, ZeRO and TP/SP)
 // uses tessera's own layer buffers instead (activation_bytes, tessera_workspace_bytes,
-// tessera_parts), which the plan_validate_tessera test compares with the allocator's high-water
+// param_sections and RankLayout), which the plan_validate_tessera test compares with the allocator's high-water
 // marks.
 #pragma once
 
@@ -42,6 +42,7 @@
 #include "perf/cluster.hpp"
 #include "perf/comm_model.hpp"
 #include "perf/layout.hpp"
+#include "perf/memory.hpp"
 #include "perf/overlap.hpp"
 
 namespace tessera {
@@ -61,14 +62,6 @@ Runtime parse_runtime(const std::string& s);
 // (parallel.pp_layers, balanced by default: pp/stage_layers.hpp), in every runtime.
 struct StageLayers {
   double first = 0, last = 0, most = 0;
-};
-
-struct MemoryBreakdown {
-  double params = 0, grads = 0, optimizer = 0, activations = 0, comm = 0, workspace = 0;
-  double reserved = 0;
-  double total() const {
-    return params + grads + optimizer + activations + comm + workspace + reserved;
-  }
 };
 
 struct TimeBreakdown {
@@ -131,25 +124,4 @@ struct StageParams {
 StageParams stage_params(const Workload& w, const Layout& l);
 StageParams stage_params(const Workload& w, const Layout& l, const StageLayers& cut);
 
-// tessera's parameter buffer as laid out (each tensor padded to 16 elements; with ZeRO each
-// part, the embedding, every block and the head, padded to 16 x shard ranks), in elements.
-// A mixture-of-experts block (c.moe) is a part of its own: its dense section (norms,
-// attention, router and selection bias, shared experts) and, with ep = c.experts_held.size > 1,
-// the section of the E / ep routed experts the rank holds, padded apart (to 16 x N_e under
-// ZeRO, N_e = K / ep or 1: the runtime's expert shard ranks). With ep = 1 tessera marks no
-// held experts, so they stay in the dense section (model/param.cpp, parallel/dp/zero.cpp).
-struct TesseraParts {
-  double embed = 0, block = 0, head = 0, total = 0;
-  double moe_dense = 0, moe_experts = 0;  // one MoE block's sections
-  double experts = 0;                     // every expert section: total - experts is dense
-  double expert_shard_ranks = 1;          // N_e
-  // Part q's elements (0 embedding, 1..L blocks, L + 1 head) and, sharded over K ranks, a
-  // rank's piece of it (dense section / K + expert section / N_e).
-  double part(const ModelConfig& c, int q) const;
-  double piece(const ModelConfig& c, int q, double K) const;
-};
-// c.tp gives the tensor-parallel split (each rank holds its blocks of the split matrices),
-// c.experts_held.size the expert-parallel degree.
-TesseraParts tessera_parts(const ModelConfig& c, int zero, int shard_ranks);
-double tessera_padded_params(const ModelConfig& c, int zero, int shard_ranks);
 }  // namespace tessera

@@ -16,21 +16,27 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "model/config.hpp"
+#include "parallel/rank_layout.hpp"  // ModelStateBytes, zero_model_state: the formulas above
 
 namespace tessera {
 
-enum class Precision { fp32, mixed };
-
-struct ModelStateBytes {
-  double params = 0, grads = 0, optimizer = 0;
-  double total() const { return params + grads + optimizer; }
+// Bytes per accelerator by category (the allocator's Charge categories, plus what a cluster
+// reserves).
+struct MemoryBreakdown {
+  double params = 0, grads = 0, optimizer = 0, activations = 0, comm = 0, workspace = 0;
+  double reserved = 0;
+  double total() const {
+    return params + grads + optimizer + activations + comm + workspace + reserved;
+  }
 };
 
-ModelStateBytes zero_model_state(int stage, double psi, double n, Precision precision);
-// "16Psi/N", "8Psi + 12Psi/N", ... for stage and precision.
-const char* zero_formula(int stage, Precision precision);
+// "16Psi/N", "8Psi + 12Psi/N", ... for a stage in fp32 or (mixed) the ZeRO paper's formulas.
+const char* zero_formula(int stage, bool mixed);
+// RankLayout::model_state as text: "4Psi + 12Psi/N", "16Psi + bf16 compute copy 2Psi", ...
+std::string model_state_formula(const RankLayout& r);
 
 // Activations tessera keeps per rank for one micro-batch of `batch` sequences in flight, in
 // bytes, exactly as its layers allocate them (cfg.tp gives the tensor-parallel split; R = rows

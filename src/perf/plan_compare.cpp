@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "perf/cost_model.hpp"
+#include "perf/tessera_memory.hpp"
 
 namespace tessera {
 namespace {
@@ -37,15 +38,19 @@ double measure_stream_bandwidth() {
 }
 
 std::string plan_comparison(const RunFacts& run) {
+  const RankLayout& r = run.layout;
+  const ModelConfig& c = r.model;
+  const int ranks = r.degrees.tp * r.degrees.cp * r.degrees.dp * r.degrees.pp;
+  const ComputeType precision = precision_names(c.compute).planner;
   // This machine as the planner sees it.
   Cluster cl;
   cl.name = "this run's machine";
   cl.accelerator = "cpu-rank";
-  cl.per_node = run.ranks;
+  cl.per_node = ranks;
   // The measured rate is that of the run's precision; the planner reads it from its slot.
   cl.peak_fp32 = run.gemm_flops_per_rank;
-  if (run.precision == TrainPrecision::bf16) cl.peak_bf16 = run.gemm_flops_per_rank;
-  if (run.precision == TrainPrecision::fp16) cl.peak_fp16 = run.gemm_flops_per_rank;
+  if (precision == ComputeType::bf16) cl.peak_bf16 = run.gemm_flops_per_rank;
+  if (precision == ComputeType::fp16) cl.peak_fp16 = run.gemm_flops_per_rank;
   cl.memory = 1e15;
   cl.memory_bw = std::max(1e9, measure_stream_bandwidth());
   cl.gemm_efficiency = 1;  // the rate is a measured GEMM rate already
@@ -53,11 +58,12 @@ std::string plan_comparison(const RunFacts& run) {
   cl.intra = {2e9, 1e-6, "intra-node"};  // shared-memory MPI: assumed, not measured
   cl.inter = cl.pod = cl.intra;
   Workload w;
-  w.cfg = run.cfg;
+  w.cfg = c;
   w.cfg.tp = TensorParallel{};
   w.cfg.cp = ContextParallel{};
-  w.cp_kind = run.cfg.cp.kind;
-  w.global_batch = run.global_batch;
+  w.cfg.experts_held = ExpertShard{};
+  w.cp_kind = c.cp.kind;
+  w.global_batch = r.batch.global_batch;
   w.zero_inflight = run.zero_inflight;
   w.pp_layers = run.pp_layers;
   if (w.cfg.moe.enabled()) {  // as workload_from (plan/workload.cpp) reads a deck's experts
@@ -65,25 +71,10 @@ std::string plan_comparison(const RunFacts& run) {
     w.moe.top_k = int(w.cfg.moe.top_k);
     w.moe.expert_ffn = w.cfg.moe.ffn;
   }
-  Layout l;
-  l.ep = run.ep;
-  l.tp = int(run.cfg.tp.size);
-  l.seq_parallel = run.cfg.tp.sequence_parallel && l.tp > 1;
-  l.pp = run.pp, l.vpp = run.pp_virtual;
-  l.schedule =
-      run.schedule == PipeSchedule::gpipe ? PipeSchedule::gpipe : PipeSchedule::one_f_one_b;
-  l.cp = int(run.cfg.cp.size);
-  l.dp = run.ranks / (l.tp * l.pp * l.cp);
-  l.zero = run.zero;
-  l.shard_group = run.zero > 0 && run.shard_ranks != l.dp ? run.shard_ranks : 0;
-  l.micro_batch = int(run.micro_batch);
-  l.recompute = run.cfg.recompute;
+  Layout l = tessera_layout(r);
   if (run.grad_reduce == ReduceDtype::bf16) l.grad_bytes = 2;
-  l.precision = run.precision == TrainPrecision::bf16   ? ComputeType::bf16
-                : run.precision == TrainPrecision::fp16 ? ComputeType::fp16
-                                                        : ComputeType::fp32;
   std::string out = "\n== plan comparison (tessera-plan --runtime tessera; doc/planning.md) ==\n";
-  const std::string problem = layout_problem(w, l, cl, Runtime::tessera, run.ranks);
+  const std::string problem = layout_problem(w, l, cl, Runtime::tessera, ranks);
   if (!problem.empty()) return out + "the planner cannot cost this layout: " + problem + "\n";
   const Estimate e = estimate(w, l, cl, Runtime::tessera);
   char buf[512];

@@ -10,13 +10,12 @@
 
 #include "config/choices.hpp"
 #include "model/config.hpp"
+#include "parallel/rank_layout.hpp"
 
 namespace tessera {
 
 struct RunFacts {
-  ModelConfig cfg;  // as trained (cfg.tp: the tensor-parallel split)
-  int64_t micro_batch = 1, global_batch = 1;
-  int ranks = 1, zero = 0, shard_ranks = 1;
+  RankLayout layout;                // rank 0's (RankLayout: model split, batch, schedule, ZeRO)
   double gemm_flops_per_rank = 0;  // the GEMM rate the run measured (or the deck's peak)
   int64_t steps = 0;               // steps the phase times cover
   // Seconds per phase summed over the steps (mean over ranks): data, forward, backward,
@@ -26,12 +25,8 @@ struct RunFacts {
   // workspace (tensor/tensor.hpp's Charge order).
   std::array<double, 6> memory_peak{};
   int zero_inflight = 2;  // parallel.zero_inflight
-  int pp = 1, pp_virtual = 1;
-  int ep = 1;                                         // parallel.ep
-  PipeSchedule schedule = PipeSchedule::one_f_one_b;  // parallel.pp_schedule
   std::string pp_layers = "balanced";
-  TrainPrecision precision = TrainPrecision::fp32;  // train.precision (the GEMM rate is its)
-  ReduceDtype grad_reduce = ReduceDtype::fp32;      // parallel.grad_reduce_dtype
+  ReduceDtype grad_reduce = ReduceDtype::fp32;  // parallel.grad_reduce_dtype
 };
 
 // Streaming (triad) bandwidth of this process, bytes/s.

@@ -130,16 +130,46 @@ ZeroReplay zero_replay(const Layout& l, int inflight) {
   return r;
 }
 
-double round16(double n) { return std::ceil(n / 16) * 16; }
-
 }  // namespace
 
-ModelStateBytes tessera_model_state(const TesseraParts& p, int zero, double shard_ranks) {
-  const ModelStateBytes d =
-      zero_model_state(zero, p.total - p.experts, shard_ranks, Precision::fp32);
-  const ModelStateBytes x =
-      zero_model_state(zero, p.experts, p.expert_shard_ranks, Precision::fp32);
-  return {d.params + x.params, d.grads + x.grads, d.optimizer + x.optimizer};
+RankLayout tessera_rank_layout(const Workload& w, const Layout& l, int stage) {
+  ModelConfig whole = w.cfg;
+  whole.tp = TensorParallel{};
+  whole.cp = ContextParallel{};
+  whole.experts_held = ExpertShard{};
+  whole.recompute = l.recompute;  // the layout's mode; recompute_layers from the deck
+  whole.compute = precision_names(l.precision).compute;
+  ParallelSection p;
+  p.tp = l.tp, p.sequence_parallel = l.seq_parallel;
+  p.cp = l.cp, p.cp_kind = w.cp_kind;
+  p.pp = l.pp, p.pp_virtual = l.vpp, p.pp_layers = w.pp_layers;
+  // A Layout spells interleaved 1F1B as one_f_one_b with vpp > 1.
+  p.pp_schedule = l.schedule == PipeSchedule::gpipe ? PipeSchedule::gpipe
+                  : l.vpp > 1                       ? PipeSchedule::interleaved
+                                                    : PipeSchedule::one_f_one_b;
+  p.dp = l.dp, p.ep = l.ep, p.order = l.order;
+  p.zero = l.zero, p.zero_inflight = w.zero_inflight, p.shard_group = l.shard_group;
+  const GridLayout grid({l.tp, l.cp, l.ep, l.dp, l.pp}, l.order, l.accelerators());
+  GridLayout::Coord at;
+  at.pp = stage;
+  return RankLayout::make(whole, p, l.micro_batch, w.global_batch, grid, grid.rank(at), 1);
+}
+
+Layout tessera_layout(const RankLayout& r) {
+  const ModelConfig& c = r.model;
+  Layout l;
+  l.tp = r.degrees.tp, l.cp = r.degrees.cp, l.ep = r.degrees.ep;
+  l.dp = r.degrees.dp, l.pp = r.degrees.pp;
+  l.vpp = r.schedule.chunks;
+  l.schedule = r.schedule.kind == PipeSchedule::gpipe ? PipeSchedule::gpipe
+                                                      : PipeSchedule::one_f_one_b;
+  l.seq_parallel = c.tp.sequence_parallel && l.tp > 1;
+  l.zero = r.zero;
+  l.shard_group = r.zero > 0 && r.shard_ranks != r.dp_cp ? int(r.shard_ranks) : 0;
+  l.micro_batch = int(r.batch.micro_batch);
+  l.recompute = c.recompute;
+  l.precision = precision_names(c.compute).planner;
+  return l;
 }
 
 bool tessera_half(const Layout& l) {
@@ -150,20 +180,15 @@ double tessera_grad_staging_bytes(const Layout& l, double psi) {
   return l.grad_bytes == 2 && l.zero == 0 && l.dp * l.cp > 1 ? 2 * psi : 0;
 }
 
-double tessera_compute_copy_bytes(const Layout& l, double psi) {
-  if (!tessera_half(l)) return 0;
-  return l.zero < 3 ? 2 * psi : 2 * psi / l.shard_ranks();
-}
-
-double tessera_comm_bytes(const ModelConfig& c, const Layout& l, int64_t accum, int inflight) {
+double tessera_comm_bytes(const RankLayout& rank, const Layout& l, int64_t accum, int inflight) {
   const ZeroReplay r = zero_replay(l, inflight);
   if (r.zero < 2 && !r.reduce16) return 0;
-  const TesseraParts p = tessera_parts(c, l.zero, l.shard_ranks());
+  const ModelConfig& c = rank.model;
   const int head = int(c.layers) + 1;
   ZeroSteps z;
   for (int q = 0; q <= head; ++q) {
-    z.size.push_back(p.part(c, q));
-    z.piece.push_back(p.piece(c, q, r.K));
+    z.size.push_back(rank.part_elements[size_t(q)]);
+    z.piece.push_back(rank.sections.piece(c, q, r.K));
   }
   z.tied = c.tie_embeddings;
   for (int64_t m = 0; m < accum; ++m) {
@@ -173,45 +198,27 @@ double tessera_comm_bytes(const ModelConfig& c, const Layout& l, int64_t accum, 
   return replay_zero(z, r);
 }
 
-pp::ScheduleShape tessera_schedule_shape(const Layout& l, int64_t m) {
-  return {l.pp, int(m), l.vpp,
-          l.schedule == PipeSchedule::gpipe ? PipeSchedule::gpipe
-          : l.vpp > 1                       ? PipeSchedule::interleaved
-                                            : PipeSchedule::one_f_one_b};
-}
-
-TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l, int64_t m,
-                                           int inflight, const std::string& pp_layers) {
-  const int N = l.shard_ranks(), head = int(c.layers) + 1;
-  const pp::ScheduleShape shape = tessera_schedule_shape(l, m);
+TesseraStageMemory tessera_pipeline_memory(const Workload& w, const Layout& l, int64_t m) {
+  const RankLayout first = tessera_rank_layout(w, l, 0);
+  const ModelConfig& c = first.model;
+  const pp::ScheduleShape& shape = first.schedule;
   const pp::Schedule schedule = pp::make_schedule(shape);
-  const std::vector<int64_t> sizes = pp::split_layers(c, shape.model_chunks(), pp_layers);
-  const TesseraParts parts = tessera_parts(c, l.zero, N);
-  const double align = l.zero >= 1 ? 16.0 * N : 16.0;
-  const double copy = std::ceil(round16(double(c.vocab_padded) / c.tp.size * double(c.d_model)) /
-                                align) * align;  // the last stage's tied token table
+  const int head = int(c.layers) + 1;
   const double rows = double(l.micro_batch * c.seq_local()) /
                       (c.tp.sequence_parallel && c.tp.size > 1 ? c.tp.size : 1);
   const double message = rows * double(c.d_model);  // floats per activation message
   const double embed_act = 4 * rows * double(c.d_model);
   const double head_act = 4 * (rows * (c.arch == Arch::gpt2 ? 2 : 1) + rows * double(c.d_model));
-  const bool tied_over_pipeline = c.tie_embeddings;
   TesseraStageMemory out;
   MemoryBreakdown& peak = out.memory;
   for (int s = 0; s < l.pp; ++s) {
-    const std::vector<pp::ChunkLayers> chunks = pp::stage_layers(sizes, l.pp, s);
+    const RankLayout r = s == 0 ? first : tessera_rank_layout(w, l, s);
+    const std::vector<pp::ChunkLayers>& chunks = r.chunks;
     ZeroSteps z;
-    z.size.assign(size_t(head + 1), 0.0);
+    z.size = r.part_elements;
     z.tied = c.tie_embeddings;
-    z.defer0 = tied_over_pipeline;
-    for (const pp::ChunkLayers& k : chunks) {
-      if (k.embedding) z.size[0] = parts.embed;
-      else if (k.head && c.tie_embeddings) z.size[0] = copy;
-      for (int64_t b = k.first; b < k.last; ++b) z.size[size_t(b + 1)] = parts.part(c, int(b + 1));
-      if (k.head) z.size[size_t(head)] = parts.head;
-    }
-    double psi = 0;
-    for (double n : z.size) psi += n;
+    z.defer0 = c.tie_embeddings;  // the tied table's gradients summed over the pipeline first
+    const double psi = r.params;
     // Activation slots: a forward takes the lowest free slot, its backward frees it; a
     // layer's buffers exist for each slot it ever ran in (pp/executor.cpp).
     std::vector<std::set<int>> slots(chunks.size());
@@ -238,8 +245,8 @@ TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l
       }
     }
     MemoryBreakdown mb;
-    const ModelStateBytes st = zero_model_state(l.zero, psi, N, Precision::fp32);
-    mb.params = st.params + tessera_compute_copy_bytes(l, psi);
+    const ModelStateBytes st = r.model_state();
+    mb.params = st.params;
     mb.grads = st.grads, mb.optimizer = st.optimizer;
     double messages = 0;  // the executor's buffers per micro-batch: received and sent copies
     bool blocks = false;  // the shared set of rebuilt activations exists once per rank
@@ -254,7 +261,7 @@ TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l
     }
     if (blocks) mb.activations += rebuilt_bytes(c, l.micro_batch);
     mb.comm = 4 * message * double(m) * messages +
-              replay_zero(z, zero_replay(l, inflight)) +
+              replay_zero(z, zero_replay(l, w.zero_inflight)) +
               tessera_grad_staging_bytes(l, psi);
     // Scratch as the whole model's (the last stage runs blocks and the head), plus every
     // micro-batch's inputs and targets (int32) held for the step.

@@ -11,12 +11,20 @@
 #include <vector>
 
 #include "model/config.hpp"
-#include "parallel/pp/schedule.hpp"
-#include "perf/cost_model.hpp"
+#include "parallel/rank_layout.hpp"
 #include "perf/layout.hpp"
 #include "perf/memory.hpp"
 
 namespace tessera {
+
+// What a planned layout means for the rank at pipeline stage `stage` (every other coordinate
+// 0): RankLayout::make over the layout's keys as a deck would give them (the workload's
+// model with the layout's precision and recompute mode), so the planner costs the rank tessera
+// would run, and refuses what tessera would refuse, with its error text.
+RankLayout tessera_rank_layout(const Workload& w, const Layout& l, int stage);
+// The other way: a run's layout as the planner spells it (the default rank order; Layout
+// spells interleaved 1F1B as one_f_one_b with vpp > 1).
+Layout tessera_layout(const RankLayout& r);
 
 // tessera's ZeRO-2/3 communication buffers (gradient staging, reduced pieces, gathered
 // parameters) at their peak over one step, in bytes; zero below stage 2. tessera takes and
@@ -26,23 +34,17 @@ namespace tessera {
 // (src/parallel/dp/zero.cpp). With train.precision bf16 / fp16, stage 3 gathers each part's
 // 16-bit copy and widens it to fp32; with grad=bf16 (parallel.grad_reduce_dtype) every stage
 // reduces through 16-bit staging buffers (stage 1 too, and HSDP's all-reduce of the shard).
-double tessera_comm_bytes(const ModelConfig& c, const Layout& l, int64_t accum, int inflight);
+double tessera_comm_bytes(const RankLayout& r, const Layout& l, int64_t accum, int inflight);
 
 // Whether the layout trains with a 16-bit compute copy (prec=bf16 or fp16), and that copy's
 // bytes for psi parameters: 2 psi held for the run below ZeRO-3, the 16-bit copy of the
 // parameter shard (2 psi / N) under ZeRO-3 (charged to params); ZeRO-3 also gathers each
 // part's copy (communication buffers).
+// (RankLayout::model_state counts the copy.)
 bool tessera_half(const Layout& l);
-// fp32 model state of tessera's parameter buffer: the dense sections over the shard group's
-// N ranks, the held experts' sections over N_e (doc/moe.md, "Expert memory").
-ModelStateBytes tessera_model_state(const TesseraParts& p, int zero, double shard_ranks);
-double tessera_compute_copy_bytes(const Layout& l, double psi);
 // grad=bf16 (parallel.grad_reduce_dtype) with zero = 0: the bf16 staging copy of the gradients,
 // 2 psi of communication buffers when there is more than one data-parallel rank.
 double tessera_grad_staging_bytes(const Layout& l, double psi);
-
-// The schedule tessera runs for a pipeline layout with m micro-batches per step.
-pp::ScheduleShape tessera_schedule_shape(const Layout& l, int64_t m);
 
 // A pipeline layout (l.pp > 1): each category's peak over the stages (what memory.json
 // reports: max over ranks), and the parameters of the largest stage.
@@ -50,7 +52,6 @@ struct TesseraStageMemory {
   MemoryBreakdown memory;
   double params = 0;
 };
-TesseraStageMemory tessera_pipeline_memory(const ModelConfig& c, const Layout& l, int64_t m,
-                                           int inflight, const std::string& pp_layers);
+TesseraStageMemory tessera_pipeline_memory(const Workload& w, const Layout& l, int64_t m);
 
 }  // namespace tessera

@@ -126,7 +126,7 @@ std::string format_explain(const Workload& w, const Estimate& e, const Cluster& 
   os << fmt("\nmemory per accelerator (%s stage)                GB   formula\n",
             l.pp == 1 ? "the only" : "the fuller");
   const MemoryBreakdown& m = e.memory;
-  const char* zf = zero_formula(l.zero, l.mixed() ? Precision::mixed : Precision::fp32);
+  const char* zf = zero_formula(l.zero, l.mixed());
   os << fmt(
       "  params                                    %9.2f   ZeRO-%d share of %s (Psi_r = %.3gB per "
       "rank)\n",

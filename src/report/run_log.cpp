@@ -430,7 +430,8 @@ void RunLog::require_written(double write_errno) const {
                   "another output.dir)");
 }
 
-void RunLog::write_memory_json(const double* peak, const double* live) const {
+void RunLog::write_memory_json(const double* peak, const double* live,
+                               double state_formula) const {
   std::ofstream out(dir_ + "/memory.json");
   out.precision(15);  // whole bytes: the tests compare them with formulas exactly
   auto table = [&](const double* v) {
@@ -448,6 +449,7 @@ void RunLog::write_memory_json(const double* peak, const double* live) const {
       << ",\n  \"parameters\": " << trainer_.params().elements()
       << ",\n  \"parameters_padded\": " << trainer_.params().numel()
       << ",\n  \"ep\": " << trainer_.config().experts_held.size
+      << ",\n  \"model_state_formula\": " << state_formula
       << ",\n  \"routed_expert_parameters\": " << routed_expert_elements()
       << ",\n  \"held_expert_parameters_padded\": " << held_expert_elements()
       << ",\n  \"activations_formula\": "
@@ -547,8 +549,11 @@ void RunLog::finish() {
   double gemm[3] = {kernels::gemm_flops(DType::f32), kernels::gemm_flops(DType::bf16),
                     kernels::gemm_flops(DType::f16)};
   grid_.world().all_reduce(gemm, 3, ReduceOp::sum);
+  // The model-state formula of the largest rank (pipeline stages differ), for memory.json.
+  double state_formula = trainer_.layout().model_state().total();
+  grid_.world().all_reduce(&state_formula, 1, ReduceOp::max);
   if (!root_) return;
-  write_memory_json(mem, live);
+  write_memory_json(mem, live, state_formula);
   {
     std::ofstream out(dir_ + "/gemm.json");
     out.precision(17);
@@ -585,42 +590,28 @@ void RunLog::finish() {
   for (int c = 0; c < kChargeCount; ++c)
     std::printf("%-12s %14s\n", charge_name(Charge(c)), human_bytes(mem[c]).c_str());
   std::printf("%-12s %14s\n", "total", human_bytes(mem[kChargeCount]).c_str());
-  // Model state (what ZeRO shards), held for the whole run: measured beside the formula.
-  const int stage = trainer_.zero_stage();
-  const double psi = double(trainer_.params().numel());
+  // Model state (what ZeRO shards), held for the whole run: measured beside the formula
+  // (RankLayout::model_state, which the check before allocation and the planner take too).
   // Routed experts held for this rank's expert-parallel group only (E/ep of them) are sharded
-  // over N_e = N / ep ranks (at least 1) instead of N.
-  const double held = double(held_expert_elements()),
-               ep = double(trainer_.config().experts_held.size);
-  const double n_e = stage == 0 ? 1 : std::max(1.0, double(trainer_.shard_ranks()) / ep);
-  const ModelStateBytes dense =
-      zero_model_state(stage, psi - held, double(trainer_.shard_ranks()), Precision::fp32);
-  const ModelStateBytes experts = zero_model_state(stage, held, n_e, Precision::fp32);
-  const ModelStateBytes f{dense.params + experts.params, dense.grads + experts.grads,
-                          dense.optimizer + experts.optimizer};
+  // over N_e = N / ep ranks (at least 1) instead of N. Mixed precision keeps the fp32 state and
+  // adds the 16-bit compute copy of the parameters: 2Psi held for the run below ZeRO-3; ZeRO-3
+  // holds the copy of its shard (2Psi/N), which its gathers move, and each gathered part is
+  // charged to communication buffers (doc/precision.md).
+  const RankLayout& lay = trainer_.layout();
   const double measured =
       live[int(Charge::params)] + live[int(Charge::grads)] + live[int(Charge::optimizer)];
-  // Mixed precision keeps the fp32 state and adds the 16-bit compute copy of the parameters:
-  // 2Psi held for the run below ZeRO-3; ZeRO-3 holds the copy of its shard (2Psi/N), which
-  // its gathers move, and each gathered part is charged to communication buffers
-  // (doc/precision.md).
-  const bool copy = trainer_.compute_dtype() != DType::f32;
-  const double copy_bytes = !copy ? 0 : stage < 3 ? 2 * psi : 2 * psi / double(trainer_.shard_ranks());
   std::printf(
-      "model state  %14s   params + grads + optimizer; ZeRO-%d fp32 formula %s%s = %s "
+      "model state  %14s   params + grads + optimizer; ZeRO-%d fp32 formula %s = %s "
       "(Psi = %.0f with padding, N = %lld)\n",
-      human_bytes(measured).c_str(), stage, zero_formula(stage, Precision::fp32),
-      copy ? (std::string(" + ") + dtype_name(trainer_.compute_dtype()) + " compute copy 2Psi" +
-              (stage < 3 ? "" : "/N"))
-                 .c_str()
-           : "",
-      human_bytes(f.total() + copy_bytes).c_str(), psi, (long long)trainer_.shard_ranks());
-  if (held > 0)
+      human_bytes(measured).c_str(), lay.zero, model_state_formula(lay).c_str(),
+      human_bytes(lay.model_state().total()).c_str(), lay.params, (long long)lay.shard_ranks);
+  if (lay.expert_params > 0)
     std::printf(
-        "  of which routed experts: Psi_e = %.0f (%lld of %lld per block, ep %.0f), N_e = %.0f: "
+        "  of which routed experts: Psi_e = %.0f (%lld of %lld per block, ep %lld), N_e = %lld: "
         "the formula takes Psi_e/N_e for their Psi/N\n",
-        held, (long long)(trainer_.config().moe.experts / trainer_.config().experts_held.size),
-        (long long)trainer_.config().moe.experts, ep, n_e);
+        lay.expert_params, (long long)(lay.model.moe.experts / lay.model.experts_held.size),
+        (long long)lay.model.moe.experts, (long long)lay.model.experts_held.size,
+        (long long)lay.expert_shard_ranks);
   if (const LossScaler& ls = trainer_.loss_scaler(); ls.dynamic)
     std::printf("fp16 loss scaling: %lld steps skipped on overflow, scale now %g\n",
                 (long long)ls.skipped, ls.scale);
@@ -653,16 +644,12 @@ void RunLog::finish() {
                   bubble[2 * size_t(r)] / std::max(1e-12, bubble[2 * size_t(r) + 1]));
   }
   if (run_.output.compare_plan) {
-    const BatchGeometry& g = trainer_.batch();
-    RunFacts f{
-        trainer_.config(),           g.micro_batch,   g.global_batch,   n, trainer_.zero_stage(),
-        int(trainer_.shard_ranks()), peak_total_ / n, steady_steps_ + 1};
+    RunFacts f;
+    f.layout = trainer_.layout();
+    f.gemm_flops_per_rank = peak_total_ / n;
+    f.steps = steady_steps_ + 1;
     f.zero_inflight = run_.parallel.zero_inflight;
-    f.pp = run_.parallel.pp, f.pp_virtual = run_.parallel.pp_virtual;
-    f.ep = run_.parallel.ep;
-    f.schedule = run_.parallel.pp_schedule;
     f.pp_layers = run_.parallel.pp_layers;
-    f.precision = run_.train.precision;
     f.grad_reduce = run_.parallel.grad_reduce_dtype;
     for (size_t i = 0; i < 6; ++i) f.phase_seconds[i] = phase_sum[i] / n, f.memory_peak[i] = mem[i];
     std::printf("%s", plan_comparison(f).c_str());

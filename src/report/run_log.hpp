@@ -28,8 +28,9 @@ class RunLog {
   double peak_flops_total() const { return peak_total_; }
 
  private:
-  // output.dir/memory.json: bytes per category (max over ranks), live and peak.
-  void write_memory_json(const double* peak, const double* live) const;
+  // output.dir/memory.json: bytes per category (max over ranks), live and peak, and the
+  // model-state formula (RankLayout::model_state, max over ranks).
+  void write_memory_json(const double* peak, const double* live, double state_formula) const;
   void print_head() const;
   void print_activations(double measured, bool pipeline) const;
   int64_t held_expert_elements() const;

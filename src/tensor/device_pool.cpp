@@ -66,39 +66,4 @@ void DevicePool::trim() {
   cached_bytes_ = 0;
 }
 
-DeviceBuffer::DeviceBuffer(DevicePool& pool, Shape shape, DType dtype, Charge charge)
-    : pool_(&pool), bytes_(size_t(shape.numel()) * dtype_size(dtype)) {
-  view_.data = pool.allocate(bytes_, charge);
-  view_.dtype = dtype;
-  view_.space = pool.raw().space();
-  view_.shape = shape;
-  pool.raw().zero(view_.data, bytes_);
-}
-
-void DeviceBuffer::reset() {
-  if (pool_ && view_.data) pool_->release(view_.data);
-  pool_ = nullptr;
-  view_.data = nullptr;
-}
-
-DeviceBuffer::~DeviceBuffer() {
-  reset();
-}
-
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept {
-  *this = std::move(o);
-}
-
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
-  if (this != &o) {
-    reset();
-    pool_ = o.pool_;
-    bytes_ = o.bytes_;
-    view_ = o.view_;
-    o.pool_ = nullptr;
-    o.view_.data = nullptr;
-  }
-  return *this;
-}
-
 }  // namespace tessera

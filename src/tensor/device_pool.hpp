@@ -73,29 +73,4 @@ class DevicePool {
   int64_t raw_allocations_ = 0;
 };
 
-// An owning device allocation from a pool, charged to a category, zero-filled like Buffer.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(DevicePool& pool, Shape shape, DType dtype, Charge charge);
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& o) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  const Tensor& view() const { return view_; }
-  float* f32() const { return view_.f32(); }
-  int32_t* i32() const { return view_.i32(); }
-  int64_t numel() const { return view_.numel(); }
-  size_t bytes() const { return bytes_; }
-  bool empty() const { return view_.data == nullptr; }
-
- private:
-  void reset();
-  DevicePool* pool_ = nullptr;
-  size_t bytes_ = 0;
-  Tensor view_;
-};
-
 }  // namespace tessera

@@ -6,6 +6,7 @@
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
+#include "core/fault_inject.hpp"
 
 namespace tessera {
 
@@ -70,21 +71,11 @@ bool NonfiniteGuard::skip_step(const std::string& what, const char* kind,
 }
 
 bool injected_nonfinite(int64_t step) {
-  static const char* hook = std::getenv("TESSERA_FAULT_INJECT");
-  long long n = 0;
-  if (!hook) return false;
-  if (std::sscanf(hook, "nonfinite-at-step-%lld", &n) == 1) return step == n;
-  if (std::sscanf(hook, "nonfinite-from-step-%lld", &n) == 1) return step >= n;
-  return false;
+  return fault_injected_at_step("nonfinite", step);
 }
 
 bool injected_spike(int64_t step) {
-  static const char* hook = std::getenv("TESSERA_FAULT_INJECT");
-  long long n = 0;
-  if (!hook) return false;
-  if (std::sscanf(hook, "loss-spike-at-step-%lld", &n) == 1) return step == n;
-  if (std::sscanf(hook, "loss-spike-from-step-%lld", &n) == 1) return step >= n;
-  return false;
+  return fault_injected_at_step("loss-spike", step);
 }
 
 void NonfiniteGuard::after_run(const TokenDataset& data) {

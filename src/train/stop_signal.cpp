@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/fault_inject.hpp"
 
 namespace tessera {
 namespace {
@@ -63,11 +64,9 @@ void inject_stop_signal(const char* moment, int world_rank) {
   // TESSERA_FAULT_INJECT=sigterm-MOMENT-rank-R: rank R sends itself SIGTERM at MOMENT
   // (before-step-1, checkpoint-write). kill(), not raise(): the signal must go to the
   // process, whose helper thread takes it; this thread blocks it.
-  const char* hook = std::getenv("TESSERA_FAULT_INJECT");
-  if (!hook) return;
-  char want[96];
-  std::snprintf(want, sizeof want, "sigterm-%s-rank-%d", moment, world_rank);
-  if (std::strcmp(hook, want) != 0) return;
+  const std::string want =
+      std::string("sigterm-") + moment + "-rank-" + std::to_string(world_rank);
+  if (!fault_injected(want)) return;
   kill(getpid(), SIGTERM);
   // Wait until the helper thread has recorded it, so the moment is exact.
   while (stop_signal_received() == 0) std::this_thread::yield();

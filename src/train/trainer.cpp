@@ -15,20 +15,6 @@
 
 namespace tessera {
 
-BatchGeometry BatchGeometry::from(const TrainSection& train, int64_t dp) {
-  BatchGeometry g;
-  g.dp = dp;
-  g.micro_batch = train.micro_batch;
-  g.global_batch = train.global_batch;
-  if (g.global_batch == 0) g.global_batch = g.micro_batch * dp;
-  TESSERA_REQUIRE(g.global_batch % (g.micro_batch * dp) == 0,
-                  "train.global_batch = ", g.global_batch,
-                  " is not a multiple of train.micro_batch x dp = ", g.micro_batch, " x ", dp,
-                  " = ", g.micro_batch * dp);
-  g.accum = g.global_batch / (g.micro_batch * dp);
-  return g;
-}
-
 namespace {
 
 // hardware.device = cuda: this rank's device, the one of its index among the ranks of its
@@ -65,11 +51,17 @@ bool LossScaler::update(double scaled_norm) {
   return true;
 }
 
-Trainer::Trainer(const RunConfig& run, ProcessGrid& grid,
+Trainer::Trainer(const RunConfig& run, ProcessGrid& grid)
+    : Trainer(run, grid,
+              RankLayout::make(run, grid.layout(), grid.world().rank(),
+                               grid.blocked_nodes(Group::ep))) {}
+
+Trainer::Trainer(const RunConfig& run, ProcessGrid& grid, const RankLayout& layout,
                  const std::function<void()>& before_allocating)
     : run_(run),
-      cfg_(ModelConfig::from(run.model, run.train)),
-      geo_(BatchGeometry::from(run.train, grid.dp().size())),
+      layout_(layout),
+      cfg_(layout.model),
+      geo_(layout.batch),
       grid_(grid),
       par_{grid.dp(), grid.group(Group::tp), run.parallel.sequence_parallel,
            &grid.group(Group::cp)},
@@ -91,21 +83,15 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid,
                   "train.eval_every = 0");
   par_.cp_timing = &cp_timing_;
   par_.ep = &grid.group(Group::ep);
-  split_tensor_parallel();
-  cfg_.split(ContextParallel{grid.group(Group::cp).size(), grid.group(Group::cp).rank(),
-                             run.parallel.cp_kind});
-  cfg_.check_experts(grid.group(Group::ep).size(), grid.group(Group::tp).size(),
-                     grid.group(Group::cp).size(), run.parallel.zero);
-  cfg_.limit_nodes(run.parallel.ep_nodes, grid.blocked_nodes(Group::ep), run.parallel.ep_max_nodes);
-  // Expert parallelism divides the routed experts' state (doc/moe.md): each rank registers its
-  // ep rank's experts only, reduced (and ZeRO-sharded) over edp.
-  if (cfg_.moe.enabled())
-    cfg_.experts_held = {grid.group(Group::ep).size(), grid.group(Group::ep).rank()};
-  const int stages = grid.group(Group::pp).size();
-  if (stages > 1)
-    model_ = std::make_unique<Transformer>(cfg_, store_, pipeline_stage());
-  else
+  warn_tp_across_nodes();
+  const int stages = layout_.stages();
+  if (stages > 1) {
+    TESSERA_REQUIRE(grid.group(Group::pp).rank() == grid.coord().pp, "pipeline group rank ",
+                    grid.group(Group::pp).rank(), " is not the stage ", grid.coord().pp);
+    model_ = std::make_unique<Transformer>(cfg_, store_, layout_.chunks);
+  } else {
     model_ = std::make_unique<Transformer>(cfg_, store_);
+  }
   index_whole_model();
   // Gradients are summed, and ZeRO shards the model state, over the data- and
   // context-parallel ranks together (dp_cp; the dp group when cp = 1).
@@ -115,12 +101,10 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid,
       alloc_,
       DataParallel::store_layout(run.parallel, *model_, dp_cp.size(), grid.group(Group::ep).size()),
       cfg_.compute);
-  if (run.train.precision == TrainPrecision::fp16) {
-    scaler_.dynamic = true;
-    scaler_.scale = run.train.loss_scale;
-    scaler_.floor = run.train.loss_scale_min;
-    scaler_.window = run.train.loss_scale_window;
-  }
+  // The layout's arithmetic is the planner's and the memory check's: it must be the store's.
+  TESSERA_REQUIRE(double(store_.numel()) == layout_.params, "internal: the parameter buffer holds ",
+                  store_.numel(), " elements, RankLayout counted ", layout_.params);
+  static_cast<LossScaling&>(scaler_) = layout_.loss_scaling;
   AdamWConfig oc;
   oc.beta1 = float(run.optim.beta1);
   oc.beta2 = float(run.optim.beta2);
@@ -145,34 +129,14 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid,
     host_inputs_ = Buffer(alloc_.host(), Shape{B, T}, DType::i32, Charge::workspace);
     host_targets_ = Buffer(alloc_.host(), Shape{B, T}, DType::i32, Charge::workspace);
   }
-  // Every step runs through the pipeline executor; with one stage its schedule is one
-  // forward then one backward per micro-batch (1f1b with p = 1), the serial loop.
-  pp::ScheduleShape shape{1, int(geo_.accum), 1, PipeSchedule::one_f_one_b};
   if (stages > 1) {
-    shape = {stages, int(geo_.accum), run.parallel.pp_virtual, run.parallel.pp_schedule};
     pp_inputs_ = Buffer(alloc_, Shape{geo_.accum, B, T}, DType::i32, Charge::workspace);
     pp_targets_ = Buffer(alloc_, Shape{geo_.accum, B, T}, DType::i32, Charge::workspace);
   }
+  // Every step runs through the pipeline executor (RankLayout::schedule).
   StepContext ctx = context(true);
-  pipeline_ = std::make_unique<pp::Executor>(grid.group(Group::pp), shape,
+  pipeline_ = std::make_unique<pp::Executor>(grid.group(Group::pp), layout_.schedule,
                                              Shape{tp::rows(ctx, B * T), cfg_.d_model}, alloc_);
-}
-
-std::vector<ChunkLayers> Trainer::pipeline_stage() {
-  Communicator& pp = grid_.group(Group::pp);
-  const pp::ScheduleShape shape{pp.size(), int(geo_.accum), run_.parallel.pp_virtual,
-                                run_.parallel.pp_schedule};
-  TESSERA_REQUIRE(pp.rank() == grid_.coord().pp, "pipeline group rank ", pp.rank(),
-                  " is not the stage ", grid_.coord().pp);
-  // The micro-batches of a step are those one data-parallel rank accumulates.
-  pp::require_valid(shape);
-  chunk_layers_ = pp::split_layers(cfg_, shape.model_chunks(), run_.parallel.pp_layers);
-  const int64_t largest = *std::max_element(chunk_layers_.begin(), chunk_layers_.end());
-  TESSERA_REQUIRE(cfg_.recompute_layers <= largest,
-                  "train.recompute_layers = ", cfg_.recompute_layers, " is more than the ", largest,
-                  " blocks of the largest model chunk (", shape.model_chunks(),
-                  " chunks: parallel.pp x pp_virtual); at most ", largest, " (0: all)");
-  return pp::stage_layers(chunk_layers_, shape.stages, pp.rank());
 }
 
 void Trainer::index_whole_model() {
@@ -183,16 +147,10 @@ void Trainer::index_whole_model() {
   for (Param* p : whole.params()) whole_model_.push_back({p->name, p->global});
 }
 
-void Trainer::split_tensor_parallel() {
+void Trainer::warn_tp_across_nodes() {
   Communicator& tp = grid_.group(Group::tp);
-  const bool sp = run_.parallel.sequence_parallel;
-  cfg_.split({tp.size(), tp.rank(), sp});
   if (tp.size() == 1) return;
   const int64_t tokens = geo_.micro_batch * cfg_.seq_len / grid_.group(Group::cp).size();
-  TESSERA_REQUIRE(!sp || tokens % tp.size() == 0, "parallel.sequence_parallel shards the ",
-                  tokens, " tokens of a micro-batch (train.micro_batch x model.seq_len / "
-                  "parallel.cp) over "
-                  "parallel.tp = ", tp.size(), " ranks, which does not divide them");
   // A tensor-parallel group across nodes puts 4 all-reduces of every layer's activations
   // (2 forward, 2 backward) on the inter-node network (seed 002, case A).
   double nodes[2] = {-double(grid_.node()), double(grid_.node())};  // -min, max

@@ -18,16 +18,9 @@
 #include "optim/lr_schedule.hpp"
 #include "parallel/dp/data_parallel.hpp"
 #include "parallel/pp/executor.hpp"
+#include "parallel/rank_layout.hpp"
 
 namespace tessera {
-
-struct BatchGeometry {
-  int64_t micro_batch = 0;   // sequences per micro-batch per rank
-  int64_t global_batch = 0;  // sequences per step over all ranks
-  int64_t accum = 0;         // micro-batches per step per rank
-  int64_t dp = 1;
-  static BatchGeometry from(const TrainSection& train, int64_t dp);
-};
 
 struct StepResult {
   int64_t step = 0;
@@ -64,20 +57,21 @@ struct SpikeRule {
 // (a non-finite global norm, found by the reduction every rank already does for clipping) is
 // skipped on every rank and halves the scale; window steps without overflow double it. Other
 // precisions keep the scale at 1.
-struct LossScaler {
-  bool dynamic = false;
-  double scale = 1, floor = 1;
-  int64_t window = 1000, good = 0, skipped = 0;
+struct LossScaler : LossScaling {
+  int64_t good = 0, skipped = 0;
   // After a step's global gradient norm (scaled): whether to apply the update.
   bool update(double scaled_norm);
 };
 
 class Trainer {
  public:
+  // layout: what the run's layout means for this rank (RankLayout::make, which checked it).
   // before_allocating: called on every rank once the data is open and checked, before the
   // model state is allocated (tessera checks there that the model fits in memory).
-  Trainer(const RunConfig& run, ProcessGrid& grid,
+  Trainer(const RunConfig& run, ProcessGrid& grid, const RankLayout& layout,
           const std::function<void()>& before_allocating = {});
+  // The same with this rank's layout made here.
+  Trainer(const RunConfig& run, ProcessGrid& grid);
 
   // Runs optimizer step number step (1-based).
   StepResult step(int64_t step);
@@ -96,6 +90,7 @@ class Trainer {
   // The tokens of global sample g of step s: out[seq_len + 1].
   void sample(int64_t step, int64_t g, int32_t* out) const;
 
+  const RankLayout& layout() const { return layout_; }
   const ModelConfig& config() const { return cfg_; }
   const BatchGeometry& batch() const { return geo_; }
   ParamStore& params() { return store_; }
@@ -136,17 +131,14 @@ class Trainer {
   // Context parallelism's ring: how much of its K/V (and dK/dV) traffic attention hid.
   const OverlapTiming& cp_timing() const { return cp_timing_; }
   // Blocks per model chunk of the pipeline (parallel.pp_layers; empty with one stage).
-  const std::vector<int64_t>& chunk_layers() const { return chunk_layers_; }
+  const std::vector<int64_t>& chunk_layers() const { return layout_.chunk_layers; }
 
  private:
   // Fills tokens_ row by row (sample_row(b, row) writes seq_len + 1 tokens) and splits them
   // into inputs_ and targets_.
   void load_micro_batch(const std::function<void(int64_t, int32_t*)>& sample_row);
-  // Splits cfg_ over the tensor-parallel group (checks divisibility, warns when the group
-  // spans nodes).
-  void split_tensor_parallel();
-  // Pipeline parallelism (parallel.pp > 1): checks the schedule's shape and cuts the layers.
-  std::vector<ChunkLayers> pipeline_stage();
+  // A warning when the tensor-parallel group spans nodes.
+  void warn_tp_across_nodes();
   // One step's micro-batches through this stage's op list; returns the summed token loss
   // (non-zero only on the last stage).
   double pipeline_step(int64_t step, StepContext& ctx);
@@ -160,6 +152,7 @@ class Trainer {
   void unstage();
 
   const RunConfig& run_;
+  RankLayout layout_;
   ModelConfig cfg_;
   BatchGeometry geo_;
   ProcessGrid& grid_;
@@ -189,7 +182,6 @@ class Trainer {
   };
   std::vector<Staged> staging_;
   std::unique_ptr<pp::Executor> pipeline_;
-  std::vector<int64_t> chunk_layers_;
   Buffer pp_inputs_, pp_targets_;  // every micro-batch of a step (pipeline)
   struct WholeParam {
     std::string name;

@@ -43,11 +43,13 @@ TEST_F(CudaKernels, ContextPoolChargesWorkspaceAndCachesBlocks) {
   EXPECT_EQ(b, a);  // reused from the cache
   EXPECT_EQ(pool.raw_allocations(), raw);
   pool.release(b);
-  DeviceBuffer buf(pool, Shape{1000}, DType::f32, Charge::activations);
+  Allocator host;
+  Allocator alloc(pool, host);
+  Buffer buf(alloc, Shape{1000}, DType::f32, Charge::activations);
   EXPECT_EQ(buf.view().space, Space::cuda);
   std::vector<float> h(1000, 1.0f);
   ctx().synchronize();
-  ASSERT_EQ(cudaMemcpy(h.data(), buf.f32(), 4000, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(h.data(), buf.ptr_f32(), 4000, cudaMemcpyDeviceToHost), cudaSuccess);
   for (float x : h) EXPECT_EQ(x, 0.0f);  // zero-filled
 }
 

@@ -144,13 +144,13 @@ TEST(PlanCalibration, ZeroPaperModelStates) {
   // Rajbhandari et al. 2020, Figure 1: Psi = 7.5B, N = 64 -> 120, 31.4, 16.6, 1.9 GB.
   const double want[] = {120.0, 31.4, 16.6, 1.9};
   for (int stage = 0; stage <= 3; ++stage) {
-    const double got = zero_model_state(stage, 7.5e9, 64, Precision::mixed).total() / 1e9;
+    const double got = zero_model_state(stage, 7.5e9, 64, true).total() / 1e9;
     EXPECT_NEAR(std::round(got * 10) / 10, want[stage], 1e-9) << "stage " << stage;
   }
 }
 
 TEST(PlanCalibration, Seed000SevenBillionAdamW) {
-  EXPECT_DOUBLE_EQ(zero_model_state(0, 7e9, 1, Precision::mixed).total() / 1e9, 112.0);
+  EXPECT_DOUBLE_EQ(zero_model_state(0, 7e9, 1, true).total() / 1e9, 112.0);
 }
 
 }  // namespace

@@ -10,6 +10,9 @@ Ulysses, alone and with TP+SP, ZeRO and PP), and mixtures of experts (ep 1 and 2
 ep x edp) it runs tessera for 2 steps on the CPU, reads output.dir/memory.json (peak bytes per
 category, max over ranks) and asks `tessera-plan --runtime tessera --explain LAYOUT --json -`
 for its prediction. Checks:
+  * the model state (params + grads + optimizer) three ways, to the byte: the formula the run's
+    summary prints and its memory check before allocation uses (memory.json's
+    model_state_formula), the allocator's live bytes, and the planner's prediction;
   * params, grads, optimizer, activations, workspace: equal to the measured peak, to the byte
     (doc/planning.md; memory.json prints 15 digits);
   * comm (ZeRO-2/3 staging and gather buffers, pipeline messages): to the byte too: tessera
@@ -124,7 +127,8 @@ def main():
                        "--output.echo_deck=false", "--checkpoint.at_end=false"],
                        check=True, env=env, stdout=subprocess.DEVNULL)
         with open(os.path.join(out, "memory.json")) as f:
-            measured = json.load(f)["peak"]
+            memory = json.load(f)
+        measured = memory["peak"]
         pred = json.loads(subprocess.run(
             [plan, *common, "--cluster", cluster, "--gpus", str(np), "--runtime", "tessera",
              "--explain", layout, "--json", "-"],
@@ -142,6 +146,17 @@ def main():
             bad += not ok
             ratio = f"{got / want:7.3f}" if want else "      -"
             print(f"{name:14s} {cat:12s} {got:12.0f} {want:12.0f} {ratio} {'ok' if ok else 'FAIL'}")
+        # The model state three ways: the formula the run's summary prints and its check before
+        # allocation refuses a model by (RankLayout::model_state, memory.json's
+        # model_state_formula, max over ranks), the allocator's live bytes, and the planner.
+        state = ("params", "grads", "optimizer")
+        formula = memory["model_state_formula"]
+        live = sum(memory["live"][c] for c in state)
+        planned = sum(pred[c] for c in state)
+        ok = formula == planned and (live == formula if name not in TOTAL_BOUND else live <= formula)
+        bad += not ok
+        print(f"{name:14s} {'model state':12s} {live:12.0f} {formula:12.0f} {planned:12.0f} "
+              f"{'ok' if ok else 'FAIL'}  (live, formula, planner)")
         if a2a > 0:
             # The ep all-to-alls rank 0 sent over the 2 steps (traffic.json) against the
             # balanced-load prediction: the rows rank 0's experts return depend on the routing

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "parallel/dp/zero.hpp"
+#include "parallel/rank_layout.hpp"
 
 namespace tessera {
 namespace {
@@ -87,32 +88,13 @@ class Replicated : public DataParallel {
   bool last_ = false;
 };
 
-// Ranks sharing one copy of the model state: parallel.shard_group, 0 meaning all of dp.
-int64_t shard_ranks_of(const ParallelSection& o, int64_t dp) {
-  return o.shard_group == 0 ? dp : o.shard_group;
-}
-
-// Ranks of an expert shard group: the shard group's share of the expert-data-parallel ranks
-// (K / ep; 1 when the shard group is within an expert-parallel group).
-int64_t expert_shard_ranks_of(const ParallelSection& o, int64_t dp, int64_t ep) {
-  const int64_t k = shard_ranks_of(o, dp);
-  return k >= ep ? k / ep : 1;
-}
-
 }  // namespace
 
 StoreLayout DataParallel::store_layout(const ParallelSection& o, const Transformer& model,
                                        int64_t dp, int64_t ep) {
-  const int64_t k = shard_ranks_of(o, dp);
-  TESSERA_REQUIRE(o.zero == 0 || k % ep == 0 || ep % k == 0, "parallel.shard_group = ", k,
-                  " and parallel.ep = ", ep,
-                  " do not nest (one must divide the other), so the experts cannot be sharded "
-                  "like the rest; choose a shard group that is a multiple or divisor of ep");
-  TESSERA_REQUIRE(dp % k == 0, "parallel.shard_group = ", k,
-                  " does not divide the data-parallel degree ", dp);
-  TESSERA_REQUIRE(k == dp || o.zero >= 1, "parallel.shard_group = ", k,
-                  " shards the model state, which needs parallel.zero >= 1");
-  if (o.zero >= 1) return Zero::layout(o.zero, model, k, expert_shard_ranks_of(o, dp, ep));
+  // RankLayout::make checked the shard groups.
+  const int64_t k = shard_ranks_of(o.shard_group, dp);
+  if (o.zero >= 1) return Zero::layout(o.zero, model, k, expert_shard_ranks_of(k, ep));
   // Replicated: the model's parts too (a held expert section ends its part; every parameter is
   // 16-aligned already, so the parts add no padding).
   StoreLayout l;
@@ -128,9 +110,9 @@ std::unique_ptr<DataParallel> make_data_parallel(const ParallelSection& o, Param
     return std::make_unique<Replicated>(o, store, model, dp, holders, alloc, expert_dp);
   const DType reduce = o.grad_reduce_dtype == ReduceDtype::bf16 ? DType::bf16 : DType::f32;
   const int64_t ep = expert_dp ? dp.size() / expert_dp->size() : 1;
-  return std::make_unique<Zero>(o.zero, store, model, dp, holders, shard_ranks_of(o, dp.size()),
-                                o.overlap, o.zero_inflight, reduce, alloc, expert_dp,
-                                expert_shard_ranks_of(o, dp.size(), ep));
+  const int64_t k = shard_ranks_of(o.shard_group, dp.size());
+  return std::make_unique<Zero>(o.zero, store, model, dp, holders, k, o.overlap, o.zero_inflight,
+                                reduce, alloc, expert_dp, expert_shard_ranks_of(k, ep));
 }
 
 }  // namespace tessera
