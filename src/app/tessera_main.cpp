@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
         exit_after > 0 ? std::min(trainer.steps(), done + exit_after) : trainer.steps();
     for (int64_t s = done + 1; s <= last; ++s) {
       tessera::StepResult r = trainer.step(s);
-      if (trainer.eval_due(s, last)) r.val_loss = trainer.evaluate();
+      if (trainer.eval_due(s, last)) trainer.evaluate(r);
       log.step(r);
       guard.after_step(r, trainer, checkpoints, saved);
       // SIGUSR1/SIGTERM on any rank: every rank checkpoints this step and the run stops.

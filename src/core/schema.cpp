@@ -107,7 +107,9 @@ std::vector<KeySpec> build_schema() {
           "the others are dropped (their weight is lost) and counted."),
       // [data]
       path("data", "path", "", true,
-           "Token dataset (HDF5) made by tessera-prep from text, directories or JSONL."),
+           "Token dataset (HDF5) made by tessera-prep from text, directories or JSONL; or a "
+           "blend of several, 'W1 PATH1 W2 PATH2 ...' (weights >= 0, normalised; doc/data.md, "
+           "\"Blends\")."),
       choice("data", "tokenizer", "byte", {"byte", "gpt2"},
              "Tokenizer the dataset must have been made with: byte (vocab 257 with EOS) or gpt2 "
              "(BPE, vocab 50257)."),

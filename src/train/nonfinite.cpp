@@ -78,7 +78,7 @@ bool injected_spike(int64_t step) {
   return fault_injected_at_step("loss-spike", step);
 }
 
-void NonfiniteGuard::after_run(const TokenDataset& data) {
+void NonfiniteGuard::after_run(const BlendedDataset& data) {
   agree_or_throw(world_, data.fault().empty(), data.fault());
 }
 

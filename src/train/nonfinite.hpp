@@ -25,7 +25,7 @@ class NonfiniteGuard {
   // train.nonfinite_limit such steps in a row. Returns true when the step was skipped.
   bool after_step(const StepResult& r, Trainer& trainer, Checkpointer& ckpt, int64_t last_saved);
   // At the end of a run: a data fault seen only by validation is an error too.
-  void after_run(const TokenDataset& data);
+  void after_run(const BlendedDataset& data);
   int64_t skipped() const { return skipped_; }
 
  private:

@@ -76,9 +76,11 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid, const RankLayout& layo
       eval_every_(run.train.eval_every) {
   const int64_t per_round = geo_.micro_batch * geo_.dp;
   eval_samples_ = (run.train.eval_samples + per_round - 1) / per_round * per_round;
-  TESSERA_REQUIRE(eval_every_ == 0 || data_.samples(TokenDataset::validation) > 0,
-                  "train.eval_every = ", eval_every_, " but the validation split of '",
-                  run.data.path,
+  bool validation = false;  // some dataset of the blend has a validation split
+  for (size_t d = 0; d < data_.size(); ++d)
+    validation |= data_.dataset(d).samples(TokenDataset::validation) > 0;
+  TESSERA_REQUIRE(eval_every_ == 0 || validation, "train.eval_every = ", eval_every_,
+                  " but the validation split of '", run.data.path,
                   "' is empty; raise data.val_fraction or set "
                   "train.eval_every = 0");
   par_.cp_timing = &cp_timing_;
@@ -282,7 +284,8 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx) {
 
 // Forward only, one micro-batch at a time through the model chunks in order (each stage
 // receives its chunk's input, runs it and sends the output on); the last stage has the loss.
-double Trainer::pipeline_evaluate() {
+double Trainer::pipeline_evaluate(size_t dataset) {
+  const TokenDataset& data = data_.dataset(dataset);
   const int64_t T = cfg_.seq_local(), B = geo_.micro_batch;
   Communicator& pp = grid_.group(Group::pp);
   const pp::ScheduleShape& shape = pipeline_->shape();
@@ -293,7 +296,7 @@ double Trainer::pipeline_evaluate() {
   double loss_sum = 0;
   for (int64_t first = grid_.dp().rank() * B; first < eval_samples_; first += B * geo_.dp) {
     if (stage == 0 || stage == pp.size() - 1)
-      load_micro_batch([&](int64_t b, int32_t* row) { data_.validation_sample(first + b, row); });
+      load_micro_batch([&](int64_t b, int32_t* row) { data.validation_sample(first + b, row); });
     for (int c = 0; c < C; ++c) {
       if (shape.stage_of(c) != stage) continue;
       if (c > 0) pp.irecv(x.slice(0, n), shape.stage_of(c - 1), 0).wait();
@@ -307,10 +310,23 @@ double Trainer::pipeline_evaluate() {
   return loss_sum / double(eval_samples_ * cfg_.seq_len);
 }
 
-double Trainer::evaluate() {
+void Trainer::evaluate(StepResult& r) {
   TraceSpan span(trace_, TraceKind::phase, "evaluate");
-  return pipeline_evaluate();
+  if (data_.size() == 1) {
+    r.val_loss = pipeline_evaluate(0);
+    return;
+  }
+  // Every rank sees the same splits, so every rank skips the same datasets.
+  double sum = 0, weight = 0;
+  r.val_losses.assign(data_.size(), -1.0);
+  for (size_t d = 0; d < data_.size(); ++d) {
+    if (data_.dataset(d).samples(TokenDataset::validation) == 0) continue;
+    r.val_losses[d] = pipeline_evaluate(d);
+    sum += data_.part(d).weight * r.val_losses[d], weight += data_.part(d).weight;
+  }
+  r.val_loss = weight > 0 ? sum / weight : r.val_losses.front();
 }
+
 
 double SpikeRule::mean() const {
   double sum = 0;

@@ -11,7 +11,7 @@
 #include "config/run_config.hpp"
 #include "core/timer.hpp"
 #include "io/checkpoint.hpp"
-#include "io/token_dataset.hpp"
+#include "io/blended_dataset.hpp"
 #include "kernels/kernels.hpp"
 #include "model/transformer.hpp"
 #include "optim/adamw.hpp"
@@ -26,6 +26,9 @@ struct StepResult {
   int64_t step = 0;
   double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
   double val_loss = -1;  // negative: not evaluated this step
+  // A blend of several datasets: each one's validation loss (negative: it has no validation
+  // split); val_loss is their mean weighted by the blend's weights. Empty for one dataset.
+  std::vector<double> val_losses;
   // fp16: the loss scale the step ran with, and whether its gradients overflowed (the update
   // was skipped on every rank and the scale halved).
   double loss_scale = 1;
@@ -75,7 +78,7 @@ class Trainer {
 
   // Runs optimizer step number step (1-based).
   StepResult step(int64_t step);
-  const TokenDataset& data() const { return data_; }
+  const BlendedDataset& data() const { return data_; }
   // The dtype of the GEMM operands and the parameters' compute copy (train.precision).
   DType compute_dtype() const { return store_.compute_dtype(); }
   const LossScaler& loss_scaler() const { return scaler_; }
@@ -84,8 +87,10 @@ class Trainer {
   // Restores the state checkpoint.resume names; returns the steps already completed (0 for a
   // fresh start). for_sampling: the data position need not match this deck's batch.
   int64_t restore(Checkpointer& ckpt, bool for_sampling = false);
-  // Mean validation loss over train.eval_samples held-out sequences (collective).
-  double evaluate();
+  // Mean validation loss over train.eval_samples held-out sequences (collective): of each
+  // dataset of a blend that has a validation split, and their mean weighted by the blend
+  // (r.val_loss, r.val_losses).
+  void evaluate(StepResult& r);
   bool eval_due(int64_t step, int64_t last_step) const;
   // The tokens of global sample g of step s: out[seq_len + 1].
   void sample(int64_t step, int64_t g, int32_t* out) const;
@@ -142,7 +147,7 @@ class Trainer {
   // One step's micro-batches through this stage's op list; returns the summed token loss
   // (non-zero only on the last stage).
   double pipeline_step(int64_t step, StepContext& ctx);
-  double pipeline_evaluate();
+  double pipeline_evaluate(size_t dataset);
   // The checkpoint names and global shapes of the whole model, in registration order (a
   // stage holds only some of them; every rank passes all).
   void index_whole_model();
@@ -171,7 +176,7 @@ class Trainer {
   SpikeRule spike_;
   uint64_t seed_ = 0;
   int64_t steps_ = 0;
-  TokenDataset data_;
+  BlendedDataset data_;
   int64_t eval_every_ = 0, eval_samples_ = 0;
   Buffer tokens_, inputs_, targets_;   // one micro-batch (tokens_ in host memory)
   Buffer host_inputs_, host_targets_;  // device run: inputs_ and targets_ as loaded, on the host
