@@ -642,11 +642,10 @@ void RunLog::finish() {
     const pp::Ratio f = pp::bubble_formula(sh);
     std::printf(
         "pipeline: %s, %d stages x %d chunks, %d micro-batches; bubble = idle / compute "
-        "(idle: blocked in receive waits, %s), formula (p-1)/(v m) = %lld/%lld = "
-        "%.3f\n",
+        "(idle: blocked in receive waits, %s), formula %s = %lld/%lld = %.3f\n",
         to_string(sh.kind), sh.stages, sh.chunks, sh.micro_batches,
-        steady_steps_ ? "steady steps" : "all steps", (long long)f.num, (long long)f.den,
-        double(f.num) / double(f.den));
+        steady_steps_ ? "steady steps" : "all steps", pp::bubble_formula_text(sh.kind),
+        (long long)f.num, (long long)f.den, double(f.num) / double(f.den));
     for (int r = 0; r < n; ++r)
       std::printf("  rank %d (stage %d): idle %.3f s, compute %.3f s, bubble %.3f\n", r,
                   grid_.layout().coord(r).pp, bubble[2 * size_t(r)], bubble[2 * size_t(r) + 1],
