@@ -271,7 +271,8 @@ RunFacts RunLog::run_facts(const double* phase_sum, const double* mem, int n) co
   f.pp_layers = run_.parallel.pp_layers;
   f.precision = run_.train.precision;
   f.grad_reduce = run_.parallel.grad_reduce_dtype;
-  for (size_t i = 0; i < 6; ++i) f.phase_seconds[i] = phase_sum[i] / n, f.memory_peak[i] = mem[i];
+  for (size_t p = 0; p < f.phase_seconds.size(); ++p) f.phase_seconds[p] = phase_sum[p] / n;
+  for (size_t c = 0; c < f.memory_peak.size(); ++c) f.memory_peak[c] = mem[c];
   return f;
 }
 
