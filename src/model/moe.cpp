@@ -54,8 +54,10 @@ Moe::Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg)
     x.up = Linear(store, n + ".up", C, F, bias, cfg.init_std);
     x.down = Linear(store, n + ".down", F, C, bias, resid_std);
   }
-  if (cfg.experts_held.size > 1)
-    for (size_t i = before; i < store.params().size(); ++i) store.param(int(i)).expert = true;
+  for (size_t i = before; i < store.params().size(); ++i) {
+    routed_elements_ += store.param(int(i)).local.numel();
+    if (cfg.experts_held.size > 1) store.param(int(i)).expert = true;
+  }
   // With sequence parallelism each tensor-parallel rank runs the router's backward and the
   // routed experts on its own tokens only: their gradients are partial sums over tp.
   if (cfg.tp.sequence_parallel && cfg.tp.size > 1)

@@ -70,6 +70,9 @@ class Moe {
   const Stats& end_step(Communicator& dp, bool applied);
   const Stats& last() const { return last_; }
   const std::string& name() const { return name_; }
+  // Elements of the routed experts' parameters this rank registers: all E experts, or under
+  // expert parallelism the E/ep it holds.
+  int64_t routed_elements() const { return routed_elements_; }
   // Tokens per expert of the last step: the largest over the mean (1 = balanced).
   double imbalance() const;
 
@@ -126,6 +129,7 @@ class Moe {
   std::unique_ptr<Mlp> shared_;
   std::vector<Expert> experts_;  // the experts this rank holds: [held_first_, + size)
   int64_t held_first_ = 0;
+  int64_t routed_elements_ = 0;
   Slots<Saved> slots_;
   Stats step_, last_;
   // Per-token work space of the routing, sized once: [E] each.

@@ -100,6 +100,11 @@ std::vector<Moe*> Transformer::moe_layers() const {
   return out;
 }
 
+const Moe* Transformer::moe_at(int64_t layer) const {
+  const std::unique_ptr<Block>& b = blocks_[size_t(layer)];
+  return b ? b->moe() : nullptr;
+}
+
 double Transformer::forward(StepContext& ctx, const Tensor& ids, const Tensor& targets) {
   double loss = 0;
   forward_chunk(ctx, 0, ids, Tensor{}, targets, &loss);

@@ -47,6 +47,9 @@ class Transformer {
   const ModelConfig& config() const { return cfg_; }
   // This rank's mixture-of-experts layers, in layer order.
   std::vector<Moe*> moe_layers() const;
+  // The mixture of experts of global layer `layer`; null when this rank does not hold that
+  // block or the block has a dense MLP.
+  const Moe* moe_at(int64_t layer) const;
   // Registration-index ranges of the parts: [0] embedding, [1..L] blocks, [L+1] head.
   const std::vector<std::pair<int, int>>& parts() const { return ranges_; }
   int head_part() const { return int(cfg_.layers) + 1; }

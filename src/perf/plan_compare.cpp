@@ -1,6 +1,7 @@
 #include "perf/plan_compare.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -88,28 +89,33 @@ std::string plan_comparison(const RunFacts& run) {
   // TP all-reduces run inside the layers: half in forward, half in backward.
   const double fwd = t.forward + 0.5 * t.tp_comm, bwd = t.backward + 0.5 * t.tp_comm;
   const double sync = t.dp_comm - t.dp_hidden;
-  const double* m = run.phase_seconds.data();
+  auto m = [&](Phase p) { return run.phase_seconds[size_t(p)] / steps; };
   double measured_step = 0;
   for (double s : run.phase_seconds) measured_step += s / steps;
   out +=
       "\nper step     predicted s   measured s   measured/predicted (measured: mean over "
       "ranks and steps, step 1 included)\n";
-  out += line("forward", fwd, m[1] / steps);
-  out += line("backward", bwd, m[2] / steps);
-  out += line("grad sync", sync, m[3] / steps);
-  out += line("optimizer", t.optimizer, m[4] / steps);
-  out += line("data", 0, m[0] / steps);
-  out += line("other", 0, m[5] / steps);
+  out += line("forward", fwd, m(Phase::forward));
+  out += line("backward", bwd, m(Phase::backward));
+  out += line("grad sync", sync, m(Phase::grad_sync));
+  out += line("optimizer", t.optimizer, m(Phase::optimizer));
+  out += line("data", 0, m(Phase::data));
+  out += line("other", 0, m(Phase::other));
   out += line("step", e.step_seconds, measured_step);
   const MemoryBreakdown& p = e.memory;
-  const double predicted[6] = {p.params, p.grads, p.optimizer, p.activations, p.comm, p.workspace};
-  const char* names[6] = {"params", "grads", "optimizer", "activations", "comm", "workspace"};
+  std::array<double, kChargeCount> predicted{};
+  predicted[size_t(Charge::params)] = p.params;
+  predicted[size_t(Charge::grads)] = p.grads;
+  predicted[size_t(Charge::optimizer)] = p.optimizer;
+  predicted[size_t(Charge::activations)] = p.activations;
+  predicted[size_t(Charge::comm)] = p.comm;
+  predicted[size_t(Charge::workspace)] = p.workspace;
   out +=
       "\nmemory       predicted MiB measured MiB   measured/predicted (peak per rank, max over "
       "ranks)\n";
-  for (int c = 0; c < 6; ++c) {
-    std::snprintf(buf, sizeof buf, "%-12s %12.2f %12.2f %10s\n", names[c], predicted[c] / 1048576,
-                  run.memory_peak[c] / 1048576,
+  for (size_t c = 0; c < predicted.size(); ++c) {
+    std::snprintf(buf, sizeof buf, "%-12s %12.2f %12.2f %10s\n", charge_name(Charge(c)),
+                  predicted[c] / 1048576, run.memory_peak[c] / 1048576,
                   predicted[c] > 0
                       ? std::to_string(run.memory_peak[c] / predicted[c]).substr(0, 5).c_str()
                       : "-");

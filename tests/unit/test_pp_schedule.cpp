@@ -310,6 +310,14 @@ TEST(PipelineSchedule, KindNames) {
   }
 }
 
+// The summary prints the formula of the run's own schedule (v only where interleaving divides
+// the bubble by it).
+TEST(PipelineSchedule, BubbleFormulaText) {
+  EXPECT_STREQ(bubble_formula_text(PipeSchedule::gpipe), "(p-1)/m");
+  EXPECT_STREQ(bubble_formula_text(PipeSchedule::one_f_one_b), "(p-1)/m");
+  EXPECT_STREQ(bubble_formula_text(PipeSchedule::interleaved), "(p-1)/(v m)");
+}
+
 // ---- the checker rejects broken schedules ------------------------------------------------
 
 // The first problem contains fragment.

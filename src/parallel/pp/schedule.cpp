@@ -83,9 +83,19 @@ Ratio make_ratio(std::int64_t num, std::int64_t den) {
   return g == 0 ? Ratio{0, 1} : Ratio{num / g, den / g};
 }
 
+// Only interleaving divides the bubble by the chunks per stage: the formula's value and its
+// text both ask this.
+namespace {
+bool bubble_over_chunks(PipeSchedule kind) { return kind == PipeSchedule::interleaved; }
+}  // namespace
+
 Ratio bubble_formula(const ScheduleShape& shape) {
-  const int v = shape.kind == PipeSchedule::interleaved ? shape.chunks : 1;
+  const int v = bubble_over_chunks(shape.kind) ? shape.chunks : 1;
   return make_ratio(shape.stages - 1, std::int64_t(v) * shape.micro_batches);
+}
+
+const char* bubble_formula_text(PipeSchedule kind) {
+  return bubble_over_chunks(kind) ? "(p-1)/(v m)" : "(p-1)/m";
 }
 
 Message message_of(const ScheduleShape& shape, int stage, const Op& op) {

@@ -108,6 +108,8 @@ Ratio make_ratio(std::int64_t num, std::int64_t den);
 // The pipeline bubble as idle time over compute time on a stage: (p - 1) / m for gpipe and
 // 1f1b, (p - 1) / (v m) for interleaved (see simulate()).
 Ratio bubble_formula(const ScheduleShape& shape);
+// That formula as a report prints it: "(p-1)/m" or "(p-1)/(v m)".
+const char* bubble_formula_text(PipeSchedule kind);
 
 // One message of a step: across boundary b (between model chunks b and b+1), activations
 // go from stage_of(b) to stage_of(b+1) and gradients back.

@@ -1,0 +1,87 @@
+// The pipeline (parallel.pp > 1): the cut before step 1, and the bubble per rank in the
+// summary beside the formula of the run's own schedule (pp::bubble_formula and its text).
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "report/sections.hpp"
+#include "report/text.hpp"
+
+namespace tessera {
+namespace {
+
+class PipelineReport final : public ReportSection {
+ public:
+  explicit PipelineReport(const ReportInputs& in)
+      : run_(in.run), grid_(in.grid), trainer_(in.trainer), times_(in.times) {}
+
+  // The cut, before any step: blocks per model chunk and which stage runs each.
+  std::string start() const override {
+    const pp::Executor* pipe = trainer_.pipeline();
+    if (!pipe) return {};
+    const pp::ScheduleShape& sh = pipe->shape();
+    std::string cut;
+    int64_t first = 0;
+    for (size_t k = 0; k < trainer_.chunk_layers().size(); ++k) {
+      const int64_t n = trainer_.chunk_layers()[k];
+      cut += cat(k ? ", " : "", "[", first, "-", first + n - 1, "]@", sh.stage_of(int(k)));
+      first += n;
+    }
+    return formatted(
+        "pipeline: %s, %d stages x %d chunk(s), %d micro-batches; layers (%s) per model "
+        "chunk [first-last]@stage: %s; embedding on stage 0, head on stage %d\n",
+        to_string(sh.kind), sh.stages, sh.chunks, sh.micro_batches, run_.parallel.pp_layers.c_str(),
+        cut.c_str(), sh.stages - 1);
+  }
+
+  void step(const StepResult& r, const double*) override {
+    if (const pp::Executor* pipe = trainer_.pipeline(); pipe && !times_.first(r))
+      wait_steady_ += pipe->last_wait(), compute_steady_ += pipe->last_compute();
+  }
+
+  // Seconds each rank was blocked in receive waits (idle) and in its forward and backward
+  // passes (compute), over the steady steps (all steps when there is only one).
+  void gather() override {
+    const pp::Executor* pipe = trainer_.pipeline();
+    if (!pipe) return;
+    bubble_.assign(2 * size_t(grid_.world().size()), 0.0);
+    const size_t r = size_t(grid_.world().rank());
+    bubble_[2 * r] = times_.steady_steps ? wait_steady_ : pipe->total_wait();
+    bubble_[2 * r + 1] = times_.steady_steps ? compute_steady_ : pipe->total_compute();
+    grid_.world().all_reduce(bubble_.data(), int64_t(bubble_.size()));
+  }
+
+  std::string summary(SummaryPart part) const override {
+    const pp::Executor* pipe = trainer_.pipeline();
+    if (part != SummaryPart::communication || !pipe) return {};
+    const pp::ScheduleShape& sh = pipe->shape();
+    const pp::Ratio f = pp::bubble_formula(sh);
+    std::string out = formatted(
+        "pipeline: %s, %d stages x %d chunks, %d micro-batches; bubble = idle / compute "
+        "(idle: blocked in receive waits, %s), formula %s = %lld/%lld = %.3f\n",
+        to_string(sh.kind), sh.stages, sh.chunks, sh.micro_batches,
+        times_.steady_steps ? "steady steps" : "all steps", pp::bubble_formula_text(sh.kind),
+        (long long)f.num, (long long)f.den, double(f.num) / double(f.den));
+    for (int r = 0; r < grid_.world().size(); ++r)
+      out +=
+          formatted("  rank %d (stage %d): idle %.3f s, compute %.3f s, bubble %.3f\n", r,
+                    grid_.layout().coord(r).pp, bubble_[2 * size_t(r)], bubble_[2 * size_t(r) + 1],
+                    bubble_[2 * size_t(r)] / std::max(1e-12, bubble_[2 * size_t(r) + 1]));
+    return out;
+  }
+
+ private:
+  const RunConfig& run_;
+  ProcessGrid& grid_;
+  const Trainer& trainer_;
+  const RunTimes& times_;
+  double wait_steady_ = 0, compute_steady_ = 0;  // this rank's, over the steady steps
+  std::vector<double> bubble_;                   // idle and compute per rank, after gather
+};
+
+}  // namespace
+
+std::unique_ptr<ReportSection> pipeline_section(const ReportInputs& in) {
+  return std::make_unique<PipelineReport>(in);
+}
+
+}  // namespace tessera
