@@ -10,6 +10,7 @@ namespace tessera {
 std::vector<std::unique_ptr<ReportSection>> report_sections(const ReportInputs& in,
                                                             const MemorySection** memory) {
   std::vector<std::unique_ptr<ReportSection>> out;
+  out.push_back(data_section(in));  // a blend's lines first: no collectives, its own fields
   std::unique_ptr<MemorySection> m = memory_section(in);
   *memory = m.get();
   out.push_back(std::move(m));

@@ -23,6 +23,8 @@ class MemorySection : public ReportSection {
 };
 std::unique_ptr<MemorySection> memory_section(const ReportInputs& in);
 
+// Data (report/sections/data.cpp): a blend's datasets, their validation losses and draws.
+std::unique_ptr<ReportSection> data_section(const ReportInputs& in);
 // Data parallelism (report/sections/data_parallel.cpp): the gradient all-reduce's timing per
 // step and over the run, and the strategy's own lines (DataParallel::summary).
 std::unique_ptr<ReportSection> data_parallel_section(const ReportInputs& in);

@@ -1,0 +1,69 @@
+// Data: a blend of several datasets (doc/data.md, "Blends"): each dataset's validation loss in
+// metrics.jsonl, and in the summary what the run drew from each (samples, epochs, whether it
+// wrapped) with its last validation loss. One dataset reports nothing here.
+#include <cmath>
+
+#include "io/dataset_writer.hpp"
+#include "report/sections.hpp"
+#include "report/text.hpp"
+
+namespace tessera {
+namespace {
+
+class DataReport final : public ReportSection {
+ public:
+  explicit DataReport(const ReportInputs& in) : trainer_(in.trainer) {}
+
+  void step(const StepResult& r, const double*) override {
+    last_step_ = r.step;
+    if (!r.val_losses.empty()) val_ = r.val_losses;
+  }
+
+  std::string metrics(const StepResult& r) const override {
+    if (r.val_losses.empty()) return {};
+    std::string out = ", \"val_loss_by_dataset\": {";
+    const BlendedDataset& data = trainer_.data();
+    for (size_t d = 0; d < data.size(); ++d)
+      out += formatted("%s%s: %s", d ? ", " : "", json_quote(data.part(d).path).c_str(),
+                       r.val_losses[d] >= 0 ? json_number(r.val_losses[d]).c_str() : "null");
+    return out + "}";
+  }
+
+  std::string summary(SummaryPart part) const override {
+    const BlendedDataset& data = trainer_.data();
+    if (part != SummaryPart::state || data.size() == 1) return {};
+    const int64_t drawn_total = last_step_ * trainer_.batch().global_batch;
+    const std::vector<int64_t> drawn = data.drawn(drawn_total);
+    std::string out = formatted(
+        "\ndata: a blend of %zu datasets, %lld training samples drawn by step %lld "
+        "(doc/data.md, \"Blends\")\n",
+        data.size(), (long long)drawn_total, (long long)last_step_);
+    for (size_t d = 0; d < data.size(); ++d) {
+      const int64_t per_epoch = data.dataset(d).samples(TokenDataset::train);
+      const double epochs = per_epoch > 0 ? double(drawn[d]) / double(per_epoch) : 0.0;
+      out += formatted("  %-32s weight %.4f: %lld samples, %.3f epochs of %lld%s",
+                       data.part(d).path.c_str(), data.part(d).weight, (long long)drawn[d],
+                       epochs, (long long)per_epoch,
+                       drawn[d] > per_epoch ? formatted(" (wrapped into epoch %lld)",
+                                                        (long long)((drawn[d] - 1) / per_epoch))
+                                                  .c_str()
+                                            : "");
+      if (d < val_.size() && val_[d] >= 0) out += formatted("; last validation loss %.4f", val_[d]);
+      out += "\n";
+    }
+    return out;
+  }
+
+ private:
+  const Trainer& trainer_;
+  int64_t last_step_ = 0;
+  std::vector<double> val_;  // the last evaluation's loss per dataset (-1: no split)
+};
+
+}  // namespace
+
+std::unique_ptr<ReportSection> data_section(const ReportInputs& in) {
+  return std::make_unique<DataReport>(in);
+}
+
+}  // namespace tessera
