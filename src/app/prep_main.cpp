@@ -2,9 +2,12 @@
 // version 1, described in io/dataset_writer.hpp). Runs on one rank.
 //   tessera-prep --tokenizer byte|gpt2 [--vocab-dir DIR] --out OUT.h5 [--split-lines] INPUT...
 #include <mpi.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,13 +36,16 @@ constexpr Option kOptions[] = {
     {"--out", "OUT.h5", "the dataset to write (as OUT.h5.tmp, renamed when complete)"},
     {"--split-lines", nullptr,
      "text files: a document per non-blank line (default: per paragraph)"},
+    {"--threads", "N",
+     "tokenize with N threads (default: OMP_NUM_THREADS or every core); the file is the same "
+     "bytes for every N"},
     {"--help", nullptr, "print this help"},
 };
 
 std::string help_text() {
   std::string s =
       "usage: tessera-prep --tokenizer byte|gpt2 [--vocab-dir DIR] --out OUT.h5 "
-      "[--split-lines] INPUT...\n"
+      "[--split-lines] [--threads N] INPUT...\n"
       "INPUT: text files, .jsonl files (one object per line with a \"text\" string) or\n"
       "directories (every regular file inside, recursively, sorted by path). In text files\n"
       "blank lines separate documents. Each document's tokens are followed by EOS. A progress\n"
@@ -104,20 +110,57 @@ void prep(const Args& args) {
   const bool split_lines = args.options.count("--split-lines") > 0;
   const std::vector<tessera::InputFile> files = tessera::expand_inputs(args.inputs);
   tessera::require_output_apart(out, files);  // before anything is written
-  const std::unique_ptr<tessera::Tokenizer> tokenizer =
-      tessera::make_tokenizer(get("--tokenizer"), get("--vocab-dir"));
+  int threads = omp_get_max_threads();
+  if (args.options.count("--threads")) {
+    const std::string t = get("--threads");
+    char* end = nullptr;
+    const long n = std::strtol(t.c_str(), &end, 10);
+    TESSERA_REQUIRE(!t.empty() && *end == '\0' && n >= 1 && n <= 1024, "--threads '", t,
+                    "' is not a number of threads from 1 to 1024");
+    threads = int(n);
+  }
+  // One tokenizer per thread: a tokenizer caches (not thread-safe), and caching changes no id.
+  std::vector<std::unique_ptr<tessera::Tokenizer>> tokenizers;
+  for (int t = 0; t < threads; ++t)
+    tokenizers.push_back(tessera::make_tokenizer(get("--tokenizer"), get("--vocab-dir")));
+  const tessera::Tokenizer& tokenizer = *tokenizers.front();
 
   uint64_t total = 0;
   for (const tessera::InputFile& f : files) total += f.bytes;
-  tessera::DatasetWriter writer(out, *tokenizer, split_lines);
+  tessera::DatasetWriter writer(out, tokenizer, split_lines);
   tessera::PrepProgress progress(total);
   uint64_t before = 0;
+  // Documents are read in order into a batch, tokenized in parallel, and added in order, so
+  // the file does not depend on the thread count.
+  constexpr size_t kBatchBytes = size_t(8) << 20;
+  std::vector<std::string> batch;
+  size_t batch_bytes = 0;
+  auto flush = [&] {
+    std::vector<std::vector<uint32_t>> ids(batch.size());
+    std::exception_ptr failed;
+#pragma omp parallel for schedule(dynamic, 16) num_threads(threads)
+    for (size_t i = 0; i < batch.size(); ++i) {
+      try {
+        ids[i] = tokenizers[size_t(omp_get_thread_num())]->encode(batch[i]);
+      } catch (...) {
+#pragma omp critical
+        if (!failed) failed = std::current_exception();
+      }
+    }
+    if (failed) std::rethrow_exception(failed);
+    for (const std::vector<uint32_t>& d : ids) writer.add_document(d);
+    batch.clear(), batch_bytes = 0;
+  };
   for (const tessera::InputFile& f : files) {
     writer.begin_input(f.path, f.bytes);
     tessera::for_each_document(
         f, split_lines,
-        [&](std::string_view text) { writer.add_document(tokenizer->encode(text)); },
+        [&](std::string_view text) {
+          batch.emplace_back(text), batch_bytes += text.size();
+          if (batch_bytes >= kBatchBytes) flush();
+        },
         [&](uint64_t done) { progress.update(before + done); });
+    flush();  // a document counts toward its own input in the manifest
     before += f.bytes;
   }
   progress.finish();
@@ -129,10 +172,11 @@ void prep(const Args& args) {
   const double secs = progress.seconds(), mb = 1e-6 * double(total);
   std::printf(
       "tessera-prep: wrote %s: %lld documents, %lld tokens (%s, %s) from %zu file%s, %.2f MB "
-      "in %.2f s (%.1f MB/s)\n",
+      "in %.2f s (%.1f MB/s), %d tokenizer thread%s\n",
       out.c_str(), (long long)writer.documents(), (long long)writer.tokens(),
-      tokenizer->kind().c_str(), writer.wide() ? "uint32" : "uint16", files.size(),
-      files.size() == 1 ? "" : "s", mb, secs, mb / std::max(secs, 1e-9));
+      tokenizer.kind().c_str(), writer.wide() ? "uint32" : "uint16", files.size(),
+      files.size() == 1 ? "" : "s", mb, secs, mb / std::max(secs, 1e-9), threads,
+      threads == 1 ? "" : "s");
 }
 
 }  // namespace

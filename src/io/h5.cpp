@@ -33,7 +33,9 @@ void H5File::write_raw(const std::string& name, const std::vector<int64_t>& shap
                H5Sclose};
   Handle lcpl{H5Pcreate(H5P_LINK_CREATE), H5Pclose};
   H5Pset_create_intermediate_group(lcpl.id, 1);
-  Handle set{H5Dcreate2(id_, name.c_str(), type, space.id, lcpl.id, H5P_DEFAULT, H5P_DEFAULT),
+  Handle dcpl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
+  H5Pset_obj_track_times(dcpl.id, false);
+  Handle set{H5Dcreate2(id_, name.c_str(), type, space.id, lcpl.id, dcpl.id, H5P_DEFAULT),
              H5Dclose};
   TESSERA_REQUIRE_LOCAL(set.id >= 0, "cannot create dataset '", name, "' in '", path_, "'");
   TESSERA_REQUIRE_LOCAL(H5Dwrite(set.id, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0,
@@ -89,7 +91,11 @@ void H5File::read(const std::string& name, float* data) const {
 H5File H5File::create_for_large_attributes(const std::string& path) {
   Handle fapl{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
   H5Pset_libver_bounds(fapl.id, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
-  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id);
+  // No object times (the root group's here, each dataset's in write_raw and append_raw): the
+  // same content gives the same bytes, whenever and however it was written (doc/data.md).
+  Handle fcpl{H5Pcreate(H5P_FILE_CREATE), H5Pclose};
+  H5Pset_obj_track_times(fcpl.id, false);
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.id, fapl.id);
   TESSERA_REQUIRE_LOCAL(id >= 0, "cannot create HDF5 file '", path, "'");
   return H5File(id, path);
 }
@@ -111,6 +117,7 @@ void H5File::append_raw(const std::string& name, hid_t type, const void* data, i
     Handle space{H5Screate_simple(1, &zero, &unlimited), H5Sclose};
     Handle dcpl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
     H5Pset_chunk(dcpl.id, 1, &kChunk);
+    H5Pset_obj_track_times(dcpl.id, false);
     Handle set{H5Dcreate2(id_, name.c_str(), type, space.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT),
                H5Dclose};
     TESSERA_REQUIRE_LOCAL(set.id >= 0, "cannot create dataset '", name, "' in '", path_, "'");
