@@ -58,9 +58,9 @@ Moe::Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg)
     routed_elements_ += store.param(int(i)).local.numel();
     if (cfg.experts_held.size > 1) store.param(int(i)).expert = true;
   }
-  // With sequence parallelism each tensor-parallel rank runs the router's backward and the
-  // routed experts on its own tokens only: their gradients are partial sums over tp.
-  if (cfg.tp.sequence_parallel && cfg.tp.size > 1)
+  // Each tensor-parallel rank runs the router's backward and the routed experts on its own
+  // tokens only (routed_rows): their gradients are partial sums over tp.
+  if (cfg.tp.size > 1)
     for (Param* p : store.params())
       if (p->name == name + ".router.weight" || p->name.rfind(name + ".experts.", 0) == 0)
         p->tp_partial_grad = true;
@@ -75,6 +75,15 @@ Moe::Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg)
 
 int Moe::ep_size(const StepContext& ctx) const {
   return ctx.par.ep ? ctx.par.ep->size() : 1;
+}
+
+// The rows [first, first + count) of the N a tensor-parallel rank dispatches to the experts:
+// its sequence shard under sequence parallelism; without it, where every rank holds all N
+// rows, its share N r / t .. N (r + 1) / t, so the routed work is not repeated t times.
+std::pair<int64_t, int64_t> Moe::routed_rows(const StepContext& ctx, int64_t N) const {
+  const int64_t t = ctx.par.tp.size(), r = ctx.par.tp.rank();
+  if (t == 1 || tp::sequence_parallel(ctx)) return {tp::first_row(ctx, N), tp::rows(ctx, N)};
+  return {N * r / t, N * (r + 1) / t - N * r / t};
 }
 
 Moe::Saved& Moe::kept(const StepContext& ctx) {
@@ -349,16 +358,17 @@ void Moe::run_experts(StepContext& ctx, Saved& s) {
 // experts are the column/row-parallel Mlp.
 void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y) {
   const int64_t B = ctx.batch, T = cfg_.seq_local(), N = B * T, K = cfg_.moe.top_k;
-  const int64_t C = cfg_.d_model, R = tp::rows(ctx, N), r0 = tp::first_row(ctx, N);
+  const int64_t C = cfg_.d_model, r0 = tp::first_row(ctx, N);  // y holds rows [r0, ...)
+  const auto [q0, Q] = routed_rows(ctx, N);  // the rows this rank dispatches
   const Tensor x =
       tp::gather(ctx, x_rows,
                  ctx.scratch.get(ScratchId::sp_gathered, {tp::sequence_parallel(ctx) ? N * C : 1}));
   Saved& s = kept(ctx);
   router_.forward(ctx, x, s.logits.view());
-  route(ctx, s, B, T, r0, R);
+  route(ctx, s, B, T, q0, Q);
   const float* xf = x.f32();
   const int32_t* row = s.row.i32();
-  for (int64_t n = r0; n < r0 + R; ++n)
+  for (int64_t n = q0; n < q0 + Q; ++n)
     for (int64_t j = 0; j < K; ++j)
       if (const int32_t r = row[n * K + j]; r >= 0)
         std::copy(xf + n * C, xf + (n + 1) * C, s.xin.f32() + int64_t(r) * C);
@@ -367,14 +377,23 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y) {
   run_experts(ctx, s);
   from_experts(ctx, s, s.oe, s.out.view());
   if (shared_) shared_->forward(ctx, x, y);
-  float* yf = y.f32() - r0 * C;  // indexed by the token's row among the N
+  // Without sequence parallelism every rank needs every row's routed output: each fills its
+  // own rows of a zeroed N x C buffer and the buffers are summed over tp.
+  const bool gather = Q != tp::rows(ctx, N);
+  const Tensor routed = gather ? ctx.scratch.get(ScratchId::moe_tp_rows, {N, C}) : y;
+  if (gather) kernels::fill(routed, 0.0f, N * C);
+  float* yf = routed.f32() - (gather ? 0 : r0) * C;  // indexed by the token's row among the N
   const float* w = s.weight.f32();
-  for (int64_t n = r0; n < r0 + R; ++n)
+  for (int64_t n = q0; n < q0 + Q; ++n)
     for (int64_t j = 0; j < K; ++j)
       if (const int32_t r = row[n * K + j]; r >= 0) {
         const float* o = s.out.f32() + int64_t(r) * C;
         for (int64_t c = 0; c < C; ++c) yf[n * C + c] += w[n * K + j] * o[c];
       }
+  if (gather) {
+    ctx.par.tp.all_reduce(routed);
+    kernels::add_inplace(y, routed, N * C);
+  }
 }
 
 void Moe::router_grad(StepContext& ctx, Saved& s, const float* dw, const Tensor& dl, int64_t T,
@@ -433,7 +452,8 @@ void Moe::router_grad(StepContext& ctx, Saved& s, const float* dw, const Tensor&
 void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, const Tensor& dx) {
   const int64_t B = ctx.batch, T = cfg_.seq_local(), N = B * T, K = cfg_.moe.top_k;
   const int64_t C = cfg_.d_model, F = cfg_.moe.ffn, E = cfg_.moe.experts;
-  const int64_t R = tp::rows(ctx, N), r0 = tp::first_row(ctx, N);
+  const int64_t r0 = tp::first_row(ctx, N);  // dy and dx hold rows [r0, ...)
+  const auto [q0, Q] = routed_rows(ctx, N);  // the rows this rank dispatched
   Saved& s = kept(ctx);
   const int32_t* row = s.row.i32();
   const float* w = s.weight.f32();
@@ -441,7 +461,7 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   // d(expert output) = w dy; d(w) = dy . expert output (this rank's rows).
   const Tensor d_out = ctx.scratch.get(ScratchId::moe_d_out, {N * K, C});
   const Tensor dw = ctx.scratch.get(ScratchId::moe_d_weight, {N, K});
-  for (int64_t n = r0; n < r0 + R; ++n)
+  for (int64_t n = q0; n < q0 + Q; ++n)
     for (int64_t j = 0; j < K; ++j) {
       const int32_t r = row[n * K + j];
       double dot = 0;
@@ -496,8 +516,8 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   from_experts(ctx, s, d_xe, d_in);
   // dx = shared experts' (reduced over tp) + router's + the routed experts' (each token's in
   // rank order), the last two on this rank's rows.
-  const Tensor dl = ctx.scratch.get(ScratchId::moe_d_logits, {R, E});
-  router_grad(ctx, s, dw.f32(), dl, T, r0, R);
+  const Tensor dl = ctx.scratch.get(ScratchId::moe_d_logits, {Q, E});
+  router_grad(ctx, s, dw.f32(), dl, T, q0, Q);
   if (shared_) {
     const bool sp = tp::sequence_parallel(ctx);
     const Tensor x =
@@ -506,14 +526,28 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
         tp::gather(ctx, dy, ctx.scratch.get(ScratchId::sp_gathered_grad, {sp ? N * C : 1}));
     shared_->backward(ctx, x, dyg, dx);
   }
-  router_.backward(ctx, x_rows, dl, dx, /*accumulate_dx=*/shared_ != nullptr);
-  float* dxf = dx.f32() - r0 * C;
-  for (int64_t n = r0; n < r0 + R; ++n)
+  // Without sequence parallelism the router's and the routed experts' input gradients of this
+  // rank's rows go into a zeroed N x C buffer, summed over tp, then added to every row of dx.
+  const bool gather = Q != tp::rows(ctx, N);
+  const Tensor own = gather ? ctx.scratch.get(ScratchId::moe_tp_rows, {N, C}) : dx;
+  if (gather) kernels::fill(own, 0.0f, N * C);
+  const int64_t o0 = gather ? q0 : 0;  // the first of this rank's rows in `own`
+  router_.backward(ctx, x_rows.rows(gather ? q0 : 0, Q), dl, own.rows(o0, Q),
+                   /*accumulate_dx=*/!gather && shared_ != nullptr);
+  float* dxf = own.f32() - (gather ? 0 : r0) * C;
+  for (int64_t n = q0; n < q0 + Q; ++n)
     for (int64_t j = 0; j < K; ++j)
       if (const int32_t r = row[n * K + j]; r >= 0) {
         const float* d = d_in.f32() + int64_t(r) * C;
         for (int64_t c = 0; c < C; ++c) dxf[n * C + c] += d[c];
       }
+  if (gather) {
+    ctx.par.tp.all_reduce(own);
+    if (shared_)
+      kernels::add_inplace(dx, own, N * C);
+    else
+      kernels::copy(own, dx, N * C);
+  }
 }
 
 const Moe::Stats& Moe::end_step(Communicator& dp, bool applied) {

@@ -30,6 +30,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -106,6 +107,7 @@ class Moe {
   void top_k(const float* key, int32_t* out);
   void limit_to_nodes(float* key);
   int ep_size(const StepContext& ctx) const;
+  std::pair<int64_t, int64_t> routed_rows(const StepContext& ctx, int64_t N) const;
   // Rows between the packed (source) side [N*K, C] and the expert side [rows, C]: an
   // all-to-all(v) over ep and a reordering from [source][expert] to [expert][source] (and
   // back); nothing to move with ep = 1, where the two sides are the same buffers.

@@ -35,6 +35,9 @@ enum class ScratchId : int {
   moe_a2a,
   moe_d_side_out,
   moe_d_side_in,
+  // Tensor parallelism without sequence parallelism: every row's routed output (forward) or
+  // routed and router input gradient (backward), each rank's own rows filled, summed over tp.
+  moe_tp_rows,
   // Block backward: the gradient of a norm's output, and of the residual stream between the
   // sublayers.
   block_d_norm,

@@ -7,7 +7,9 @@
 # the parallel.* ones, micro-batches accumulated on one rank. SAME_RTOL (default 1e-5),
 # SAME_GRAD_RTOL and SAME_WEIGHTS_RTOL (default SAME_RTOL) are the tolerances of the per-step
 # losses, gradient norms and of the final weights for runs that round to 16 bits
-# (train.precision = bf16 / fp16; doc/precision.md says why and by how much).
+# (train.precision = bf16 / fp16; doc/precision.md says why and by how much). SAME_FLOPS_RATIO,
+# when set, bounds the GEMM FLOPs of all ranks together (gemm.json) over the serial run's: work
+# that a layout splits must not be repeated on its ranks.
 set -euo pipefail
 work=$1 serial=$2 mpiexec=$3 np=$4 python=$5 tessera=$6
 shift 6
@@ -17,6 +19,16 @@ OMP_NUM_THREADS=1 $mpiexec "$np" "$tessera" "$@" --output.dir="$work/np$np" \
   --hardware.peak_flops=1e9 --output.echo_deck=false > "$work/np$np.log"
 grep -E "^gradient buckets" "$work/np$np.log" || true
 "$python" "$here/check_layout.py" "$work/np$np" "$np" "$@"
+if [ -n "${SAME_FLOPS_RATIO:-}" ]; then
+  "$python" - "$work/np$np/gemm.json" "$serial/run/gemm.json" "$SAME_FLOPS_RATIO" <<'EOF'
+import json, sys
+ran, serial = (sum(json.load(open(p))["flops"].values()) for p in sys.argv[1:3])
+bound = float(sys.argv[3])
+print(f"gemm flops: {ran:.6g} over the ranks, {serial:.6g} serially, ratio {ran / serial:.4f} "
+      f"(bound {bound}): {'WITHIN BOUND' if ran <= bound * serial else 'REPEATED WORK'}")
+sys.exit(0 if ran <= bound * serial else 1)
+EOF
+fi
 rtol=${SAME_RTOL:-1e-5}
 "$python" "$here/compare_runs.py" --rtol "$rtol" --grad-rtol "${SAME_GRAD_RTOL:-$rtol}" \
   "$serial/run" "$work/np$np"
