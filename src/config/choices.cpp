@@ -58,6 +58,12 @@ const char* to_string(PipeSchedule s) {
       return "1f1b";
     case PipeSchedule::interleaved:
       return "interleaved";
+    case PipeSchedule::zb_h1:
+      return "zb-h1";
+    case PipeSchedule::zb_v:
+      return "zb-v";
+    case PipeSchedule::dualpipe_v:
+      return "dualpipev";
   }
   return "?";
 }

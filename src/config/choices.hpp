@@ -17,8 +17,11 @@ enum class Router { softmax, sigmoid };
 // data.tokenizer
 enum class TokenizerKind { byte, gpt2 };
 // parallel.pp_schedule. interleaved is Megatron-LM's virtual pipeline (1F1B over
-// parallel.pp_virtual >= 2 chunks per stage).
-enum class PipeSchedule { gpipe, one_f_one_b, interleaved };
+// parallel.pp_virtual >= 2 chunks per stage). zb_h1, zb_v and dualpipe_v split each backward
+// into its input and weight halves (doc/pipeline.md); tessera generates and checks them but
+// cannot run them yet, so the deck does not offer them and parse_pipe_schedule does not
+// know them.
+enum class PipeSchedule { gpipe, one_f_one_b, interleaved, zb_h1, zb_v, dualpipe_v };
 // parallel.cp_kind: how context parallelism splits attention (doc/parallelism.md): ring
 // (zigzag sequence chunks, K/V blocks passed around the cp ring) or ulysses (all-to-all from
 // sequence-sharded to head-sharded and back).
@@ -47,7 +50,8 @@ const char* to_string(Arch a);
 const char* to_string(TieEmbeddings t);
 const char* to_string(Router r);  // "softmax", "sigmoid"
 const char* to_string(TokenizerKind t);
-const char* to_string(PipeSchedule s);  // "gpipe", "1f1b", "interleaved"
+const char* to_string(PipeSchedule s);  // "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v",
+                                        // "dualpipev"
 const char* to_string(CpKind k);        // "ring", "ulysses"
 const char* to_string(DpProgress p);
 const char* to_string(DeviceKind d);

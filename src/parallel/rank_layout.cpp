@@ -145,6 +145,11 @@ RankLayout RankLayout::make(const ModelConfig& whole, const ParallelSection& p,
   const int stages = d.pp;
   if (stages > 1) {
     r.schedule = {stages, int(r.batch.accum), p.pp_virtual, p.pp_schedule};
+    // The deck cannot choose these yet (core/schema.cpp); this guards every other way in.
+    TESSERA_REQUIRE(!r.schedule.split_backward(),
+                    "parallel.pp_schedule = ", to_string(p.pp_schedule),
+                    " is a schedule tessera generates and checks but "
+                    "cannot run yet (issue 33)");
     pp::require_valid(r.schedule);
     r.chunk_layers = pp::split_layers(c, r.schedule.model_chunks(), p.pp_layers);
     const int64_t largest = *std::max_element(r.chunk_layers.begin(), r.chunk_layers.end());
@@ -152,7 +157,7 @@ RankLayout RankLayout::make(const ModelConfig& whole, const ParallelSection& p,
                     " is more than the ", largest, " blocks of the largest model chunk (",
                     r.schedule.model_chunks(), " chunks: parallel.pp x pp_virtual); at most ",
                     largest, " (0: all)");
-    r.chunks = pp::stage_layers(r.chunk_layers, stages, r.coord.pp);
+    r.chunks = pp::stage_layers(r.chunk_layers, r.schedule, r.coord.pp);
   } else {
     r.schedule = {1, int(r.batch.accum), 1, PipeSchedule::one_f_one_b};
     r.chunks = {ChunkLayers{0, c.layers, true, true}};
@@ -180,10 +185,12 @@ RankLayout RankLayout::make(const ModelConfig& whole, const ParallelSection& p,
   r.part_elements.assign(size_t(head + 1), 0.0);
   const double align = r.zero >= 1 ? 16.0 * double(r.shard_ranks) : 16.0;
   const double table = std::ceil(double(c.vocab_local() * c.d_model) / 16) * 16;
+  const bool embedding = std::any_of(r.chunks.begin(), r.chunks.end(),
+                                     [](const ChunkLayers& k) { return k.embedding; });
   for (const ChunkLayers& k : r.chunks) {
     if (k.embedding)
       r.part_elements[0] = r.sections.embed;
-    else if (k.head && c.tie_embeddings)  // the last stage's copy of the tied table
+    else if (k.head && c.tie_embeddings && !embedding)  // the head stage's copy of the table
       r.part_elements[0] = std::ceil(table / align) * align;
     for (int64_t b = k.first; b < k.last; ++b) {
       r.part_elements[size_t(b + 1)] = r.sections.part(c, int(b + 1));

@@ -57,12 +57,14 @@ StageLayers stage_layer_counts(const Workload& w, const Layout& l) {
     return s;
   }
   const std::vector<int64_t> sizes = pp::split_layers(c, chunks, w.pp_layers);
+  // A Layout spells interleaved as 1f1b with vpp > 1; the micro-batches do not place chunks.
+  const pp::ScheduleShape shape{l.pp, 1, l.vpp, l.vpp > 1 ? PipeSchedule::interleaved : l.schedule};
   for (int stage = 0; stage < l.pp; ++stage) {
     double n = 0;
-    for (const ChunkLayers& ch : pp::stage_layers(sizes, l.pp, stage))
+    for (const ChunkLayers& ch : pp::stage_layers(sizes, shape, stage))
       n += double(ch.last - ch.first);
     if (stage == 0) s.first = n;
-    if (stage == l.pp - 1) s.last = n;
+    if (stage == shape.loss_stage()) s.last = n;
     s.most = std::max(s.most, n);
   }
   return s;

@@ -239,10 +239,12 @@ TesseraStageMemory tessera_pipeline_memory(const Workload& w, const Layout& l, i
         slot_of[i] = slot;
         slots[size_t(op.chunk)].insert(slot);
         for (int q : order) z.passes.push_back({q, true});
-      } else if (op.kind == pp::Op::backward) {
-        busy[size_t(slot_of[i])] = 0;
+      } else if (op.computes_input_grad()) {
         for (auto q = order.rbegin(); q != order.rend(); ++q) z.passes.push_back({*q, false});
       }
+      // A split backward's backward_weight still reads the saved activations.
+      if (op.kind == pp::Op::backward || op.kind == pp::Op::backward_weight)
+        busy[size_t(slot_of[i])] = 0;
     }
     MemoryBreakdown mb;
     const ModelStateBytes st = r.model_state();

@@ -228,7 +228,7 @@ bool Trainer::eval_due(int64_t step, int64_t last_step) const {
 double Trainer::pipeline_step(int64_t s, StepContext& ctx) {
   const int64_t T = cfg_.seq_local(), B = geo_.micro_batch, n = B * T;
   Communicator& pp = grid_.group(Group::pp);
-  const int stage = pp.rank(), last = pp.size() - 1;
+  const int stage = pp.rank(), last = pipeline_->shape().loss_stage();
   const bool serial = pp.size() == 1;  // one stage: each micro-batch loaded just before it runs
   auto load = [&](int64_t m) {
     timer_.enter(Phase::data);
@@ -237,7 +237,8 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx) {
     const int64_t first = (m * geo_.dp + grid_.dp().rank()) * B;
     load_micro_batch([&](int64_t b, int32_t* row) { sample(s, first + b, row); });
   };
-  if (!serial && (stage == 0 || stage == last)) {  // stage 0 reads the inputs, the last the targets
+  // Stage 0 reads the inputs, the stage with the loss the targets.
+  if (!serial && (stage == 0 || stage == last)) {
     for (int64_t m = 0; m < geo_.accum; ++m) {
       load(m);
       kernels::transfer(inputs_.view(), pp_inputs_.view().slice(m * n, n), n);
@@ -295,7 +296,7 @@ double Trainer::pipeline_evaluate(size_t dataset) {
   const Tensor x = C > 1 ? ctx.scratch.get(ScratchId::pipeline_input, {R, cfg_.d_model}) : Tensor{};
   double loss_sum = 0;
   for (int64_t first = grid_.dp().rank() * B; first < eval_samples_; first += B * geo_.dp) {
-    if (stage == 0 || stage == pp.size() - 1)
+    if (stage == 0 || stage == shape.loss_stage())
       load_micro_batch([&](int64_t b, int32_t* row) { data.validation_sample(first + b, row); });
     for (int c = 0; c < C; ++c) {
       if (shape.stage_of(c) != stage) continue;

@@ -95,6 +95,26 @@ TEST(RankLayout, ChecksTheLayoutOnceWithTheRunsErrors) {
             std::string::npos);
 }
 
+// A split-backward schedule cannot reach a run: the deck does not offer it, and a layout
+// made in code is refused here.
+TEST(RankLayout, RefusesSchedulesItCannotRunYet) {
+  RunConfig run = config({"--train.micro_batch=1", "--train.global_batch=8", "--parallel.pp=2"});
+  const GridLayout grid({1, 1, 1, 1, 2}, GridLayout::kDefaultOrder, 2);
+  for (PipeSchedule kind : {PipeSchedule::zb_h1, PipeSchedule::zb_v, PipeSchedule::dualpipe_v}) {
+    run.parallel.pp_schedule = kind;
+    run.parallel.pp_virtual = kind == PipeSchedule::zb_h1 ? 1 : 2;
+    try {
+      (void)RankLayout::make(run, grid, 0, 1);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_TRUE(e.collective());
+      EXPECT_EQ(std::string(e.what()),
+                cat("parallel.pp_schedule = ", to_string(kind),
+                    " is a schedule tessera generates and checks but cannot run yet (issue 33)"));
+    }
+  }
+}
+
 // A pipeline rank holds its stage's parts only: the first stage the embedding and its blocks,
 // the last its blocks, the head and (tied tables) a copy of the token table; the elements
 // per part add up to what the rank's store holds (the trainer checks this equality at start).

@@ -13,6 +13,8 @@ Executor::Executor(Communicator& pp, const ScheduleShape& shape, Shape message, 
     : pp_(pp), shape_(shape), stage_(pp.rank()), message_(message), alloc_(alloc) {
   TESSERA_REQUIRE(pp.size() == shape.stages, "pipeline executor: the pipeline group has ",
                   pp.size(), " ranks but the schedule ", shape.stages, " stages");
+  TESSERA_REQUIRE(!shape.split_backward(), "pipeline executor: the ", to_string(shape.kind),
+                  " schedule splits the backward, which the executor cannot run yet (issue 33)");
   ops_ = make_schedule(shape).stages[size_t(stage_)];
   require_tags(shape, pp.max_tag());  // tags stay below 2 m (C - 1)
   const size_t n = size_t(shape.micro_batches) * size_t(shape.chunks);
@@ -90,6 +92,10 @@ void Executor::run(StageWork& work) {
         slot_of[i] = -1;
         break;
       }
+      case Op::backward_input:
+      case Op::backward_weight:  // refused in the constructor
+        TESSERA_REQUIRE_LOCAL(false, "pipeline executor: no split backward yet");
+        break;
       case Op::send_act:
       case Op::send_grad: {
         TESSERA_REQUIRE_LOCAL(out.data != nullptr, "pipeline executor: nothing to send at ",

@@ -1,7 +1,9 @@
 #include "parallel/pp/schedule.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <numeric>
+#include <utility>
 
 #include "core/error.hpp"
 
@@ -21,8 +23,22 @@ std::string_view to_string(Op::Kind kind) {
       return "send_grad";
     case Op::recv_grad:
       return "recv_grad";
+    case Op::backward_input:
+      return "backward_input";
+    case Op::backward_weight:
+      return "backward_weight";
   }
   return "?";
+}
+
+Placement placement_of(PipeSchedule kind) {
+  return kind == PipeSchedule::zb_v || kind == PipeSchedule::dualpipe_v ? Placement::v_shape
+                                                                        : Placement::round_robin;
+}
+
+bool splits_backward(PipeSchedule kind) {
+  return kind == PipeSchedule::zb_h1 || kind == PipeSchedule::zb_v ||
+         kind == PipeSchedule::dualpipe_v;
 }
 
 // m comes from the deck as train.global_batch / (train.micro_batch x dp); the messages say
@@ -55,6 +71,23 @@ void require_valid(const ScheduleShape& shape) {
                       " and stages is ", p, "; use ",
                       m < p ? cat(p) : cat(m / p * p, " or ", (m / p + 1) * p), " micro-batches");
       break;
+    case PipeSchedule::zb_h1:
+      TESSERA_REQUIRE(v == 1, "pipeline: the zb-h1 schedule runs one model chunk per stage, but ",
+                      "parallel.pp_virtual is ", v, "; set parallel.pp_virtual = 1");
+      TESSERA_REQUIRE(m >= p, "pipeline: the zb-h1 schedule needs at least as many ",
+                      "micro-batches as stages (parallel.pp = ", p, "), but micro-batches is ", m,
+                      "; raise micro-batches to ", p, " or more");
+      break;
+    case PipeSchedule::zb_v:
+    case PipeSchedule::dualpipe_v:
+      TESSERA_REQUIRE(v == 2, "pipeline: the ", kind, " schedule runs exactly 2 model chunks ",
+                      "per stage, placed in a V, but parallel.pp_virtual is ", v,
+                      "; set parallel.pp_virtual = 2");
+      TESSERA_REQUIRE(shape.kind != PipeSchedule::dualpipe_v || m >= 2 * p,
+                      "pipeline: the dualpipev schedule needs at least twice as many ",
+                      "micro-batches as stages (parallel.pp = ", p, "), but micro-batches is ", m,
+                      "; raise micro-batches to ", 2 * p, " or more");
+      break;
   }
 }
 
@@ -64,14 +97,27 @@ int warmup_forwards(const ScheduleShape& shape, int stage) {
     case PipeSchedule::gpipe:
       return m;
     case PipeSchedule::one_f_one_b:
+    case PipeSchedule::zb_h1:
       return std::min(p - stage - 1, m);
     case PipeSchedule::interleaved:
       return std::min(2 * (p - stage - 1) + (v - 1) * p, v * m);
+    case PipeSchedule::zb_v:  // with fewer than 2p - 1 micro-batches the padding is dropped
+      return std::min({2 * p, 2 * m, m + stage + 1}) - 1;
+    case PipeSchedule::dualpipe_v:  // the last stage's first main-part F0 comes before its B1
+      return stage == p - 1 ? 2 * p : 2 * p - 1;
   }
   return m;
 }
 
 int peak_activations_formula(const ScheduleShape& shape, int stage) {
+  switch (shape.kind) {
+    case PipeSchedule::zb_h1:  // s W's held back on stage s add to 1f1b's p - s
+      return shape.stages;
+    case PipeSchedule::dualpipe_v:  // the main part's F0 comes before the B1 W1 it pairs with
+      return 2 * shape.stages + 1;
+    default:
+      break;
+  }
   const int total = shape.micro_batches * shape.chunks;
   return std::min(warmup_forwards(shape, stage) + 1, total);
 }
@@ -83,19 +129,40 @@ Ratio make_ratio(std::int64_t num, std::int64_t den) {
   return g == 0 ? Ratio{0, 1} : Ratio{num / g, den / g};
 }
 
-// Only interleaving divides the bubble by the chunks per stage: the formula's value and its
-// text both ask this.
-namespace {
-bool bubble_over_chunks(PipeSchedule kind) { return kind == PipeSchedule::interleaved; }
-}  // namespace
-
-Ratio bubble_formula(const ScheduleShape& shape) {
-  const int v = bubble_over_chunks(shape.kind) ? shape.chunks : 1;
-  return make_ratio(shape.stages - 1, std::int64_t(v) * shape.micro_batches);
+Ratio bubble_formula(const ScheduleShape& shape, const OpCosts& c) {
+  const std::int64_t p = shape.stages, m = shape.micro_batches;
+  const std::int64_t F = c.forward, B = c.input, W = c.weight;
+  switch (shape.kind) {
+    case PipeSchedule::gpipe:
+    case PipeSchedule::one_f_one_b:
+      return make_ratio(p - 1, m);
+    case PipeSchedule::interleaved:
+      return make_ratio(p - 1, shape.chunks * m);
+    case PipeSchedule::zb_h1:
+      return make_ratio((p - 1) * std::max({F, B, F + B - W}), m * (F + B + W));
+    case PipeSchedule::zb_v:
+      return make_ratio(std::max(p - 1, 4 * p - 2 - 2 * m) * F, 2 * m * (F + B + W));
+    case PipeSchedule::dualpipe_v:
+      return make_ratio((p - 1) * F, 2 * m * (F + B + W));
+  }
+  return make_ratio(p - 1, m);
 }
 
 const char* bubble_formula_text(PipeSchedule kind) {
-  return bubble_over_chunks(kind) ? "(p-1)/(v m)" : "(p-1)/m";
+  switch (kind) {
+    case PipeSchedule::gpipe:
+    case PipeSchedule::one_f_one_b:
+      return "(p-1)/m";
+    case PipeSchedule::interleaved:
+      return "(p-1)/(v m)";
+    case PipeSchedule::zb_h1:
+      return "(p-1) max(F, B, F+B-W)/(m (F+B+W))";
+    case PipeSchedule::zb_v:
+      return "max(p-1, 4p-2-2m) F/(2m (F+B+W))";
+    case PipeSchedule::dualpipe_v:
+      return "(p-1) F/(2m (F+B+W))";
+  }
+  return "?";
 }
 
 Message message_of(const ScheduleShape& shape, int stage, const Op& op) {
@@ -151,37 +218,182 @@ Pass backward_pass(const ScheduleShape& shape, int k) {
 // Appends a compute op with its recv before and its send after (see the header).
 void emit(const ScheduleShape& shape, int stage, Op::Kind kind, Pass pass, std::vector<Op>& ops) {
   const int c = shape.model_chunk(stage, pass.chunk), last = shape.model_chunks() - 1;
+  const bool from_before = c > 0 && shape.crosses(c - 1);  // chunk c-1 on another stage
+  const bool from_after = c < last && shape.crosses(c);    // chunk c+1 on another stage
   if (kind == Op::forward) {
-    if (c > 0) ops.push_back({Op::recv_act, pass.micro, pass.chunk, shape.stage_of(c - 1)});
+    if (from_before) ops.push_back({Op::recv_act, pass.micro, pass.chunk, shape.stage_of(c - 1)});
     ops.push_back({Op::forward, pass.micro, pass.chunk, -1});
-    if (c < last) ops.push_back({Op::send_act, pass.micro, pass.chunk, shape.stage_of(c + 1)});
+    if (from_after) ops.push_back({Op::send_act, pass.micro, pass.chunk, shape.stage_of(c + 1)});
+  } else if (kind == Op::backward_weight) {
+    ops.push_back({kind, pass.micro, pass.chunk, -1});
   } else {
-    if (c < last) ops.push_back({Op::recv_grad, pass.micro, pass.chunk, shape.stage_of(c + 1)});
-    ops.push_back({Op::backward, pass.micro, pass.chunk, -1});
-    if (c > 0) ops.push_back({Op::send_grad, pass.micro, pass.chunk, shape.stage_of(c - 1)});
+    if (from_after) ops.push_back({Op::recv_grad, pass.micro, pass.chunk, shape.stage_of(c + 1)});
+    ops.push_back({kind, pass.micro, pass.chunk, -1});
+    if (from_before) ops.push_back({Op::send_grad, pass.micro, pass.chunk, shape.stage_of(c - 1)});
+  }
+}
+
+// Every fused kind is warm-up forwards, then one forward and one backward in turn, then the
+// remaining backwards (the cool-down); gpipe is all warm-up.
+void fused(const ScheduleShape& shape, int s, std::vector<Op>& ops) {
+  const int passes = shape.micro_batches * shape.chunks;
+  const int warmup = warmup_forwards(shape, s);
+  for (int k = 0; k < warmup; ++k) emit(shape, s, Op::forward, forward_pass(shape, k), ops);
+  for (int k = 0; k < passes - warmup; ++k) {
+    emit(shape, s, Op::forward, forward_pass(shape, warmup + k), ops);
+    emit(shape, s, Op::backward, backward_pass(shape, k), ops);
+  }
+  for (int k = passes - warmup; k < passes; ++k) {
+    emit(shape, s, Op::backward, backward_pass(shape, k), ops);
+  }
+}
+
+// The compute passes of one stage of a split kind, in order. Each local chunk runs its
+// forwards and its backward_inputs in micro-batch order; a backward_weight is either run
+// right after its backward_input (BW) or queued and run later (B, then W).
+class SplitPasses {
+ public:
+  explicit SplitPasses(int chunks) : forwards_(chunks, 0), inputs_(chunks, 0) {}
+  int forwards(int chunk) const { return forwards_[chunk]; }
+  void F(int chunk) { ops_.push_back({Op::forward, forwards_[chunk]++, chunk, -1}); }
+  // backward_input, its backward_weight queued.
+  void B(int chunk) {
+    const int micro = inputs_[chunk]++;
+    ops_.push_back({Op::backward_input, micro, chunk, -1});
+    queued_.push_back({micro, chunk});
+  }
+  // backward_input and at once its backward_weight (a fused backward in two passes).
+  void BW(int chunk) {
+    const int micro = inputs_[chunk]++;
+    ops_.push_back({Op::backward_input, micro, chunk, -1});
+    ops_.push_back({Op::backward_weight, micro, chunk, -1});
+  }
+  // The oldest queued backward_weight (of `chunk`, or of any chunk).
+  void W(int chunk = -1) {
+    const auto it = std::find_if(queued_.begin(), queued_.end(),
+                                 [&](const Pass& q) { return chunk < 0 || q.chunk == chunk; });
+    TESSERA_REQUIRE(it != queued_.end(), "pipeline: a schedule generator runs a backward_weight ",
+                    "that no backward_input has queued");
+    ops_.push_back({Op::backward_weight, it->micro, it->chunk, -1});
+    queued_.erase(it);
+  }
+  bool queued(int chunk = -1) const {
+    return std::any_of(queued_.begin(), queued_.end(),
+                       [&](const Pass& q) { return chunk < 0 || q.chunk == chunk; });
+  }
+  const std::vector<Op>& ops() const { return ops_; }
+
+ private:
+  std::vector<int> forwards_, inputs_;
+  std::deque<Pass> queued_;
+  std::vector<Op> ops_;
+};
+
+// zb-h1 (Qi et al. 2023, ZB-H1): 1f1b's forwards and backward_inputs; stage s runs the W of
+// its k-th backward after its (k + s)-th B, the last s at the end. The later stages, which
+// 1f1b leaves idle longest at the start, run their first B's sooner and fill the gaps of the
+// cool-down with the W's they held back; every stage then holds p activations (1f1b's
+// first stage's), and the bubble is about a third of 1f1b's at F = B = W.
+SplitPasses zb_h1(const ScheduleShape& shape, int s) {
+  const int p = shape.stages, m = shape.micro_batches;
+  SplitPasses x(1);
+  const int warmup = std::min(p - s - 1, m);
+  for (int k = 0; k < warmup; ++k) x.F(0);
+  for (int k = 0; k < m; ++k) {
+    if (x.forwards(0) < m) x.F(0);
+    x.B(0);
+    if (k >= s) x.W();
+  }
+  while (x.queued()) x.W();
+  return x;
+}
+
+// zb-v (Qi et al. 2023, ZB-V, as PyTorch's ScheduleZBVZeroBubble orders it), for n >= 2p - 1
+// micro-batches; make_schedule pads m up to that and drops the padding. Stage r: 2 (p-r) - 1
+// forwards of chunk 0; r pairs F1 F0; p - r times F1 B1 W1; then F0 B0 W0 F1 B1 W1 until
+// every forward has run; r pairs B0 B1 with their W's held back; p - r times B0 W0; the
+// held-back W's of chunk 1, then of chunk 0.
+SplitPasses zb_v(int p, int n, int r) {
+  SplitPasses x(2);
+  for (int k = 0; k < 2 * (p - r) - 1; ++k) x.F(0);
+  for (int k = 0; k < r; ++k) x.F(1), x.F(0);
+  for (int k = 0; k < p - r; ++k) x.F(1), x.BW(1);
+  while (x.forwards(1) < x.forwards(0) || x.forwards(0) < n) {
+    if (x.forwards(0) < n) x.F(0);
+    x.BW(0);
+    x.F(1), x.BW(1);
+  }
+  for (int k = 0; k < r; ++k) x.B(0), x.B(1);
+  for (int k = 0; k < p - r; ++k) x.B(0), x.W(0);
+  while (x.queued(1)) x.W(1);
+  while (x.queued(0)) x.W(0);
+  return x;
+}
+
+// dualpipev (DeepSeek's DualPipeV, the one-copy form of DeepSeek-V3's DualPipe), m >= 2p.
+// Stage r: 2 (p-r-1) forwards of chunk 0; r + 1 pairs F0 F1; p-r-1 times B1 W1 F1; the main
+// part, m - 2p + r + 1 times F0 B1 F1 B0 (each forward paired with a backward of another
+// micro-batch, which DualPipe overlaps to hide each one's communication behind the other's
+// compute; here they simply follow each other) with each backward's W at once; p-r-1
+// times B1 F1 B0; r + 1 pairs B1 B0, whose W's are held back from the middle pair on; p-r-1
+// times a held-back W then B0 (held back); the held-back W's, oldest first.
+SplitPasses dualpipe_v(int p, int m, int r) {
+  SplitPasses x(2);
+  for (int k = 0; k < 2 * (p - r - 1); ++k) x.F(0);
+  for (int k = 0; k < r + 1; ++k) x.F(0), x.F(1);
+  for (int k = 0; k < p - r - 1; ++k) x.B(1), x.W(), x.F(1);
+  for (int k = 0; k < m - 2 * p + r + 1; ++k) x.F(0), x.BW(1), x.F(1), x.BW(0);
+  for (int k = 0; k < p - r - 1; ++k) x.BW(1), x.F(1), x.BW(0);
+  bool hold = false;
+  for (int k = 0; k < r + 1; ++k) {
+    // From the middle pair on (for odd r from its B1, for even r from its B0) the W's
+    // wait, to fill the cool-down's gaps.
+    if (k == (r + 1) / 2 && r % 2 == 1) hold = true;
+    hold ? x.B(1) : x.BW(1);
+    if (k == (r + 1) / 2 && r % 2 == 0) hold = true;
+    hold ? x.B(0) : x.BW(0);
+  }
+  for (int k = 0; k < p - r - 1; ++k) x.W(), x.B(0);
+  while (x.queued()) x.W();
+  return x;
+}
+
+void split(const ScheduleShape& shape, int s, std::vector<Op>& ops) {
+  const int p = shape.stages, m = shape.micro_batches;
+  SplitPasses x(shape.chunks);
+  switch (shape.kind) {
+    case PipeSchedule::zb_h1:
+      x = zb_h1(shape, s);
+      break;
+    case PipeSchedule::zb_v:
+      x = zb_v(p, std::max(m, 2 * p - 1), s);
+      break;
+    case PipeSchedule::dualpipe_v:
+      x = dualpipe_v(p, m, s);
+      break;
+    default:
+      break;
+  }
+  // Dropping every pass of the padding micro-batches (all >= m, on every stage) keeps the
+  // lists complete and deadlock-free: the passes left run in the same order.
+  for (const Op& op : x.ops()) {
+    if (op.micro < m) emit(shape, s, op.kind, {op.micro, op.chunk}, ops);
   }
 }
 
 }  // namespace
 
-// Every kind is warm-up forwards, then one forward and one backward in turn, then the
-// remaining backwards (the cool-down); gpipe is all warm-up.
 Schedule make_schedule(const ScheduleShape& shape) {
   require_valid(shape);
   Schedule sched{shape, std::vector<std::vector<Op>>(shape.stages)};
   const int passes = shape.micro_batches * shape.chunks;
   for (int s = 0; s < shape.stages; ++s) {
     std::vector<Op>& ops = sched.stages[s];
-    ops.reserve(std::size_t(passes) * 6);
-    const int warmup = warmup_forwards(shape, s);
-    for (int k = 0; k < warmup; ++k) emit(shape, s, Op::forward, forward_pass(shape, k), ops);
-    for (int k = 0; k < passes - warmup; ++k) {
-      emit(shape, s, Op::forward, forward_pass(shape, warmup + k), ops);
-      emit(shape, s, Op::backward, backward_pass(shape, k), ops);
-    }
-    for (int k = passes - warmup; k < passes; ++k) {
-      emit(shape, s, Op::backward, backward_pass(shape, k), ops);
-    }
+    ops.reserve(std::size_t(passes) * 7);
+    if (shape.split_backward())
+      split(shape, s, ops);
+    else
+      fused(shape, s, ops);
   }
   return sched;
 }

@@ -14,7 +14,7 @@ namespace tessera::pp {
 namespace {
 
 constexpr std::size_t kMaxProblems = 20;
-constexpr int kKinds = 6;
+constexpr int kKinds = 8;
 
 class Problems {
  public:
@@ -44,16 +44,23 @@ std::string where(int stage, std::size_t index, const Op& op) {
   return cat("stage ", stage, " op ", index, " ", describe(op));
 }
 
-// Whether stage s's local chunk j sends/receives op kind k at all.
+// Whether stage s's local chunk j runs, sends or receives op kind k at all: a message only
+// across a boundary between stages, a fused backward only in a fused kind, B and W only in
+// a split one.
 bool needed(const ScheduleShape& shape, int stage, int chunk, Op::Kind kind) {
   const int c = shape.model_chunk(stage, chunk), last = shape.model_chunks() - 1;
   switch (kind) {
     case Op::recv_act:
     case Op::send_grad:
-      return c > 0;
+      return c > 0 && shape.crosses(c - 1);
     case Op::send_act:
     case Op::recv_grad:
-      return c < last;
+      return c < last && shape.crosses(c);
+    case Op::backward:
+      return !shape.split_backward();
+    case Op::backward_input:
+    case Op::backward_weight:
+      return shape.split_backward();
     default:
       return true;
   }
@@ -80,14 +87,21 @@ void check_structure(const Schedule& sched, Problems& problems) {
     for (auto& x : pos) x.assign(std::size_t(m) * v, -1);
     for (std::size_t x = 0; x < ops.size(); ++x) {
       const Op& op = ops[x];
-      if (op.kind < Op::forward || op.kind > Op::recv_grad || op.micro < 0 || op.micro >= m ||
+      if (op.kind < Op::forward || op.kind >= kKinds || op.micro < 0 || op.micro >= m ||
           op.chunk < 0 || op.chunk >= v) {
         problems.add(where(s, x, op), ": kind, micro-batch or chunk out of range");
         continue;
       }
       if (!needed(shape, s, op.chunk, op.kind)) {
-        problems.add(where(s, x, op), ": model chunk ", shape.model_chunk(s, op.chunk), " of ",
-                     shape.model_chunks(), " has no such message");
+        if (op.is_compute()) {
+          problems.add(
+              where(s, x, op), ": the ", to_string(shape.kind), " schedule runs ",
+              shape.split_backward() ? "backward_input and backward_weight" : "fused backwards",
+              ", not ", to_string(op.kind));
+        } else {
+          problems.add(where(s, x, op), ": model chunk ", shape.model_chunk(s, op.chunk), " of ",
+                       shape.model_chunks(), " has no such message");
+        }
         continue;
       }
       int peer = -1;
@@ -115,10 +129,15 @@ void check_structure(const Schedule& sched, Problems& problems) {
         if (!complete) continue;
         const auto at = [&](Op::Kind k) { return pos[k][slot]; };
         const std::string pass = cat("micro ", i, ", chunk ", j);
-        if (at(Op::backward) < at(Op::forward)) {
-          problems.add("stage ", s, ": backward(", pass, ") at op ", at(Op::backward),
-                       " comes before its forward at op ", at(Op::forward));
-        }
+        const auto after = [&](Op::Kind later, Op::Kind earlier) {
+          if (at(later) > at(earlier)) return;
+          problems.add("stage ", s, ": ", to_string(later), "(", pass, ") at op ", at(later),
+                       " comes before its ", to_string(earlier), " at op ", at(earlier));
+        };
+        // The pass that takes the output's gradient and sends the input's.
+        const Op::Kind grad = shape.split_backward() ? Op::backward_input : Op::backward;
+        after(grad, Op::forward);
+        if (shape.split_backward()) after(Op::backward_weight, Op::backward_input);
         const auto adjacent = [&](Op::Kind comm, Op::Kind compute, int offset) {
           if (!needed(shape, s, j, comm) || at(comm) == at(compute) + offset) return;
           problems.add("stage ", s, ": ", to_string(comm), "(", pass, ") at op ", at(comm),
@@ -127,8 +146,8 @@ void check_structure(const Schedule& sched, Problems& problems) {
         };
         adjacent(Op::recv_act, Op::forward, -1);
         adjacent(Op::send_act, Op::forward, +1);
-        adjacent(Op::recv_grad, Op::backward, -1);
-        adjacent(Op::send_grad, Op::backward, +1);
+        adjacent(Op::recv_grad, grad, -1);
+        adjacent(Op::send_grad, grad, +1);
       }
     }
   }
@@ -175,6 +194,7 @@ void run(const Schedule& sched, OpCosts costs, Problems& problems, Simulation* s
   const int p = shape.stages, m = shape.micro_batches, chunks = shape.model_chunks();
   std::vector<std::size_t> pc(p, 0);
   std::vector<std::int64_t> clock(p, 0);
+  // bwd_done: the input gradient's pass (backward or backward_input) has run.
   std::vector<char> fwd_done(std::size_t(m) * chunks, 0), bwd_done(fwd_done);
   std::map<Channel, std::deque<std::pair<Message, std::int64_t>>> in_flight;
   if (sim) sim->timeline.assign(p, {});
@@ -203,19 +223,24 @@ void run(const Schedule& sched, OpCosts costs, Problems& problems, Simulation* s
         }
         const int c = shape.model_chunk(s, op.chunk);
         const std::size_t slot = std::size_t(op.micro) * chunks + c;
+        std::int64_t cost = costs.forward;
         if (op.kind == Op::forward) {
           if (c > 0 && !fwd_done[slot - 1]) {
             problems.add(where(s, pc[s], op), ": runs before the forward of model chunk ", c - 1);
           }
           fwd_done[slot] = 1;
+        } else if (op.kind == Op::backward_weight) {
+          if (!bwd_done[slot])
+            problems.add(where(s, pc[s], op), ": runs before its backward_input");
+          cost = costs.weight;
         } else {
           if (!fwd_done[slot]) problems.add(where(s, pc[s], op), ": runs before its forward");
           if (c < chunks - 1 && !bwd_done[slot + 1]) {
             problems.add(where(s, pc[s], op), ": runs before the backward of model chunk ", c + 1);
           }
           bwd_done[slot] = 1;
+          cost = op.kind == Op::backward ? costs.backward() : costs.input;
         }
-        const std::int64_t cost = op.kind == Op::forward ? costs.forward : costs.backward;
         if (sim) sim->timeline[s].push_back({clock[s], clock[s] + cost, op});
         clock[s] += cost;
       }
@@ -231,7 +256,8 @@ void run(const Schedule& sched, OpCosts costs, Problems& problems, Simulation* s
 }
 
 std::string label(const ScheduleShape& shape, const Op& op) {
-  std::string s = cat(op.kind == Op::forward ? 'F' : 'B', op.micro);
+  const char letter = op.kind == Op::forward ? 'F' : op.kind == Op::backward_weight ? 'W' : 'B';
+  std::string s = cat(letter, op.micro);
   if (shape.chunks > 1) s += char('a' + op.chunk);
   return s;
 }
@@ -282,7 +308,7 @@ std::vector<int> peak_activations(const Schedule& sched) {
     int held = 0, most = 0;
     for (const Op& op : ops) {
       if (op.kind == Op::forward) most = std::max(most, ++held);
-      if (op.kind == Op::backward) --held;
+      if (op.kind == Op::backward || op.kind == Op::backward_weight) --held;
     }
     peak.push_back(most);
   }
@@ -290,9 +316,10 @@ std::vector<int> peak_activations(const Schedule& sched) {
 }
 
 Simulation simulate(const Schedule& sched, OpCosts costs) {
-  TESSERA_REQUIRE(costs.forward >= 1 && costs.backward >= 1,
-                  "pipeline simulation: forward and backward costs must be at least 1, not ",
-                  costs.forward, " and ", costs.backward);
+  TESSERA_REQUIRE(costs.forward >= 1 && costs.input >= 1 && costs.weight >= 0,
+                  "pipeline simulation: the forward and backward_input costs must be at least 1 "
+                  "and the backward_weight cost at least 0, not ",
+                  costs.forward, ", ", costs.input, " and ", costs.weight);
   const std::vector<std::string> problems = check_schedule(sched);
   TESSERA_REQUIRE(problems.empty(), "pipeline schedule (", to_string(sched.shape.kind), ", p ",
                   sched.shape.stages, ", m ", sched.shape.micro_batches, ", v ", sched.shape.chunks,
@@ -301,7 +328,8 @@ Simulation simulate(const Schedule& sched, OpCosts costs) {
   Problems none;
   run(sched, costs, none, &sim);
   const ScheduleShape& shape = sched.shape;
-  sim.compute = std::int64_t(shape.micro_batches) * shape.chunks * (costs.forward + costs.backward);
+  sim.compute =
+      std::int64_t(shape.micro_batches) * shape.chunks * (costs.forward + costs.backward());
   sim.bubble = make_ratio(sim.makespan - sim.compute, sim.compute);
   sim.peak_activations = peak_activations(sched);
   return sim;
@@ -329,13 +357,16 @@ std::string render_timeline(const Schedule& sched, OpCosts costs) {
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";
   }
-  const Ratio formula = bubble_formula(shape);
+  const Ratio formula = bubble_formula(shape, costs);
   out += cat(to_string(shape.kind), " p=", shape.stages, " m=", shape.micro_batches);
   if (shape.chunks > 1) out += cat(" v=", shape.chunks);
-  out += cat(", forward ", costs.forward, " backward ", costs.backward, ": makespan ", sim.makespan,
-             ", compute ", sim.compute, " per stage, bubble ", sim.makespan - sim.compute, "/",
-             sim.compute, " = ", sim.bubble.num, "/", sim.bubble.den, " (formula ", formula.num,
-             "/", formula.den, ")\n");
+  if (shape.split_backward())
+    out += cat(", F ", costs.forward, " B ", costs.input, " W ", costs.weight);
+  else
+    out += cat(", forward ", costs.forward, " backward ", costs.backward());
+  out += cat(": makespan ", sim.makespan, ", compute ", sim.compute, " per stage, bubble ",
+             sim.makespan - sim.compute, "/", sim.compute, " = ", sim.bubble.num, "/",
+             sim.bubble.den, " (formula ", formula.num, "/", formula.den, ")\n");
   return out;
 }
 

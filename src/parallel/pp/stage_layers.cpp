@@ -105,13 +105,17 @@ std::vector<int64_t> split_layers(const ModelConfig& cfg, int model_chunks, std:
   return size;
 }
 
-std::vector<ChunkLayers> stage_layers(const std::vector<int64_t>& size, int stages, int stage) {
+std::vector<ChunkLayers> stage_layers(const std::vector<int64_t>& size, const ScheduleShape& shape,
+                                      int stage) {
   const int C = int(size.size());
+  TESSERA_REQUIRE(C == shape.model_chunks(), "pipeline: ", C, " model chunk sizes for ",
+                  shape.stages, " stages x ", shape.chunks, " chunks");
   std::vector<ChunkLayers> out;
-  int64_t first = 0;
-  for (int c = 0; c < C; ++c) {
-    if (c % stages == stage) out.push_back({first, first + size[size_t(c)], c == 0, c == C - 1});
-    first += size[size_t(c)];
+  for (int j = 0; j < shape.chunks; ++j) {
+    const int c = shape.model_chunk(stage, j);
+    int64_t first = 0;
+    for (int k = 0; k < c; ++k) first += size[size_t(k)];
+    out.push_back({first, first + size[size_t(c)], c == 0, c == C - 1});
   }
   return out;
 }

@@ -1,7 +1,8 @@
 // Which layers each pipeline stage runs: the model's L blocks are cut into C = v p
-// consecutive model chunks; model chunk c lives on stage c % p as local chunk c / p
-// (schedule.hpp). Stage 0's first chunk also runs the embedding, stage p-1's last chunk the
-// final norm and head.
+// consecutive model chunks, placed on the stages as the schedule's kind says (schedule.hpp:
+// chunk c on stage c % p as local chunk c / p, or in a V). Model chunk 0 also runs the
+// embedding, model chunk C-1 the final norm and head: with round-robin placement stage 0's
+// first chunk and stage p-1's last; in a V both are stage 0's (local chunks 0 and 1).
 //
 // How the L blocks are cut (parallel.pp_layers):
 //   balanced  by cost, the embedding and the head counted (the default): the cut that
@@ -18,6 +19,7 @@
 
 #include "model/config.hpp"
 #include "model/parts.hpp"
+#include "parallel/pp/schedule.hpp"
 
 namespace tessera::pp {
 
@@ -39,8 +41,9 @@ std::vector<int64_t> balanced_chunk_sizes(int64_t layers, int model_chunks, cons
 // an even cut that does not divide, or a list of the wrong length or sum.
 std::vector<int64_t> split_layers(const ModelConfig& cfg, int model_chunks, std::string_view spec);
 
-// The local chunks of stage `stage` of `stages`, in local order, for blocks per model chunk
-// `sizes` (C = sizes.size() = stages x chunks per stage).
-std::vector<ChunkLayers> stage_layers(const std::vector<int64_t>& sizes, int stages, int stage);
+// The local chunks of stage `stage`, in local order, for blocks per model chunk `sizes`
+// (sizes.size() = shape.model_chunks()), placed as shape's kind places them.
+std::vector<ChunkLayers> stage_layers(const std::vector<int64_t>& sizes, const ScheduleShape& shape,
+                                      int stage);
 
 }  // namespace tessera::pp

@@ -30,7 +30,7 @@ class PipelineReport final : public ReportSection {
         "pipeline: %s, %d stages x %d chunk(s), %d micro-batches; layers (%s) per model "
         "chunk [first-last]@stage: %s; embedding on stage 0, head on stage %d\n",
         to_string(sh.kind), sh.stages, sh.chunks, sh.micro_batches, run_.parallel.pp_layers.c_str(),
-        cut.c_str(), sh.stages - 1);
+        cut.c_str(), sh.loss_stage());
   }
 
   void step(const StepResult& r, const double*) override {
