@@ -25,7 +25,7 @@ struct AdamW {
     const float decay = 1.0f - a.lr * a.weight_decay;
     const float beta1 = a.beta1, beta2 = a.beta2, eps = a.eps, grad_scale = a.grad_scale;
     for_each<E>(
-        "adamw", n, KOKKOS_LAMBDA(int64_t i) {
+        "adamw", n, TESSERA_LAMBDA(E, (int64_t i) {
           const float gi = grad_scale * g[i];
           const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
           const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
@@ -35,7 +35,7 @@ struct AdamW {
           const float pi = p[i] * decay - step_size * mi / denom;
           p[i] = pi;
           copy(i, pi);
-        });
+        }));
   }
 
   static void fill(Backend& b) { b.adamw = adamw; }

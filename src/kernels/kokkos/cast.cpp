@@ -8,19 +8,19 @@ template <class E>
 struct Cast {
   static void f32_to_bf16(const float* x, uint16_t* y, int64_t n) {
     Kokkos::parallel_for("f32_to_bf16", range<E>(n),
-                         KOKKOS_LAMBDA(int64_t i) { y[i] = half::to_bf16(x[i]); });
+                         TESSERA_LAMBDA(E, (int64_t i) { y[i] = half::to_bf16(x[i]); }));
   }
   static void bf16_to_f32(const uint16_t* x, float* y, int64_t n) {
     Kokkos::parallel_for("bf16_to_f32", range<E>(n),
-                         KOKKOS_LAMBDA(int64_t i) { y[i] = half::from_bf16(x[i]); });
+                         TESSERA_LAMBDA(E, (int64_t i) { y[i] = half::from_bf16(x[i]); }));
   }
   static void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
     Kokkos::parallel_for("f32_to_f16", range<E>(n),
-                         KOKKOS_LAMBDA(int64_t i) { y[i] = half::to_f16(x[i]); });
+                         TESSERA_LAMBDA(E, (int64_t i) { y[i] = half::to_f16(x[i]); }));
   }
   static void f16_to_f32(const uint16_t* x, float* y, int64_t n) {
     Kokkos::parallel_for("f16_to_f32", range<E>(n),
-                         KOKKOS_LAMBDA(int64_t i) { y[i] = half::from_f16(x[i]); });
+                         TESSERA_LAMBDA(E, (int64_t i) { y[i] = half::from_f16(x[i]); }));
   }
 
   static void fill(Backend& b) {

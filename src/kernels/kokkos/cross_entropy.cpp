@@ -70,7 +70,7 @@ struct CrossEntropy {
   static void fused(float* logits, const int32_t* targets, float* losses, int64_t N, int64_t V,
                     int64_t V_valid, float grad_scale, uint16_t* dlogits, bool f16) {
     Kokkos::parallel_for(
-        "cross_entropy_fused", rows<E>(N), KOKKOS_LAMBDA(const Team<E>& team) {
+        "cross_entropy_fused", rows<E>(N), TESSERA_LAMBDA(E, (const Team<E>& team) {
           const int64_t n = team.league_rank();
           float* row = logits + n * V;
           const float mx = row_max(team, row, V_valid);
@@ -86,25 +86,25 @@ struct CrossEntropy {
           with_grad_row(logits, dlogits, f16, n, V, [&](const auto& out) {
             finish_row(team, e, out, V, V_valid, t, sum, grad_scale);
           });
-        });
+        }));
   }
 
   static void local_max(const float* logits, float* row_max_out, int64_t N, int64_t V,
                         int64_t V_valid) {
     Kokkos::parallel_for(
-        "cross_entropy_local_max", rows<E>(N), KOKKOS_LAMBDA(const Team<E>& team) {
+        "cross_entropy_local_max", rows<E>(N), TESSERA_LAMBDA(E, (const Team<E>& team) {
           const int64_t n = team.league_rank();
           const float m = V_valid > 0 ? row_max(team, logits + n * V, V_valid)
                                       : -Kokkos::Experimental::infinity_v<float>;
           Kokkos::single(Kokkos::PerTeam(team), [&] { row_max_out[n] = m; });
-        });
+        }));
   }
 
   static void local_exp(float* logits, const int32_t* targets, const float* row_max_in,
                         double* sum_exp, float* target_logit, int64_t N, int64_t V,
                         int64_t V_valid, int64_t v0) {
     Kokkos::parallel_for(
-        "cross_entropy_local_exp", rows<E>(N), KOKKOS_LAMBDA(const Team<E>& team) {
+        "cross_entropy_local_exp", rows<E>(N), TESSERA_LAMBDA(E, (const Team<E>& team) {
           const int64_t n = team.league_rank();
           float* row = logits + n * V;
           const int64_t t = int64_t(targets[n]) - v0;
@@ -115,7 +115,7 @@ struct CrossEntropy {
             target_logit[n] = tl;
             sum_exp[n] = s;
           });
-        });
+        }));
   }
 
   static void local_finish(float* logits, const int32_t* targets, const double* sum_exp,
@@ -123,7 +123,7 @@ struct CrossEntropy {
                            int64_t V_valid, int64_t v0, float grad_scale, uint16_t* dlogits,
                            bool f16) {
     Kokkos::parallel_for(
-        "cross_entropy_local_finish", rows<E>(N), KOKKOS_LAMBDA(const Team<E>& team) {
+        "cross_entropy_local_finish", rows<E>(N), TESSERA_LAMBDA(E, (const Team<E>& team) {
           const int64_t n = team.league_rank();
           Kokkos::single(Kokkos::PerTeam(team), [&] {
             losses[n] = float(Kokkos::log(sum_exp[n]) - double(target_logit[n]));
@@ -134,7 +134,7 @@ struct CrossEntropy {
             finish_row(team, [&](int64_t v) { return row[v]; }, out, V, V_valid, t, sum_exp[n],
                        grad_scale);
           });
-        });
+        }));
   }
 
   static void fill(Backend& b) {

@@ -15,19 +15,19 @@ struct Elementwise {
   };
 
   static void fill(float* x, float value, int64_t n) {
-    for_each<E>("fill", n, KOKKOS_LAMBDA(int64_t i) { x[i] = value; });
+    for_each<E>("fill", n, TESSERA_LAMBDA(E, (int64_t i) { x[i] = value; }));
   }
 
   static void copy(const float* x, float* y, int64_t n) {
-    for_each<E>("copy", n, KOKKOS_LAMBDA(int64_t i) { y[i] = x[i]; });
+    for_each<E>("copy", n, TESSERA_LAMBDA(E, (int64_t i) { y[i] = x[i]; }));
   }
 
   static void add_inplace(float* y, const float* x, int64_t n) {
-    for_each<E>("add_inplace", n, KOKKOS_LAMBDA(int64_t i) { y[i] += x[i]; });
+    for_each<E>("add_inplace", n, TESSERA_LAMBDA(E, (int64_t i) { y[i] += x[i]; }));
   }
 
   static void scale_inplace(float* x, float alpha, int64_t n) {
-    for_each<E>("scale_inplace", n, KOKKOS_LAMBDA(int64_t i) { x[i] *= alpha; });
+    for_each<E>("scale_inplace", n, TESSERA_LAMBDA(E, (int64_t i) { x[i] *= alpha; }));
   }
 
   static double sum_squares(const float* x, int64_t n) {
@@ -43,40 +43,40 @@ struct Elementwise {
     Kokkos::View<double, typename E::memory_space, Kokkos::MemoryUnmanaged> out(part);
     Kokkos::parallel_reduce("sum_squares_accumulate", range<E>(blocks<E>(n)), Squares{x, n}, out);
     Kokkos::parallel_for("sum_squares_accumulate_add", range<E>(1),
-                         KOKKOS_LAMBDA(int64_t) { *total += *part; });
+                         TESSERA_LAMBDA(E, (int64_t) { *total += *part; }));
   }
 
   static void bias_add(float* y, const float* b, int64_t N, int64_t C) {
     Kokkos::parallel_for(
-        "bias_add", rows<E>(N), KOKKOS_LAMBDA(const Team<E>& team) {
+        "bias_add", rows<E>(N), TESSERA_LAMBDA(E, (const Team<E>& team) {
           float* row = y + team.league_rank() * C;
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int64_t c) { row[c] += b[c]; });
-        });
+        }));
   }
 
   static void copy_rows(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows_,
                         int64_t cols) {
     Kokkos::parallel_for(
-        "copy_rows", rows<E>(rows_), KOKKOS_LAMBDA(const Team<E>& team) {
+        "copy_rows", rows<E>(rows_), TESSERA_LAMBDA(E, (const Team<E>& team) {
           const int64_t r = team.league_rank();
           const float* src = x + r * ldx;
           float* dst = y + r * ldy;
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols),
                                [&](int64_t c) { dst[c] = src[c]; });
-        });
+        }));
   }
 
   // db[c] += sum over rows of dy[r, c]: parallel over blocks of columns, rows in order.
   static void bias_backward(const float* dy, float* db, int64_t N, int64_t C) {
     constexpr int64_t W = column_block<E>;
     Kokkos::parallel_for(
-        "bias_backward", range<E>(column_blocks<E>(C)), KOKKOS_LAMBDA(int64_t blk) {
+        "bias_backward", range<E>(column_blocks<E>(C)), TESSERA_LAMBDA(E, (int64_t blk) {
           const int64_t c0 = blk * W, w = C - c0 < W ? C - c0 : W;
           double acc[W] = {};
           for (int64_t r = 0; r < N; ++r)
             for_lanes<W>(w, [&](int64_t k) { acc[k] += dy[r * C + c0 + k]; });
           for (int64_t k = 0; k < w; ++k) db[c0 + k] += float(acc[k]);
-        });
+        }));
   }
 
   static void fill(Backend& b) {

@@ -10,7 +10,7 @@ struct Embedding {
   static void forward_range(const int32_t* ids, const float* table, float* out, int64_t N,
                             int64_t C, int64_t v0, int64_t rows_) {
     Kokkos::parallel_for(
-        "embedding_forward", rows<E>(N), KOKKOS_LAMBDA(const Team<E>& team) {
+        "embedding_forward", rows<E>(N), TESSERA_LAMBDA(E, (const Team<E>& team) {
           const int64_t n = team.league_rank();
           const int64_t r = int64_t(ids[n]) - v0;
           float* dst = out + n * C;
@@ -18,7 +18,7 @@ struct Embedding {
           const float* src = table + (inside ? r : 0) * C;
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
                                [&](int64_t c) { dst[c] = inside ? src[c] : 0.0f; });
-        });
+        }));
   }
 
   // dtable[ids[n] - v0, :] += dout[n, :] for ids in [v0, v0 + rows).
@@ -26,7 +26,7 @@ struct Embedding {
                              int64_t C, int64_t v0, int64_t rows_) {
     constexpr int64_t W = column_block<E>;
     Kokkos::parallel_for(
-        "embedding_backward", range<E>(column_blocks<E>(C)), KOKKOS_LAMBDA(int64_t blk) {
+        "embedding_backward", range<E>(column_blocks<E>(C)), TESSERA_LAMBDA(E, (int64_t blk) {
           const int64_t c0 = blk * W, w = C - c0 < W ? C - c0 : W;
           for (int64_t n = 0; n < N; ++n) {
             const int64_t r = int64_t(ids[n]) - v0;
@@ -35,7 +35,7 @@ struct Embedding {
             const float* src = dout + n * C + c0;
             for_lanes<W>(w, [&](int64_t k) { dst[k] += src[k]; });
           }
-        });
+        }));
   }
 
   // The whole table: every id is a row (ids are checked against the table by the caller).

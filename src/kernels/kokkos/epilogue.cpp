@@ -67,7 +67,7 @@ void for_each_cell(const char* name, int64_t N, int64_t C, const F& f) {
 template <class Exec, class F, class Done>
 void for_each_column_block(const char* name, int64_t N, int64_t C, const F& f, const Done& done) {
   Kokkos::parallel_for(
-      name, range<Exec>(column_blocks<Exec>(C)), KOKKOS_LAMBDA(int64_t blk) {
+      name, range<Exec>(column_blocks<Exec>(C)), TESSERA_LAMBDA(Exec, (int64_t blk) {
         constexpr int64_t W = column_block<Exec>;
         const int64_t c0 = blk * W, w = C - c0 < W ? C - c0 : W;
         auto acc = f.start();
@@ -76,7 +76,7 @@ void for_each_column_block(const char* name, int64_t N, int64_t C, const F& f, c
           for_lanes<W>(w, [&](int64_t k) { f(acc, i0 + k, k); });
         }
         done(acc, c0, w);
-      });
+      }));
 }
 
 template <class E>
@@ -96,7 +96,7 @@ struct Epilogue {
   static void gelu_fwd(float* pre, const float* bias, Full full, Half half, int64_t N,
                        int64_t C) {
     for_each_cell<E>(
-        "gelu_bias_forward", N, C, KOKKOS_LAMBDA(int64_t i, int64_t c) {
+        "gelu_bias_forward", N, C, TESSERA_LAMBDA(E, (int64_t i, int64_t c) {
           float v = pre[i];
           if (Bias) {  // a constant: one branch compiled (no if constexpr: nvcc's lambdas)
             v += bias[c];
@@ -105,7 +105,7 @@ struct Epilogue {
           const float y = gelu_value(v);
           full(i, y);
           half(i, y);
-        });
+        }));
   }
 
   static void gelu_bias_forward(float* pre, const float* bias, float* act, uint16_t* act16,
@@ -122,7 +122,7 @@ struct Epilogue {
   static void swiglu_fwd(float* gate, float* up, const float* gate_bias, const float* up_bias,
                          Full full, Half half, int64_t N, int64_t C) {
     for_each_cell<E>(
-        "swiglu_bias_forward", N, C, KOKKOS_LAMBDA(int64_t i, int64_t c) {
+        "swiglu_bias_forward", N, C, TESSERA_LAMBDA(E, (int64_t i, int64_t c) {
           float g = gate[i], u = up[i];
           if (Bias) {  // a constant: one branch compiled (no if constexpr: nvcc's lambdas)
             g += gate_bias[c];
@@ -133,7 +133,7 @@ struct Epilogue {
           const float y = swiglu_value(g, u);
           full(i, y);
           half(i, y);
-        });
+        }));
   }
 
   static void swiglu_bias_forward(float* gate, float* up, const float* gate_bias,
@@ -178,7 +178,7 @@ struct Epilogue {
     const GeluGrad<Full, Half> g{dact, pre, full, half};
     if (dbias)
       return for_each_column_block<E>("gelu_bias_backward", N, C, g, AddSums1{dbias});
-    for_each<E>("gelu_bias_backward", N * C, KOKKOS_LAMBDA(int64_t i) { g(i); });
+    for_each<E>("gelu_bias_backward", N * C, TESSERA_LAMBDA(E, (int64_t i) { g(i); }));
   }
 
   static void gelu_bias_backward(const float* dact, const float* pre, float* dpre,
@@ -224,7 +224,7 @@ struct Epilogue {
     if (dgate_bias)
       return for_each_column_block<E>("swiglu_bias_backward", N, C, g,
                                       AddSums2{dgate_bias, dup_bias});
-    for_each<E>("swiglu_bias_backward", N * C, KOKKOS_LAMBDA(int64_t i) { g(i); });
+    for_each<E>("swiglu_bias_backward", N * C, TESSERA_LAMBDA(E, (int64_t i) { g(i); }));
   }
 
   static void swiglu_bias_backward(const float* dact, const float* gate, const float* up,

@@ -13,10 +13,18 @@
 //
 // This header is compiled by the host compiler in a CPU build and by nvcc (as CUDA) in a CUDA
 // build; nothing outside this folder includes it or Kokkos.
+//
+// A kernel body is written TESSERA_LAMBDA(E, (args) { body }), never KOKKOS_LAMBDA. In a CUDA
+// build KOKKOS_LAMBDA is an extended __host__ __device__ lambda, and nvcc replaces every one,
+// in host code, by a type-erased wrapper called through a function pointer: the host instances
+// then ran one indirect call per element, neither inlined nor vectorised (1.06-1.7x slower
+// than a CPU build, doc/performance.md). TESSERA_LAMBDA is a plain lambda in the host
+// instance and an extended one in the CUDA instance only, the body written once.
 #pragma once
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/backend.hpp"
 #include "tensor/half.hpp"
@@ -26,6 +34,25 @@ namespace tessera::kernels::kokkos {
 using Host = Kokkos::DefaultHostExecutionSpace;
 #ifdef KOKKOS_ENABLE_CUDA
 using Device = Kokkos::Cuda;
+#endif
+
+// The closure of a kernel body for space Exec (a template parameter of the enclosing function):
+// for the CUDA space an extended lambda, which device code needs; for the host space a plain
+// one, which the host compiler inlines into Kokkos' loops. Only the branch of Exec is
+// instantiated, so the host instances hold no extended lambda at all. The immediately called
+// [&] lambda is where the two closure types part; nvcc allows an extended lambda in it (its
+// enclosing function is then the kernel's). A host-only build has one kind of lambda.
+#ifdef KOKKOS_ENABLE_CUDA
+#define TESSERA_LAMBDA(Exec, ...)                                                     \
+  [&] {                                                                               \
+    if constexpr (std::is_same_v<Exec, ::tessera::kernels::kokkos::Device>) {         \
+      return KOKKOS_LAMBDA __VA_ARGS__;                                               \
+    } else {                                                                          \
+      return [=] __VA_ARGS__;                                                         \
+    }                                                                                 \
+  }()
+#else
+#define TESSERA_LAMBDA(Exec, ...) [=] __VA_ARGS__
 #endif
 
 // Initialises Kokkos once per process (threads: OpenMP's current maximum, so a run's
@@ -183,8 +210,10 @@ double* scratch_scalar<Device>();
 #endif
 
 // exp(x) with relative error ~1e-7, 0 below -87.3 (where the true value is subnormal), x
-// clamped at 88. Branch-free, so host loops over it vectorise.
-KOKKOS_INLINE_FUNCTION float exp_poly(float x) {
+// clamped at 88. Branch-free, so host loops over it vectorise, once it is inlined: forced, as
+// in a CUDA build the kernels are one translation unit, where GCC reaches its unit growth
+// limit and left the fp32 cross-entropy's gradient loop calling it (2.6x slower).
+KOKKOS_FORCEINLINE_FUNCTION float exp_poly(float x) {
   const bool tiny = x < -87.3f;
   x = x < -87.3f ? -87.3f : x;
   x = x > 88.0f ? 88.0f : x;

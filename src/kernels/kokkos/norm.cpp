@@ -27,7 +27,7 @@ struct Norm {
   static void rmsnorm_rows(const float* x, const float* w, Store store, float* rstd, int64_t N,
                            int64_t C, float eps) {
     Kokkos::parallel_for(
-        "rmsnorm_forward", rows<E>(N), KOKKOS_LAMBDA(const Team<E>& team) {
+        "rmsnorm_forward", rows<E>(N), TESSERA_LAMBDA(E, (const Team<E>& team) {
           const int64_t r = team.league_rank();
           const float* xr = x + r * C;
           const double ss = team_sum<E>(team, C, [&](int64_t c) { return double(xr[c]) * xr[c]; });
@@ -35,13 +35,13 @@ struct Norm {
           Kokkos::single(Kokkos::PerTeam(team), [&] { rstd[r] = s; });
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
                                [&](int64_t c) { store(r * C + c, xr[c] * s * w[c]); });
-        });
+        }));
   }
 
   static void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd,
                                float* dx, float* dw, int64_t N, int64_t C) {
     Kokkos::parallel_for(
-        "rmsnorm_backward_dx", rows<E>(N), KOKKOS_LAMBDA(const Team<E>& team) {
+        "rmsnorm_backward_dx", rows<E>(N), TESSERA_LAMBDA(E, (const Team<E>& team) {
           const int64_t r = team.league_rank();
           const float* xr = x + r * C;
           const float* dyr = dy + r * C;
@@ -52,10 +52,10 @@ struct Norm {
           const float k = float(dot * s * s * s / double(C));
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
                                [&](int64_t c) { dxr[c] = s * w[c] * dyr[c] - k * xr[c]; });
-        });
+        }));
     constexpr int64_t W = column_block<E>;
     Kokkos::parallel_for(
-        "rmsnorm_backward_dw", range<E>(column_blocks<E>(C)), KOKKOS_LAMBDA(int64_t blk) {
+        "rmsnorm_backward_dw", range<E>(column_blocks<E>(C)), TESSERA_LAMBDA(E, (int64_t blk) {
           const int64_t c0 = blk * W, n = C - c0 < W ? C - c0 : W;
           double acc[W] = {};
           for (int64_t r = 0; r < N; ++r) {
@@ -65,7 +65,7 @@ struct Norm {
             });
           }
           for (int64_t k = 0; k < n; ++k) dw[c0 + k] += float(acc[k]);
-        });
+        }));
   }
 
   static void layernorm_forward(const float* x, const float* w, const float* b, float* y,
@@ -78,7 +78,7 @@ struct Norm {
   static void layernorm_rows(const float* x, const float* w, const float* b, Store store,
                              float* mean, float* rstd, int64_t N, int64_t C, float eps) {
     Kokkos::parallel_for(
-        "layernorm_forward", rows<E>(N), KOKKOS_LAMBDA(const Team<E>& team) {
+        "layernorm_forward", rows<E>(N), TESSERA_LAMBDA(E, (const Team<E>& team) {
           const int64_t r = team.league_rank();
           const float* xr = x + r * C;
           const double m = team_sum<E>(team, C, [&](int64_t c) { return double(xr[c]); }) / double(C);
@@ -92,14 +92,14 @@ struct Norm {
           });
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
                                [&](int64_t c) { store(r * C + c, (xr[c] - mf) * s * w[c] + b[c]); });
-        });
+        }));
   }
 
   static void layernorm_backward(const float* dy, const float* x, const float* w,
                                  const float* mean, const float* rstd, float* dx, float* dw,
                                  float* db, int64_t N, int64_t C) {
     Kokkos::parallel_for(
-        "layernorm_backward_dx", rows<E>(N), KOKKOS_LAMBDA(const Team<E>& team) {
+        "layernorm_backward_dx", rows<E>(N), TESSERA_LAMBDA(E, (const Team<E>& team) {
           const int64_t r = team.league_rank();
           const float* xr = x + r * C;
           const float* dyr = dy + r * C;
@@ -116,10 +116,10 @@ struct Norm {
             const float xhat = (xr[c] - m) * s;
             dxr[c] = s * (dyr[c] * w[c] - mg - xhat * mgx);
           });
-        });
+        }));
     constexpr int64_t W = column_block<E>;
     Kokkos::parallel_for(
-        "layernorm_backward_dw", range<E>(column_blocks<E>(C)), KOKKOS_LAMBDA(int64_t blk) {
+        "layernorm_backward_dw", range<E>(column_blocks<E>(C)), TESSERA_LAMBDA(E, (int64_t blk) {
           const int64_t c0 = blk * W, n = C - c0 < W ? C - c0 : W;
           double acc_w[W] = {}, acc_b[W] = {};
           for (int64_t r = 0; r < N; ++r) {
@@ -135,7 +135,7 @@ struct Norm {
             dw[c0 + k] += float(acc_w[k]);
             db[c0 + k] += float(acc_b[k]);
           }
-        });
+        }));
   }
 
   static void fill(Backend& b) {

@@ -11,7 +11,7 @@ struct Rope {
                    bool inverse) {
     const int64_t half = D / 2;
     Kokkos::parallel_for(
-        "rope", range<E>(T * half), KOKKOS_LAMBDA(int64_t i) {
+        "rope", range<E>(T * half), TESSERA_LAMBDA(E, (int64_t i) {
           const int64_t j = i % half, t = i / half;
           const double pos = double(pos0 + t);
           const double angle = pos * Kokkos::pow(double(theta), -2.0 * double(j) / double(D));
@@ -26,7 +26,7 @@ struct Rope {
               p[1] = a * s + b * c;
             }
           }
-        });
+        }));
   }
 
   static void fill(Backend& b) { b.rope = rope; }
