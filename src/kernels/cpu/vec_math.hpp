@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/exp_poly.hpp"
+
 namespace tessera::kernels::vec {
 
 // Float/int vectors of the target's width.
@@ -64,21 +66,12 @@ inline float hmax(vfloat v) {
 // exp(x) per lane with relative error ~1e-7; x is clamped to [-87.3, 88], so exp of a very
 // negative x is ~1e-38 rather than 0 (callers zero masked lanes themselves).
 inline vfloat vexp(vfloat x) {
-  x = vselect(x < vsplat(-87.3f), vsplat(-87.3f), x);
-  x = vselect(x > vsplat(88.0f), vsplat(88.0f), x);
-  // x = n ln2 + r with n = round(x / ln2), |r| <= ln2/2 (the +128 keeps the value being
-  // truncated positive); ln2 is split in two so that n * ln2_hi is exact.
-  const vint n = __builtin_convertvector(x * 1.44269504f + 128.5f, vint) - 128;
+  namespace e = exp_parts;  // kernels/exp_poly.hpp: the polynomial the Kokkos kernels use too
+  x = vselect(x < vsplat(e::kLow), vsplat(e::kLow), x);
+  x = vselect(x > vsplat(e::kHigh), vsplat(e::kHigh), x);
+  const vint n = __builtin_convertvector(x * e::kLog2e + e::kRoundShift, vint) - e::kShift;
   const vfloat fn = __builtin_convertvector(n, vfloat);
-  const vfloat r = (x - fn * 0.693359375f) + fn * 2.12194440e-4f;
-  // Cephes expf polynomial for exp(r) on [-ln2/2, ln2/2].
-  vfloat p = vsplat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  const vfloat p = e::exp_reduced(e::reduced(x, fn), vsplat(e::kP0));
   return p * std::bit_cast<vfloat>((n + 127) << 23);
 }
 

@@ -8,8 +8,9 @@
 //    row order, and sums of many terms are accumulated in double;
 //  * per-column sums (bias, norm weights, embedding rows) are parallel over columns, each
 //    column summed over the rows in order, so the result does not depend on the thread count;
-//  * exp goes through exp_poly (a Cephes polynomial, the CPU's vectorised exp of before), so a
-//    host and a device run compute the same function.
+//  * exp goes through exp_poly (the Cephes polynomial of kernels/exp_poly.hpp, which the CPU
+//    attention core's vector exp uses too), so a host and a device run compute the same
+//    function.
 //
 // This header is compiled by the host compiler in a CPU build and by nvcc (as CUDA) in a CUDA
 // build; nothing outside this folder includes it or Kokkos.
@@ -27,6 +28,7 @@
 #include <type_traits>
 
 #include "kernels/backend.hpp"
+#include "kernels/exp_poly.hpp"
 #include "tensor/half.hpp"
 
 namespace tessera::kernels::kokkos {
@@ -214,21 +216,13 @@ double* scratch_scalar<Device>();
 // in a CUDA build the kernels are one translation unit, where GCC reaches its unit growth
 // limit and left the fp32 cross-entropy's gradient loop calling it (2.6x slower).
 KOKKOS_FORCEINLINE_FUNCTION float exp_poly(float x) {
-  const bool tiny = x < -87.3f;
-  x = x < -87.3f ? -87.3f : x;
-  x = x > 88.0f ? 88.0f : x;
-  // x = n ln2 + r, |r| <= ln2/2 (the +128 keeps the truncated value positive); ln2 split in
-  // two so that n * ln2_hi is exact.
-  const int32_t n = int32_t(x * 1.44269504f + 128.5f) - 128;
+  namespace e = exp_parts;  // kernels/exp_poly.hpp: the polynomial the CPU kernels use too
+  const bool tiny = x < e::kLow;
+  x = x < e::kLow ? e::kLow : x;
+  x = x > e::kHigh ? e::kHigh : x;
+  const int32_t n = int32_t(x * e::kLog2e + e::kRoundShift) - e::kShift;
   const float fn = float(n);
-  const float r = (x - fn * 0.693359375f) + fn * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  const float p = e::exp_reduced(e::reduced(x, fn), e::kP0);
   const float scale = Kokkos::bit_cast<float>((n + 127) << 23);
   return tiny ? 0.0f : p * scale;
 }
