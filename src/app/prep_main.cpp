@@ -37,8 +37,8 @@ constexpr Option kOptions[] = {
     {"--split-lines", nullptr,
      "text files: a document per non-blank line (default: per paragraph)"},
     {"--threads", "N",
-     "tokenize with N threads (default: OMP_NUM_THREADS or every core); the file is the same "
-     "bytes for every N"},
+     "tokenize with N threads (default: 1 for byte, else OMP_NUM_THREADS or every core); "
+     "the file is the same bytes for every N"},
     {"--help", nullptr, "print this help"},
 };
 
@@ -110,7 +110,9 @@ void prep(const Args& args) {
   const bool split_lines = args.options.count("--split-lines") > 0;
   const std::vector<tessera::InputFile> files = tessera::expand_inputs(args.inputs);
   tessera::require_output_apart(out, files);  // before anything is written
-  int threads = omp_get_max_threads();
+  // The byte tokenizer is a copy, which threads only slow down (doc/data.md, measured): one
+  // thread unless --threads says otherwise; GPT-2's BPE takes every core.
+  int threads = get("--tokenizer") == "byte" ? 1 : omp_get_max_threads();
   if (args.options.count("--threads")) {
     const std::string t = get("--threads");
     char* end = nullptr;
@@ -138,7 +140,7 @@ void prep(const Args& args) {
   auto flush = [&] {
     std::vector<std::vector<uint32_t>> ids(batch.size());
     std::exception_ptr failed;
-#pragma omp parallel for schedule(dynamic, 16) num_threads(threads)
+#pragma omp parallel for schedule(static) num_threads(threads)
     for (size_t i = 0; i < batch.size(); ++i) {
       try {
         ids[i] = tokenizers[size_t(omp_get_thread_num())]->encode(batch[i]);
