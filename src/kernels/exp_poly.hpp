@@ -7,10 +7,11 @@
 // Internal to kernels/.
 #pragma once
 
+// Plain inline: the callers decide whether inlining is forced (kokkos.hpp's exp_poly).
 #if defined(__CUDACC__)
-#define TESSERA_EXP_INLINE __host__ __device__ __forceinline__
+#define TESSERA_EXP_INLINE __host__ __device__ inline
 #else
-#define TESSERA_EXP_INLINE inline __attribute__((always_inline))
+#define TESSERA_EXP_INLINE inline
 #endif
 
 namespace tessera::kernels::exp_parts {

@@ -212,10 +212,17 @@ double* scratch_scalar<Device>();
 #endif
 
 // exp(x) with relative error ~1e-7, 0 below -87.3 (where the true value is subnormal), x
-// clamped at 88. Branch-free, so host loops over it vectorise, once it is inlined: forced, as
-// in a CUDA build the kernels are one translation unit, where GCC reaches its unit growth
-// limit and left the fp32 cross-entropy's gradient loop calling it (2.6x slower).
-KOKKOS_FORCEINLINE_FUNCTION float exp_poly(float x) {
+// clamped at 88. Branch-free, so host loops over it vectorise, once it is inlined. A CUDA build
+// compiles the kernels as one translation unit, where GCC reaches its unit growth limit and left
+// the fp32 cross-entropy's gradient loop calling it (2.6x slower): forced there. Not in a
+// host-only build, which inlines it anyway: forcing it moved GCC's other inlining decisions
+// (the epilogues' sigmoid), and with them FMA contractions, so 16-bit runs changed bits.
+#ifdef KOKKOS_ENABLE_CUDA
+KOKKOS_FORCEINLINE_FUNCTION
+#else
+KOKKOS_INLINE_FUNCTION
+#endif
+float exp_poly(float x) {
   namespace e = exp_parts;  // kernels/exp_poly.hpp: the polynomial the CPU kernels use too
   const bool tiny = x < e::kLow;
   x = x < e::kLow ? e::kLow : x;
