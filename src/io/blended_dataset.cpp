@@ -60,27 +60,27 @@ std::vector<BlendPart> parse_blend(const std::string& spec) {
 BlendOrder::BlendOrder(std::vector<double> weights)
     : w_(std::move(weights)), drawn_(w_.size(), 0) {}
 
+// The dataset sample at_ comes from: the largest lag w_i (at_ + 1) - c_i, ties to the lowest i.
+static size_t lagging(const std::vector<double>& w, const std::vector<int64_t>& drawn, int64_t at) {
+  size_t best = 0;
+  double lag = -1e300;
+  for (size_t i = 0; i < w.size(); ++i) {
+    const double e = w[i] * double(at + 1) - double(drawn[i]);
+    if (e > lag) lag = e, best = i;
+  }
+  return best;
+}
+
 void BlendOrder::advance_to(int64_t g) const {
   if (g < at_) at_ = 0, drawn_.assign(w_.size(), 0);
-  for (; at_ < g; ++at_) {
-    size_t best = 0;
-    double lag = -1e300;
-    for (size_t i = 0; i < w_.size(); ++i) {
-      const double e = w_[i] * double(at_ + 1) - double(drawn_[i]);
-      if (e > lag) lag = e, best = i;
-    }
-    ++drawn_[best];
-  }
+  for (; at_ < g; ++at_) ++drawn_[lagging(w_, drawn_, at_)];
 }
 
 BlendOrder::Pick BlendOrder::operator()(int64_t g) const {
   if (w_.size() == 1) return {0, g};
   advance_to(g);
-  const std::vector<int64_t> before = drawn_;
-  advance_to(g + 1);
-  for (size_t i = 0; i < w_.size(); ++i)
-    if (drawn_[i] != before[i]) return {int(i), before[i]};
-  return {0, g};  // unreachable: advancing by one draws one sample
+  const size_t i = lagging(w_, drawn_, g);
+  return {int(i), drawn_[i]};
 }
 
 std::vector<int64_t> BlendOrder::counts(int64_t n) const {
