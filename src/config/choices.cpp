@@ -123,7 +123,8 @@ TokenizerKind parse_tokenizer_kind(std::string_view name) {
 
 PipeSchedule parse_pipe_schedule(std::string_view name) {
   return parse_choice("pipeline schedule", name,
-                      {PipeSchedule::gpipe, PipeSchedule::one_f_one_b, PipeSchedule::interleaved});
+                      {PipeSchedule::gpipe, PipeSchedule::one_f_one_b, PipeSchedule::interleaved,
+                       PipeSchedule::zb_h1, PipeSchedule::zb_v, PipeSchedule::dualpipe_v});
 }
 
 CpKind parse_cp_kind(std::string_view name) {

@@ -210,14 +210,20 @@ std::vector<KeySpec> build_schema() {
               "model chunks; the micro-batches of a step (train.global_batch / (micro_batch x "
               "dp)) stream through them as parallel.pp_schedule orders (doc/pipeline.md); "
               "composes with data, tensor and sequence parallelism and every ZeRO stage."),
-      choice("parallel", "pp_schedule", "1f1b", {"gpipe", "1f1b", "interleaved"},
+      choice("parallel", "pp_schedule", "1f1b",
+             {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"},
              "Pipeline schedule with parallel.pp > 1: gpipe (all forwards, then all backwards), "
-             "1f1b (one forward, one backward; needs micro-batches >= pp) or interleaved "
+             "1f1b (one forward, one backward; needs micro-batches >= pp), interleaved "
              "(Megatron-LM's virtual pipeline; needs pp_virtual >= 2 and micro-batches a "
-             "multiple of pp)."),
+             "multiple of pp), or a schedule that splits each backward into its input and "
+             "weight gradients (doc/pipeline.md): zb-h1 (zero-bubble H1; 1f1b's memory, about "
+             "a third of its bubble; micro-batches >= pp), zb-v (zero-bubble V; pp_virtual = 2 "
+             "in a V, the embedding and the head on the first stage) or dualpipev (DeepSeek's "
+             "DualPipeV; pp_virtual = 2, micro-batches >= 2 pp)."),
       integer("parallel", "pp_virtual", "1", 1, 1 << 10,
-              "Model chunks per pipeline stage (v): 1 for gpipe and 1f1b, >= 2 for the "
-              "interleaved schedule, whose bubble is (pp - 1) / (v x micro-batches)."),
+              "Model chunks per pipeline stage (v): 1 for gpipe, 1f1b and zb-h1, >= 2 for the "
+              "interleaved schedule, whose bubble is (pp - 1) / (v x micro-batches), 2 for "
+              "zb-v and dualpipev."),
       {"parallel",
        "pp_layers",
        KeyType::string,

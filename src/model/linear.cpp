@@ -2,6 +2,7 @@
 
 #include "kernels/kernels.hpp"
 #include "model/step_context.hpp"
+#include "model/weight_grads.hpp"
 
 namespace tessera {
 
@@ -56,7 +57,10 @@ void Linear::backward_gemms(StepContext& ctx, const Tensor& x, const Tensor& dy,
                             bool accumulate_dx) const {
   const int64_t N = rows_of(dy, out_, "Linear::backward dy");
   const Tensor dyc = operand(ctx, dy, ScratchId::gemm_dy);
-  kernels::matmul(dyc, operand(ctx, x), w_->grad, out_, in_, N, true, false, 1.0f, 1.0f);
+  if (ctx.weight_grads)  // a split backward's B: W runs it (model/weight_grads.hpp)
+    ctx.weight_grads->add(ctx.alloc, dyc, operand(ctx, x), &w_->grad, N, out_, in_);
+  else
+    kernels::matmul(dyc, operand(ctx, x), w_->grad, out_, in_, N, true, false, 1.0f, 1.0f);
   if (dx.data)
     kernels::matmul(dyc, w_->compute, dx, N, in_, out_, false, false, 1.0f,
                     accumulate_dx ? 1.0f : 0.0f);

@@ -38,7 +38,8 @@ class Linear {
   // y[N,out] += b (row-parallel maps, after the sum over ranks).
   void add_bias(const Tensor& y) const;
   // dW += dy^T x, db += colsum(dy); dx[N,in] = dy W (or += when accumulate_dx); dx may be
-  // empty (no input gradient). N is dy's rows.
+  // empty (no input gradient). N is dy's rows. With ctx.weight_grads set (a split backward's
+  // backward_input pass) dW += dy^T x is queued there, not computed.
   void backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx,
                 bool accumulate_dx = false) const;
   // x as a GEMM operand of this map: x itself when it has the compute dtype, else x cast to it

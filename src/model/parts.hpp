@@ -8,17 +8,27 @@
 
 namespace tessera {
 
-enum class Pass { forward, backward };
+// A fused backward computes a part's input gradient and its parameters' gradients in one
+// pass. A pipeline schedule that splits the backward (zb-h1, zb-v, dualpipev) runs it as
+// backward (B: the input gradient, and the gradients that cost no GEMM: norms, biases, the
+// embedding) and later weight (W: the weight-gradient GEMMs B queued, model/weight_grads.hpp),
+// which reads no parameter value.
+enum class Pass { forward, backward, weight };
 
 // Parts are numbered 0 (embedding), 1..L (blocks), L + 1 (head: final norm, output
 // projection, loss). A part a pipeline stage does not hold has no parameters there.
 struct PartAccess {
-  int head = 0;       // the head's index, L + 1
-  bool tied = false;  // the head's projection is the token table (part 0)
+  int head = 0;        // the head's index, L + 1
+  bool tied = false;   // the head's projection is the token table (part 0)
+  bool split = false;  // backward runs as backward then weight (Pass)
+
+  // The pass after which a micro-batch's gradients of a part are complete.
+  Pass final_pass() const { return split ? Pass::weight : Pass::backward; }
 
   // The parts whose parameter values a pass of `part` reads. Backward of the embedding
   // reads no parameter; the head's forward reads the token table when tied.
   std::vector<int> reads(int part, Pass pass) const {
+    if (pass == Pass::weight) return {};
     if (part == 0) return pass == Pass::forward ? std::vector<int>{0} : std::vector<int>{};
     if (part == head && pass == Pass::forward && tied) return {part, 0};
     return {part};
@@ -29,7 +39,7 @@ struct PartAccess {
   std::vector<int> writes_grads(int part, Pass pass) const {
     if (part == head && pass == Pass::forward)
       return tied ? std::vector<int>{part, 0} : std::vector<int>{part};
-    return pass == Pass::backward ? std::vector<int>{part} : std::vector<int>{};
+    return pass != Pass::forward ? std::vector<int>{part} : std::vector<int>{};
   }
 };
 

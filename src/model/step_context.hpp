@@ -13,6 +13,8 @@
 
 namespace tessera {
 
+class WeightGrads;
+
 // Told before and after each part of the model (embedding, block, head; ParamStore::parts())
 // runs a forward or backward pass, so data parallelism can reduce a part's gradients as soon
 // as they are final, and ZeRO-2/3 gather its parameters and stage its gradients just in
@@ -36,6 +38,9 @@ struct StepContext {
   // Sum the gradients that are partial over tensor-parallel ranks (sequence-parallel norms)
   // at the end of each part's backward: on the micro-batch whose gradients are reduced next.
   bool reduce_partial_grads = true;
+  // Set during a split backward's backward_input pass: Linear queues its weight-gradient GEMMs
+  // there instead of running them (model/weight_grads.hpp).
+  WeightGrads* weight_grads = nullptr;
 };
 
 // The rows of t, an activation or gradient that must be [rows, cols]: layers take their sizes

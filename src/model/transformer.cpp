@@ -47,8 +47,10 @@ void Transformer::index_parameters(ParamStore& store) {
 template <class Fn>
 auto Transformer::around(StepContext& ctx, int part, Pass pass, Fn&& fn) {
   if (ctx.hooks) ctx.hooks->begin(part, pass, ctx.training);
+  if (ctx.weight_grads) ctx.weight_grads->set_part(part);
   auto result = fn();
-  if (pass == Pass::backward && ctx.reduce_partial_grads && ctx.par.tp.size() > 1)
+  // Partial (sequence-parallel) gradients are summed once the micro-batch's are complete.
+  if (pass == access().final_pass() && ctx.reduce_partial_grads && ctx.par.tp.size() > 1)
     for (int i = ranges_[size_t(part)].first; i < ranges_[size_t(part)].second; ++i)
       if (Param& p = store_.param(i); p.tp_partial_grad)
         ctx.par.tp.all_reduce(p.grad.slice(0, p.local.numel()));
@@ -91,6 +93,26 @@ Tensor Transformer::backward_chunk(StepContext& ctx, int k, const Tensor& dy) {
   if (!c.embedding) return grad;
   around(ctx, 0, Pass::backward, [&] { return (embed_->backward(ctx, grad), 0); });
   return Tensor{};
+}
+
+Tensor Transformer::backward_input_chunk(StepContext& ctx, int k, const Tensor& dy, int* set) {
+  *set = weight_grads_.open();
+  ctx.weight_grads = &weight_grads_;
+  const Tensor dx = backward_chunk(ctx, k, dy);
+  ctx.weight_grads = nullptr;
+  weight_grads_.close();
+  return dx;
+}
+
+void Transformer::backward_weight_chunk(StepContext& ctx, int k, int set) {
+  const ChunkLayers& c = chunks_[size_t(k)];
+  auto run = [&](int part) {
+    around(ctx, part, Pass::weight, [&] { return (weight_grads_.run(set, part), 0); });
+  };
+  if (c.head) run(head_part());
+  for (int64_t l = c.last - 1; l >= c.first; --l) run(int(l) + 1);
+  if (c.embedding) run(0);
+  weight_grads_.release(set);
 }
 
 std::vector<Moe*> Transformer::moe_layers() const {

@@ -10,6 +10,7 @@
 #include "model/embedding.hpp"
 #include "model/output_head.hpp"
 #include "model/parts.hpp"
+#include "model/weight_grads.hpp"
 
 namespace tessera {
 
@@ -40,6 +41,17 @@ class Transformer {
   // head chunk). Returns the gradient of its input [rows, C] (scratch, valid until the next
   // call), or an empty Tensor for the chunk with the embedding.
   Tensor backward_chunk(StepContext& ctx, int k, const Tensor& dy);
+  // A split backward (split_backward(true); doc/pipeline.md, "Split backward"): the same
+  // input gradient as backward_chunk, with every weight-gradient GEMM queued in a set of
+  // weight_grads() whose index *set receives; then backward_weight_chunk runs that set's GEMMs
+  // part by part (the head, the blocks in reverse, the embedding), each between its
+  // Pass::weight hooks, and frees the set.
+  Tensor backward_input_chunk(StepContext& ctx, int k, const Tensor& dy, int* set);
+  void backward_weight_chunk(StepContext& ctx, int k, int set);
+  // Whether backward runs as backward_input_chunk + backward_weight_chunk (set before the
+  // data-parallel strategy reads access()).
+  void split_backward(bool on) { split_ = on; }
+  const WeightGrads& weight_grads() const { return weight_grads_; }
   const std::vector<ChunkLayers>& chunks() const { return chunks_; }
   // This stage's own copy of the tied token table (null unless it has one).
   Param* tied_copy() const { return tied_copy_; }
@@ -54,7 +66,7 @@ class Transformer {
   const std::vector<std::pair<int, int>>& parts() const { return ranges_; }
   int head_part() const { return int(cfg_.layers) + 1; }
   // What a pass over each part reads and adds gradients to.
-  PartAccess access() const { return {head_part(), cfg_.tie_embeddings}; }
+  PartAccess access() const { return {head_part(), cfg_.tie_embeddings, split_}; }
 
  private:
   Tensor trunk(StepContext& ctx, const Tensor& ids);
@@ -75,6 +87,8 @@ class Transformer {
   std::vector<std::unique_ptr<Block>> blocks_;  // by global layer; null where not held
   Param* tied_copy_ = nullptr;
   std::unique_ptr<OutputHead> head_;           // null on a stage without the head
+  bool split_ = false;
+  WeightGrads weight_grads_;
 };
 
 }  // namespace tessera

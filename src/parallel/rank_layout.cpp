@@ -145,11 +145,6 @@ RankLayout RankLayout::make(const ModelConfig& whole, const ParallelSection& p,
   const int stages = d.pp;
   if (stages > 1) {
     r.schedule = {stages, int(r.batch.accum), p.pp_virtual, p.pp_schedule};
-    // The deck cannot choose these yet (core/schema.cpp); this guards every other way in.
-    TESSERA_REQUIRE(!r.schedule.split_backward(),
-                    "parallel.pp_schedule = ", to_string(p.pp_schedule),
-                    " is a schedule tessera generates and checks but "
-                    "cannot run yet (issue 33)");
     pp::require_valid(r.schedule);
     r.chunk_layers = pp::split_layers(c, r.schedule.model_chunks(), p.pp_layers);
     const int64_t largest = *std::max_element(r.chunk_layers.begin(), r.chunk_layers.end());

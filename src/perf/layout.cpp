@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "parallel/pp/schedule.hpp"
 
 namespace tessera {
 
@@ -98,6 +99,9 @@ Layout parse_layout(const std::string& text, Layout base) {
       } catch (const Error&) {
         TESSERA_REQUIRE(false, "layout '", text, "': sched = '", v, "' is not gpipe or 1f1b");
       }
+      TESSERA_REQUIRE(!pp::splits_backward(s), "layout '", text, "': sched = '", v,
+                      "' is not gpipe or 1f1b (the planner does not cost the split-backward "
+                      "schedules yet)");
       l.schedule = s == PipeSchedule::gpipe ? PipeSchedule::gpipe : PipeSchedule::one_f_one_b;
     } else {
       TESSERA_REQUIRE(false, "layout '", text, "': unknown key '", k,

@@ -161,8 +161,11 @@ Layout tessera_layout(const RankLayout& r) {
   l.tp = r.degrees.tp, l.cp = r.degrees.cp, l.ep = r.degrees.ep;
   l.dp = r.degrees.dp, l.pp = r.degrees.pp;
   l.vpp = r.schedule.chunks;
-  l.schedule = r.schedule.kind == PipeSchedule::gpipe ? PipeSchedule::gpipe
-                                                      : PipeSchedule::one_f_one_b;
+  // A Layout spells interleaved 1F1B as one_f_one_b with vpp > 1; a split kind stays itself
+  // (layout_problem: the planner does not cost those yet).
+  l.schedule = r.schedule.kind == PipeSchedule::gpipe || r.schedule.split_backward()
+                   ? r.schedule.kind
+                   : PipeSchedule::one_f_one_b;
   l.seq_parallel = c.tp.sequence_parallel && l.tp > 1;
   l.zero = r.zero;
   l.shard_group = r.zero > 0 && r.shard_ranks != r.dp_cp ? int(r.shard_ranks) : 0;

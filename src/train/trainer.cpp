@@ -91,6 +91,7 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid, const RankLayout& layo
     TESSERA_REQUIRE(grid.group(Group::pp).rank() == grid.coord().pp, "pipeline group rank ",
                     grid.group(Group::pp).rank(), " is not the stage ", grid.coord().pp);
     model_ = std::make_unique<Transformer>(cfg_, store_, layout_.chunks);
+    model_->split_backward(layout_.schedule.split_backward());
   } else {
     model_ = std::make_unique<Transformer>(cfg_, store_);
   }
@@ -277,6 +278,25 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx) {
       t.dp_->before_backward(ctx, micro == t.geo_.accum - 1);
       return t.model_->backward_chunk(ctx, chunk, dy);
     }
+    // A split backward: the set of queued weight-gradient GEMMs of each (micro, chunk) from its
+    // backward_input to its backward_weight. Both passes say whether the micro-batch is the
+    // last: the strategy reduces after the weight pass, whatever ran between the two.
+    std::vector<int> set_of;
+    Tensor backward_input(int micro, int chunk, int slot, const Tensor& dy) override {
+      t.timer_.enter(Phase::backward);
+      ctx.slot = slot;
+      t.dp_->before_backward(ctx, micro == t.geo_.accum - 1);
+      set_of.resize(size_t(t.geo_.accum) * t.layout_.chunks.size(), -1);
+      const size_t i = size_t(micro) * t.layout_.chunks.size() + size_t(chunk);
+      return t.model_->backward_input_chunk(ctx, chunk, dy, &set_of[i]);
+    }
+    void backward_weight(int micro, int chunk) override {
+      t.timer_.enter(Phase::backward);
+      t.dp_->before_backward(ctx, micro == t.geo_.accum - 1);
+      const size_t i = size_t(micro) * t.layout_.chunks.size() + size_t(chunk);
+      t.model_->backward_weight_chunk(ctx, chunk, set_of[i]);
+      set_of[i] = -1;
+    }
   } work(*this, ctx, serial, load);
   pipeline_->run(work);
   ctx.slot = 0;
@@ -300,10 +320,13 @@ double Trainer::pipeline_evaluate(size_t dataset) {
       load_micro_batch([&](int64_t b, int32_t* row) { data.validation_sample(first + b, row); });
     for (int c = 0; c < C; ++c) {
       if (shape.stage_of(c) != stage) continue;
-      if (c > 0) pp.irecv(x.slice(0, n), shape.stage_of(c - 1), 0).wait();
+      // At the turn of a V the previous chunk ran here, and its output is already in x.
+      if (c > 0 && shape.crosses(c - 1)) pp.irecv(x.slice(0, n), shape.stage_of(c - 1), 0).wait();
       const Tensor out = model_->forward_chunk(ctx, shape.local_chunk_of(c), inputs_.view(),
                                                c > 0 ? x : Tensor{}, targets_.view(), &loss_sum);
-      if (c < C - 1) pp.isend(out.slice(0, n), shape.stage_of(c + 1), 0).wait();
+      if (c == C - 1) continue;
+      if (shape.crosses(c)) pp.isend(out.slice(0, n), shape.stage_of(c + 1), 0).wait();
+      else kernels::copy(out, x, n);
     }
   }
   grid_.group(Group::dp_cp).all_reduce(&loss_sum, 1);

@@ -116,9 +116,10 @@ class Trainer {
   int zero_stage() const { return dp_->zero_stage(); }
   // A tied token table split over pipeline stages: the first stage's table and the last
   // stage's copy, kept identical by summing their gradients over the embedding group.
+  // (Not in a V-shaped schedule, whose first stage holds the embedding and the head.)
   bool tied_over_pipeline() const {
     return cfg_.tie_embeddings && grid_.group(Group::pp).size() > 1 &&
-           grid_.group(Group::embedding).size() > 1;
+           grid_.group(Group::embedding).size() > 1 && layout_.schedule.loss_stage() != 0;
   }
   // Data-parallel ranks sharing one copy of the model state (ZeRO shard group); 1 without ZeRO.
   int64_t shard_ranks() const { return dp_->shard_ranks(); }

@@ -3,8 +3,9 @@
 // forward checks that its input is the previous model chunk's output of the same
 // micro-batch, each backward that its output gradient is the next chunk's input gradient.
 // Every shape with p = NP, m <= 8, v <= 3 runs to the end (a deadlock is a ctest timeout),
-// every (micro-batch, chunk) runs one forward and one backward, and a stage never holds
-// more activation slots than peak_activations_formula.
+// every (micro-batch, chunk) runs one forward and one backward (split kinds: one
+// backward_input, then one backward_weight), and a stage never holds more activation slots
+// than peak_activations_formula. The V kinds' turn (no message) passes the same values.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -25,10 +26,14 @@ struct Probe : pp::StageWork {
   pp::ScheduleShape shape;
   int stage;
   std::vector<float> out = std::vector<float>(kMessage);
-  std::vector<int> forwards, backwards;  // per (micro, chunk)
+  std::vector<int> forwards, backwards, weights;  // per (micro, chunk)
   int bad = 0;
   Probe(const pp::ScheduleShape& s, int st)
-      : shape(s), stage(st), forwards(size_t(s.micro_batches * s.chunks)), backwards(forwards) {}
+      : shape(s),
+        stage(st),
+        forwards(size_t(s.micro_batches * s.chunks)),
+        backwards(forwards),
+        weights(forwards) {}
   // Counts a received message without the message's shape, or an input where none is due.
   bool wrong_input(const Tensor& x, bool expected) const {
     if (!expected) return x.data != nullptr;
@@ -54,13 +59,23 @@ struct Probe : pp::StageWork {
     for (int64_t j = 0; j < kMessage; ++j) out[size_t(j)] = -value(micro, c, j);
     return c == 0 ? Tensor{} : view_of(out.data(), {kMessage});
   }
+  Tensor backward_input(int micro, int chunk, int slot, const Tensor& dy) override {
+    bad += !shape.split_backward();
+    return backward(micro, chunk, slot, dy);
+  }
+  void backward_weight(int micro, int chunk) override {
+    const size_t i = size_t(micro * shape.chunks + chunk);
+    bad += !shape.split_backward() || backwards[i] != weights[i] + 1;  // after its B, once
+    ++weights[i];
+  }
 };
 
 // Every shape the generator accepts with p stages, m <= 8 micro-batches, v <= vmax chunks.
 std::vector<pp::ScheduleShape> valid_shapes(int p, int vmax) {
   std::vector<pp::ScheduleShape> out;
   for (PipeSchedule kind : {PipeSchedule::gpipe, PipeSchedule::one_f_one_b,
-                                PipeSchedule::interleaved})
+                            PipeSchedule::interleaved, PipeSchedule::zb_h1, PipeSchedule::zb_v,
+                            PipeSchedule::dualpipe_v})
     for (int v = 1; v <= vmax; ++v)
       for (int m = 1; m <= 8; ++m) {
         const pp::ScheduleShape shape{p, m, v, kind};
@@ -91,6 +106,7 @@ TEST(PipelineExecutor, EveryScheduleRunsAndMovesTheRightMessages) {
     for (size_t i = 0; i < probe.forwards.size(); ++i) {
       EXPECT_EQ(probe.forwards[i], 2);
       EXPECT_EQ(probe.backwards[i], 2);
+      EXPECT_EQ(probe.weights[i], shape.split_backward() ? 2 : 0);
     }
     EXPECT_LE(exec.peak_slots(), pp::peak_activations_formula(shape, pp.rank()));
     EXPECT_GE(exec.total_wait(), 0.0);

@@ -95,23 +95,26 @@ TEST(RankLayout, ChecksTheLayoutOnceWithTheRunsErrors) {
             std::string::npos);
 }
 
-// A split-backward schedule cannot reach a run: the deck does not offer it, and a layout
-// made in code is refused here.
-TEST(RankLayout, RefusesSchedulesItCannotRunYet) {
+// The split-backward schedules run: a V-shaped one puts the embedding and the head on the
+// first stage (its loss stage), so no stage holds a copy of a tied token table.
+TEST(RankLayout, PlacesTheSplitSchedulesChunks) {
   RunConfig run = config({"--train.micro_batch=1", "--train.global_batch=8", "--parallel.pp=2"});
   const GridLayout grid({1, 1, 1, 1, 2}, GridLayout::kDefaultOrder, 2);
   for (PipeSchedule kind : {PipeSchedule::zb_h1, PipeSchedule::zb_v, PipeSchedule::dualpipe_v}) {
+    SCOPED_TRACE(to_string(kind));
     run.parallel.pp_schedule = kind;
     run.parallel.pp_virtual = kind == PipeSchedule::zb_h1 ? 1 : 2;
-    try {
-      (void)RankLayout::make(run, grid, 0, 1);
-      ADD_FAILURE() << "no error";
-    } catch (const Error& e) {
-      EXPECT_TRUE(e.collective());
-      EXPECT_EQ(std::string(e.what()),
-                cat("parallel.pp_schedule = ", to_string(kind),
-                    " is a schedule tessera generates and checks but cannot run yet (issue 33)"));
-    }
+    const RankLayout first = RankLayout::make(run, grid, 0, 1);
+    const RankLayout last = RankLayout::make(run, grid, 1, 1);
+    EXPECT_TRUE(first.schedule.split_backward());
+    const bool v = kind != PipeSchedule::zb_h1;
+    EXPECT_EQ(first.schedule.loss_stage(), v ? 0 : 1);
+    ASSERT_EQ(first.chunks.size(), size_t(v ? 2 : 1));
+    EXPECT_TRUE(first.chunks.front().embedding);
+    EXPECT_EQ(first.chunks.back().head, v);
+    EXPECT_FALSE(last.chunks.front().embedding);
+    EXPECT_EQ(last.chunks.back().head, !v);
+    if (v) EXPECT_EQ(last.chunks[0].last, last.chunks[1].first);  // the turn: one stage
   }
 }
 

@@ -17,6 +17,7 @@ class Replicated : public DataParallel {
              Communicator& dp, Communicator& holders, Allocator& alloc, Communicator* expert_dp)
       : store_(store),
         parts_(model.parts()),
+        final_pass_(model.access().final_pass()),
         dp_(dp),
         holders_(holders),
         expert_dp_(expert_dp),
@@ -36,7 +37,7 @@ class Replicated : public DataParallel {
   void begin(int, Pass, bool) override {}
   // A part's gradients are final once its backward of the last micro-batch ends.
   void end(int part, Pass pass, bool training) override {
-    if (training && pass == Pass::backward && last_)
+    if (training && pass == final_pass_ && last_)
       buckets_.ready(parts_[size_t(part)].first, parts_[size_t(part)].second);
   }
   const float* reduce_gradients(const std::function<void()>& whole_final) override {
@@ -79,6 +80,7 @@ class Replicated : public DataParallel {
  private:
   ParamStore& store_;
   std::vector<std::pair<int, int>> parts_;  // registration-index range of each model part
+  Pass final_pass_;  // after which a micro-batch's gradients of a part are complete
   Communicator& dp_;
   const Communicator& holders_;
   const Communicator* expert_dp_;

@@ -80,7 +80,7 @@ std::vector<ZeroAction> ZeroSchedule::begin(int part, Pass pass, bool training) 
 
 std::vector<ZeroAction> ZeroSchedule::end(int part, Pass pass, bool training, bool armed) {
   std::vector<ZeroAction> out;
-  const bool final_grads = training && pass == Pass::backward && !deferred_[size_t(part)];
+  const bool final_grads = training && pass == access_.final_pass() && !deferred_[size_t(part)];
   if (stage_ == 1) {
     if (final_grads && armed) reduce(part, out);
     return out;

@@ -13,18 +13,64 @@ Executor::Executor(Communicator& pp, const ScheduleShape& shape, Shape message, 
     : pp_(pp), shape_(shape), stage_(pp.rank()), message_(message), alloc_(alloc) {
   TESSERA_REQUIRE(pp.size() == shape.stages, "pipeline executor: the pipeline group has ",
                   pp.size(), " ranks but the schedule ", shape.stages, " stages");
-  TESSERA_REQUIRE(!shape.split_backward(), "pipeline executor: the ", to_string(shape.kind),
-                  " schedule splits the backward, which the executor cannot run yet (issue 33)");
   ops_ = make_schedule(shape).stages[size_t(stage_)];
   require_tags(shape, pp.max_tag());  // tags stay below 2 m (C - 1)
   const size_t n = size_t(shape.micro_batches) * size_t(shape.chunks);
   recv_act_.resize(n), recv_grad_.resize(n), send_act_.resize(n), send_grad_.resize(n);
 }
 
+Tensor StageWork::backward_input(int, int, int, const Tensor&) {
+  TESSERA_REQUIRE_LOCAL(false, "pipeline executor: this stage cannot split its backward");
+  return {};
+}
+
+void StageWork::backward_weight(int, int) {
+  TESSERA_REQUIRE_LOCAL(false, "pipeline executor: this stage cannot split its backward");
+}
+
 Buffer& Executor::buffer(std::vector<Buffer>& pool, int micro, int chunk) {
   Buffer& b = pool[size_t(micro) * size_t(shape_.chunks) + size_t(chunk)];
   if (b.numel() != message_.numel()) b = Buffer(alloc_, message_, DType::f32, Charge::comm);
   return b;
+}
+
+Tensor Executor::compute(StageWork& work, const Op& op, std::vector<int>& slot_of,
+                         std::vector<char>& slot_busy) {
+  const size_t i = size_t(op.micro) * size_t(shape_.chunks) + size_t(op.chunk);
+  const int C = shape_.model_chunks();
+  const int model_chunk = shape_.model_chunk(stage_, op.chunk);
+  Tensor out;
+  TraceSpan span(trace_, TraceKind::compute,
+                 op.kind == Op::forward          ? "forward"
+                 : op.kind == Op::backward       ? "backward"
+                 : op.kind == Op::backward_input ? "backward-input"
+                                                 : "backward-weight");
+  span.micro(op.micro, op.chunk);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (op.kind == Op::forward) {
+    auto free = std::find(slot_busy.begin(), slot_busy.end(), 0);
+    const int slot = int(free - slot_busy.begin());
+    if (free == slot_busy.end()) slot_busy.push_back(1);
+    else *free = 1;
+    peak_slots_ = std::max(peak_slots_, int(slot_busy.size()));
+    slot_of[i] = slot;
+    out = work.forward(op.micro, op.chunk, slot,
+                       model_chunk == 0 ? Tensor{} : buffer(recv_act_, op.micro, op.chunk).view());
+  } else if (op.kind == Op::backward_weight) {
+    work.backward_weight(op.micro, op.chunk);
+  } else {
+    const int slot = slot_of[i];
+    TESSERA_REQUIRE_LOCAL(slot >= 0, "pipeline executor: backward before forward of micro-batch ",
+                          op.micro, " chunk ", op.chunk);
+    const Tensor dy =
+        model_chunk == C - 1 ? Tensor{} : buffer(recv_grad_, op.micro, op.chunk).view();
+    out = op.kind == Op::backward ? work.backward(op.micro, op.chunk, slot, dy)
+                                  : work.backward_input(op.micro, op.chunk, slot, dy);
+    slot_busy[size_t(slot)] = 0;
+    slot_of[i] = -1;
+  }
+  last_compute_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
 }
 
 void Executor::run(StageWork& work) {
@@ -61,41 +107,21 @@ void Executor::run(StageWork& work) {
         last_wait_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         break;
       }
-      case Op::forward: {
-        auto free = std::find(slot_busy.begin(), slot_busy.end(), 0);
-        const int slot = int(free - slot_busy.begin());
-        if (free == slot_busy.end()) slot_busy.push_back(1);
-        else *free = 1;
-        peak_slots_ = std::max(peak_slots_, int(slot_busy.size()));
-        slot_of[i] = slot;
-        TraceSpan span(trace_, TraceKind::compute, "forward");
-        span.micro(op.micro, op.chunk);
-        const auto t0 = std::chrono::steady_clock::now();
-        out = work.forward(
-            op.micro, op.chunk, slot,
-            model_chunk == 0 ? Tensor{} : buffer(recv_act_, op.micro, op.chunk).view());
-        last_compute_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        break;
-      }
-      case Op::backward: {
-        const int slot = slot_of[i];
-        TESSERA_REQUIRE_LOCAL(slot >= 0, "pipeline executor: backward before forward of micro-batch ",
-                              op.micro, " chunk ", op.chunk);
-        TraceSpan span(trace_, TraceKind::compute, "backward");
-        span.micro(op.micro, op.chunk);
-        const auto t0 = std::chrono::steady_clock::now();
-        out = work.backward(
-            op.micro, op.chunk, slot,
-            model_chunk == C - 1 ? Tensor{} : buffer(recv_grad_, op.micro, op.chunk).view());
-        last_compute_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        slot_busy[size_t(slot)] = 0;
-        slot_of[i] = -1;
-        break;
-      }
+      case Op::forward:
+      case Op::backward:
       case Op::backward_input:
-      case Op::backward_weight:  // refused in the constructor
-        TESSERA_REQUIRE_LOCAL(false, "pipeline executor: no split backward yet");
+      case Op::backward_weight: {
+        out = compute(work, op, slot_of, slot_busy);
+        // The turn of a V: the other chunk on this stage takes the tensor (no message).
+        const int next = op.kind == Op::forward ? model_chunk + 1 : model_chunk - 1;
+        if (out.data && next >= 0 && next < C && shape_.stage_of(next) == stage_) {
+          const int k = shape_.local_chunk_of(next);
+          Buffer& b = buffer(op.kind == Op::forward ? recv_act_ : recv_grad_, op.micro, k);
+          kernels::transfer(out, b.view(), b.numel());
+          out = Tensor{};
+        }
         break;
+      }
       case Op::send_act:
       case Op::send_grad: {
         TESSERA_REQUIRE_LOCAL(out.data != nullptr, "pipeline executor: nothing to send at ",

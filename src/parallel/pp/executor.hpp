@@ -9,8 +9,14 @@
 // local chunk), and so are each send (the copy and the isend), each recv wait and the wait
 // on the step's sends at its end, with the message, the peer stage and the bytes.
 //
-// Activation slots: a forward takes the lowest free slot and its backward frees it, so a
-// stage holds at most peak_activations_formula slots of saved state at once.
+// Activation slots: a forward takes the lowest free slot and its backward (or backward_input)
+// frees it. A split backward's backward_weight reads what its backward_input kept for it
+// (model/weight_grads.hpp), not the slot, so a stage holds at most peak_activations_formula
+// slots of saved state and its copies for W at once.
+//
+// The turn of a V (zb-v, dualpipev): stage p-1 runs model chunks p-1 and p; the output of the
+// first is copied into the second's input buffer, and the input gradient of the second into
+// the first's output-gradient buffer (no message).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +41,12 @@ class StageWork {
   // chunk). Returns the gradient of the chunk's input, valid until the next call (empty for
   // model chunk 0).
   virtual Tensor backward(int micro, int chunk, int slot, const Tensor& dy) = 0;
+  // A split backward (zb-h1, zb-v, dualpipev): backward_input returns what backward does
+  // (the input gradient) and queues the weight gradients; backward_weight of the same
+  // (micro, chunk), later, computes them. The defaults refuse: a StageWork that does not
+  // split cannot run a split schedule.
+  virtual Tensor backward_input(int micro, int chunk, int slot, const Tensor& dy);
+  virtual void backward_weight(int micro, int chunk);
 };
 
 class Executor {
@@ -58,6 +70,10 @@ class Executor {
 
  private:
   Buffer& buffer(std::vector<Buffer>& pool, int micro, int chunk);
+  // Runs one compute op (forward, backward, backward_input, backward_weight) and returns its
+  // output, to send or to keep for the other chunk of a V's turn.
+  Tensor compute(StageWork& work, const Op& op, std::vector<int>& slot_of,
+                 std::vector<char>& slot_busy);
 
   Communicator& pp_;
   ScheduleShape shape_;
