@@ -6,13 +6,17 @@ usage: trace-plot.py RUN_DIR [--step N] [--out FILE.png] [--dpi D] [--title TEXT
 RUN_DIR is the run's output.dir (or its trace/ directory). Reads every rank<R>.json, keeps
 one pipeline (the ranks with dp 0, tp 0: one per stage) and draws one step: a row per stage,
 a box per forward (light) and backward (dark) pass labelled with its micro-batch, a colour
-per local chunk, receive waits as a thin grey bar under the row; white is idle. Default step:
+per local chunk; a split backward (zb-h1, zb-v, dualpipev) draws its backward_input (B) dark
+and its backward_weight (W) hatched. Receive waits are a thin grey bar under the row; white
+is idle. Default step:
 the last one traced (the first pays for allocation and warm-up).
 
 It prints, and writes in the title, the measured bubble of that step beside the formula:
 per stage, idle = (the step's pipeline span, from the first pass on any stage to the last)
 minus that stage's forward and backward time, and bubble = idle / compute, tessera's
-definition, whose ideal value is (p - 1) / (v m) (doc/pipeline.md).
+definition, beside the schedule's formula with equal pass costs F = B = W (pp::bubble_formula,
+doc/pipeline.md): (p-1)/m, (p-1)/(v m), zb-h1 (p-1)/(3m), zb-v max(p-1, 4p-2-2m)/(6m),
+dualpipev (p-1)/(6m).
 
 Needs matplotlib (/usr/bin/python3 on Debian: python3-matplotlib).
 """
@@ -43,6 +47,19 @@ def load(run_dir):
         with open(p) as f:
             docs.append(json.load(f))
     return docs
+
+
+def bubble_formula(kind, p, m, v):
+    """The bubble of the schedule at F = B = W, and its text (pp::bubble_formula)."""
+    if kind == "zb-h1":
+        return (p - 1) / (3 * m), "(p-1)/(3m)"
+    if kind == "zb-v":
+        return max(p - 1, 4 * p - 2 - 2 * m) / (6 * m), "max(p-1, 4p-2-2m)/(6m)"
+    if kind == "dualpipev":
+        return (p - 1) / (6 * m), "(p-1)/(6m)"
+    if v > 1:
+        return (p - 1) / (v * m), "(p-1)/(v m)"
+    return (p - 1) / m, "(p-1)/m"
 
 
 def main():
@@ -91,8 +108,8 @@ def main():
         print(f"  stage {s}: compute {compute / 1e3:.2f} ms, idle {(makespan - compute) / 1e3:.2f}"
               f" ms (of which receive waits {waits / 1e3:.2f} ms), bubble {bubbles[-1]:.3f}")
     mean = sum(bubbles) / p
-    formula = (p - 1) / (v * m)
-    print(f"  mean bubble {mean:.3f}; formula (p-1)/(v m) = {formula:.3f}")
+    formula, formula_text = bubble_formula(kind, p, m, v)
+    print(f"  mean bubble {mean:.3f}; formula {formula_text} = {formula:.3f}")
 
     colours = plt.cm.tab10.colors
     fig, ax = plt.subplots(figsize=(11, 0.6 * p + 1.3))
@@ -102,8 +119,10 @@ def main():
             x, w = (e["ts"] - t0) / 1e3, e["dur"] / 1e3
             chunk = e["args"]["chunk"]
             fwd = e["name"] == "forward"
+            weight = e["name"] == "backward-weight"
             ax.barh(y, w, left=x, height=0.7, color=colours[chunk % 10],
-                    alpha=0.45 if fwd else 1.0, edgecolor="black", linewidth=0.3)
+                    alpha=0.45 if fwd else 0.75 if weight else 1.0, hatch="////" if weight else None,
+                    edgecolor="black", linewidth=0.3)
             if w > makespan / 1e3 / 140:
                 ax.text(x + w / 2, y, str(e["args"]["micro"]), ha="center", va="center",
                         fontsize=6 if m <= 16 else 5, color="black" if fwd else "white")
@@ -122,9 +141,14 @@ def main():
     ax.tick_params(axis="x", labelsize=8)
     title = args.title or f"{kind}, p = {p}, m = {m}" + (f", v = {v}" if v > 1 else "")
     ax.set_title(f"{title}, step {step}: bubble (idle / compute, per stage at left) mean "
-                 f"{mean:.2f}, formula (p-1)/(v m) = {formula:.3f}", fontsize=9)
+                 f"{mean:.2f}, formula {formula_text} = {formula:.3f}", fontsize=9)
     handles = [Patch(color=colours[c], alpha=0.45, label=f"forward, chunk {c}") for c in range(v)]
-    handles += [Patch(color=colours[c], label=f"backward, chunk {c}") for c in range(v)]
+    split = kind in ("zb-h1", "zb-v", "dualpipev")
+    handles += [Patch(color=colours[c], label=f"{'B' if split else 'backward'}, chunk {c}")
+                for c in range(v)]
+    if split:
+        handles += [Patch(facecolor=colours[c], alpha=0.75, hatch="////", label=f"W, chunk {c}")
+                    for c in range(v)]
     handles.append(Patch(color="0.6", label="receive wait"))
     ax.legend(handles=handles, fontsize=7, ncol=len(handles), loc="upper center",
               bbox_to_anchor=(0.5, -0.32 - 0.05 * (4 - min(p, 4))), frameon=False)

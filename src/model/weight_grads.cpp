@@ -21,8 +21,10 @@ void WeightGrads::add(Allocator& alloc, const Tensor& dy, const Tensor& x, const
   Set& s = sets_[size_t(open_)];
   if (s.used == s.gemms.size()) s.gemms.emplace_back();
   Gemm& g = s.gemms[s.used++];
+  // A buffer only grows: a set is taken by B's of different chunks (and a mixture of experts'
+  // GEMMs change their rows every step), and steady-state steps allocate nothing.
   auto keep = [&](Buffer& b, const Tensor& t, int64_t numel) {
-    if (b.numel() != numel || b.view().dtype != t.dtype)
+    if (b.numel() < numel || b.view().dtype != t.dtype)
       b = Buffer(alloc, Shape{numel}, t.dtype, Charge::activations);
     kernels::transfer(t, b.view(), numel);
   };
@@ -38,7 +40,8 @@ void WeightGrads::run(int set, int part) {
     if (g.part != part || g.done) continue;
     TESSERA_REQUIRE_LOCAL(g.grad->data != nullptr, "internal: part ", part,
                           "'s gradients are not staged for its weight pass");
-    kernels::matmul(g.dy.view(), g.x.view(), *g.grad, g.out, g.in, g.n, true, false, 1.0f, 1.0f);
+    kernels::matmul(g.dy.view().slice(0, g.n * g.out), g.x.view().slice(0, g.n * g.in), *g.grad,
+                    g.out, g.in, g.n, true, false, 1.0f, 1.0f);
     g.done = true;
   }
 }

@@ -8,7 +8,8 @@
 //
 // Sets. Each B fills one set, which stays until its W: a B takes the lowest free set, so a
 // stage holds at most as many sets as B's waiting for their W. A set's buffers are kept for the
-// next B that takes it (steady-state steps allocate nothing), charged to activations.
+// next B that takes it and only grow (steady-state steps allocate nothing), charged to
+// activations.
 #pragma once
 
 #include <cstdint>

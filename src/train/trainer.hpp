@@ -100,6 +100,7 @@ class Trainer {
   const BatchGeometry& batch() const { return geo_; }
   ParamStore& params() { return store_; }
   Transformer& model() { return *model_; }
+  const Transformer& model() const { return *model_; }
   // The run's memory: device memory under hardware.device = cuda (its host() then holds the
   // staging buffers of the copies to and from it).
   Allocator& allocator() { return alloc_; }

@@ -109,6 +109,7 @@ TEST(PipelineExecutor, EveryScheduleRunsAndMovesTheRightMessages) {
       EXPECT_EQ(probe.weights[i], shape.split_backward() ? 2 : 0);
     }
     EXPECT_LE(exec.peak_slots(), pp::peak_activations_formula(shape, pp.rank()));
+    EXPECT_EQ(exec.peak_in_flight(), pp::peak_activations_formula(shape, pp.rank()));
     EXPECT_GE(exec.total_wait(), 0.0);
   }
   EXPECT_GT(shapes.size(), 10u);

@@ -141,5 +141,45 @@ TEST(ZeroSchedule, DeferredPartIsReducedOnlyAtTheEnd) {
   EXPECT_EQ(count(s.finish(), ZeroAction::reduce, 0), 1);
 }
 
+// A split backward (PartAccess::split): the backward pass (B) reads the parameters and stages
+// gradients but reduces nothing; the weight pass (W) reads no parameter, so ZeRO-3 gathers
+// nothing for it, and a micro-batch's reduction starts at the end of its W. Stage 3, two
+// micro-batches, the second's B before the first's W (as zb-h1 orders a later stage).
+TEST(ZeroSchedule, SplitBackwardReducesAfterTheWeightPass) {
+  const int head = 2;
+  ZeroSchedule s(3, PartAccess{head, false, true}, {16, 32, 16}, 8);
+  std::vector<ZeroAction> b0, w0, w1, all;
+  auto add = [&](std::vector<ZeroAction>& to, std::vector<ZeroAction> a) {
+    if (&to != &all) to.insert(to.end(), a.begin(), a.end());
+    all.insert(all.end(), a.begin(), a.end());
+  };
+  s.begin_step();
+  for (int m = 0; m < 2; ++m)
+    for (int q = 0; q <= head; ++q)
+      add(all, s.begin(q, Pass::forward, true)), add(all, s.end(q, Pass::forward, true, false));
+  for (int q = head; q >= 0; --q)
+    add(b0, s.begin(q, Pass::backward, true)), add(b0, s.end(q, Pass::backward, true, false));
+  for (int q = head; q >= 0; --q)
+    add(all, s.begin(q, Pass::backward, true)), add(all, s.end(q, Pass::backward, true, true));
+  for (int q = head; q >= 0; --q)
+    add(w0, s.begin(q, Pass::weight, true)), add(w0, s.end(q, Pass::weight, true, false));
+  for (int q = head; q >= 0; --q)
+    add(w1, s.begin(q, Pass::weight, true)), add(w1, s.end(q, Pass::weight, true, true));
+  add(all, s.finish());
+  EXPECT_EQ(count(b0, ZeroAction::reduce), 0);
+  EXPECT_GT(count(b0, ZeroAction::stage), 0);
+  for (const std::vector<ZeroAction>* w : {&w0, &w1}) {
+    EXPECT_EQ(count(*w, ZeroAction::fetch), 0);
+    EXPECT_EQ(count(*w, ZeroAction::wait), 0);
+  }
+  // W of micro-batch 0 reduces what both B's staged; W of 1 stages again and reduces that.
+  for (int q = 0; q <= head; ++q) {
+    EXPECT_EQ(count(w0, ZeroAction::reduce, q), 1) << q;
+    EXPECT_EQ(count(w1, ZeroAction::stage, q), 1) << q;
+    EXPECT_EQ(count(w1, ZeroAction::reduce, q), 1) << q;
+    EXPECT_EQ(count(all, ZeroAction::retire, q), 2) << q;
+  }
+}
+
 }  // namespace
 }  // namespace tessera

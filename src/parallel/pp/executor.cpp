@@ -53,11 +53,13 @@ Tensor Executor::compute(StageWork& work, const Op& op, std::vector<int>& slot_o
     if (free == slot_busy.end()) slot_busy.push_back(1);
     else *free = 1;
     peak_slots_ = std::max(peak_slots_, int(slot_busy.size()));
+    peak_in_flight_ = std::max(peak_in_flight_, ++in_flight_);
     slot_of[i] = slot;
     out = work.forward(op.micro, op.chunk, slot,
                        model_chunk == 0 ? Tensor{} : buffer(recv_act_, op.micro, op.chunk).view());
   } else if (op.kind == Op::backward_weight) {
     work.backward_weight(op.micro, op.chunk);
+    --in_flight_;
   } else {
     const int slot = slot_of[i];
     TESSERA_REQUIRE_LOCAL(slot >= 0, "pipeline executor: backward before forward of micro-batch ",
@@ -68,6 +70,7 @@ Tensor Executor::compute(StageWork& work, const Op& op, std::vector<int>& slot_o
                                   : work.backward_input(op.micro, op.chunk, slot, dy);
     slot_busy[size_t(slot)] = 0;
     slot_of[i] = -1;
+    in_flight_ -= op.kind == Op::backward;
   }
   last_compute_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

@@ -67,6 +67,9 @@ class Executor {
   double last_compute() const { return last_compute_; }
   double total_compute() const { return total_compute_; }
   int peak_slots() const { return peak_slots_; }
+  // The most (micro-batch, chunk) passes begun and not finished at once: forwards whose
+  // backward (split: backward_weight) has not run; peak_activations_formula exactly.
+  int peak_in_flight() const { return peak_in_flight_; }
 
  private:
   Buffer& buffer(std::vector<Buffer>& pool, int micro, int chunk);
@@ -84,7 +87,7 @@ class Executor {
   // Per (micro, local chunk): received activations / gradients and outgoing copies.
   std::vector<Buffer> recv_act_, recv_grad_, send_act_, send_grad_;
   double last_wait_ = 0, total_wait_ = 0, last_compute_ = 0, total_compute_ = 0;
-  int peak_slots_ = 0;
+  int peak_slots_ = 0, in_flight_ = 0, peak_in_flight_ = 0;
   Trace* trace_ = nullptr;
 };
 

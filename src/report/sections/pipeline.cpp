@@ -43,10 +43,14 @@ class PipelineReport final : public ReportSection {
   void gather() override {
     const pp::Executor* pipe = trainer_.pipeline();
     if (!pipe) return;
-    bubble_.assign(2 * size_t(grid_.world().size()), 0.0);
-    const size_t r = size_t(grid_.world().rank());
-    bubble_[2 * r] = times_.steady_steps ? wait_steady_ : pipe->total_wait();
-    bubble_[2 * r + 1] = times_.steady_steps ? compute_steady_ : pipe->total_compute();
+    bubble_.assign(kPerRank * size_t(grid_.world().size()), 0.0);
+    double* mine = bubble_.data() + kPerRank * size_t(grid_.world().rank());
+    mine[0] = times_.steady_steps ? wait_steady_ : pipe->total_wait();
+    mine[1] = times_.steady_steps ? compute_steady_ : pipe->total_compute();
+    mine[2] = pipe->peak_in_flight();
+    mine[3] = pipe->peak_slots();
+    mine[4] = trainer_.model().weight_grads().sets();
+    mine[5] = double(trainer_.model().weight_grads().bytes());
     grid_.world().all_reduce(bubble_.data(), int64_t(bubble_.size()));
   }
 
@@ -61,11 +65,22 @@ class PipelineReport final : public ReportSection {
         to_string(sh.kind), sh.stages, sh.chunks, sh.micro_batches,
         times_.steady_steps ? "steady steps" : "all steps", pp::bubble_formula_text(sh.kind),
         (long long)f.num, (long long)f.den, double(f.num) / double(f.den));
-    for (int r = 0; r < grid_.world().size(); ++r)
-      out +=
-          formatted("  rank %d (stage %d): idle %.3f s, compute %.3f s, bubble %.3f\n", r,
-                    grid_.layout().coord(r).pp, bubble_[2 * size_t(r)], bubble_[2 * size_t(r) + 1],
-                    bubble_[2 * size_t(r)] / std::max(1e-12, bubble_[2 * size_t(r) + 1]));
+    // Held at once: (micro-batch, chunk) passes begun and not finished, beside
+    // peak_activations_formula; a split backward frees the saved activations at B and keeps
+    // copies of the weight GEMMs' operands until W (model/weight_grads.hpp).
+    for (int r = 0; r < grid_.world().size(); ++r) {
+      const double* x = bubble_.data() + kPerRank * size_t(r);
+      const int stage = grid_.layout().coord(r).pp;
+      out += formatted(
+          "  rank %d (stage %d): idle %.3f s, compute %.3f s, bubble %.3f; held at once %d "
+          "(formula %d)",
+          r, stage, x[0], x[1], x[0] / std::max(1e-12, x[1]), int(x[2]),
+          pp::peak_activations_formula(sh, stage));
+      if (sh.split_backward())
+        out += formatted(", with saved activations %d, W's operand copies %s in %d sets",
+                         int(x[3]), human_bytes(x[5]).c_str(), int(x[4]));
+      out += "\n";
+    }
     return out;
   }
 
@@ -75,7 +90,10 @@ class PipelineReport final : public ReportSection {
   const Trainer& trainer_;
   const RunTimes& times_;
   double wait_steady_ = 0, compute_steady_ = 0;  // this rank's, over the steady steps
-  std::vector<double> bubble_;                   // idle and compute per rank, after gather
+  // Per rank, after gather: idle, compute, passes held at once, activation slots, W sets and
+  // their bytes.
+  static constexpr size_t kPerRank = 6;
+  std::vector<double> bubble_;
 };
 
 }  // namespace
