@@ -15,6 +15,7 @@
 
 #include "app/errors.hpp"
 #include "comm/mpi_env.hpp"
+#include "parallel/pp/schedule.hpp"
 #include "core/error.hpp"
 #include "perf/cluster.hpp"
 #include "perf/cost_model.hpp"
@@ -58,7 +59,8 @@ constexpr Option kOptions[] = {
      "none, selective, full, full:N (N layers of each stage; default the first three, with "
      "full also for N = 1/4, 1/2, 3/4 of a stage)"},
     {"--sp", "LIST", "sequence parallelism off/on: 0, 1 or 0,1 (default)"},
-    {"--schedule", "NAME", "1f1b (default; interleaved when v > 1) or gpipe"},
+    {"--schedule", "LIST", "1f1b (default; interleaved when v > 1), gpipe, and with --runtime "
+                           "tessera the split-backward zb-h1, zb-v, dualpipev (doc/pipeline.md)"},
     {"--no-hsdp", nullptr, "do not try ZeRO shard groups of one node"},
     {"--memory-budget", "GB", "use at most this much memory per accelerator (default: all of it)"},
     {"--max-bubble", "X", "reject layouts whose bubble (p-1)/(v m) exceeds X (default 0.5)"},
@@ -339,9 +341,17 @@ void run(const std::vector<std::string>& argv) {
     space.seq_parallel = {0};
     space.orders = {Layout::kDefaultRankOrder};  // what plan_validate_tessera checks
   }
-  space.schedule = parse_option("--schedule", opt("--schedule", "1f1b"), [](const std::string& v) {
-    return parse_layout("sched=" + v).schedule;
-  });
+  space.schedules.clear();
+  for (const std::string& s : split(opt("--schedule", "1f1b"))) {
+    const PipeSchedule k = parse_option("--schedule", s, [](const std::string& v) {
+      return parse_layout("sched=" + v).schedule;
+    });
+    TESSERA_REQUIRE(rt == Runtime::tessera || !pp::splits_backward(k), "option --schedule = '", s,
+                    "': Megatron-LM has no split-backward schedule; give --runtime tessera");
+    if (std::find(space.schedules.begin(), space.schedules.end(), k) == space.schedules.end())
+      space.schedules.push_back(k);
+  }
+  TESSERA_REQUIRE(!space.schedules.empty(), "option --schedule needs at least one value");
   space.hsdp = !has("--no-hsdp");
   space.tp_across_nodes = has("--allow-tp-across-nodes");
   if (has("--max-bubble")) {
@@ -372,7 +382,7 @@ void run(const std::vector<std::string>& argv) {
   if (has("--explain")) {
     Layout base;
     base.precision = space.precision.front();
-    base.schedule = space.schedule;
+    base.schedule = space.schedules.front();
     Layout l = parse_layout(opt("--explain", ""), base);
     if (l.dp == 0) {
       const int rest = l.tp * l.pp * l.cp;

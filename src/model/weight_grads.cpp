@@ -24,8 +24,10 @@ void WeightGrads::add(Allocator& alloc, const Tensor& dy, const Tensor& x, const
   // A buffer only grows: a set is taken by B's of different chunks (and a mixture of experts'
   // GEMMs change their rows every step), and steady-state steps allocate nothing.
   auto keep = [&](Buffer& b, const Tensor& t, int64_t numel) {
-    if (b.numel() < numel || b.view().dtype != t.dtype)
+    if (b.numel() < numel || b.view().dtype != t.dtype) {
+      b = Buffer();  // freed first: what a set holds is its largest GEMMs (tessera-plan)
       b = Buffer(alloc, Shape{numel}, t.dtype, Charge::activations);
+    }
     kernels::transfer(t, b.view(), numel);
   };
   keep(g.dy, dy, n * out);

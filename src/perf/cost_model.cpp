@@ -58,7 +58,7 @@ StageLayers stage_layer_counts(const Workload& w, const Layout& l) {
   }
   const std::vector<int64_t> sizes = pp::split_layers(c, chunks, w.pp_layers);
   // A Layout spells interleaved as 1f1b with vpp > 1; the micro-batches do not place chunks.
-  const pp::ScheduleShape shape{l.pp, 1, l.vpp, l.vpp > 1 ? PipeSchedule::interleaved : l.schedule};
+  const pp::ScheduleShape shape{l.pp, 1, l.vpp, l.run_schedule()};
   for (int stage = 0; stage < l.pp; ++stage) {
     double n = 0;
     for (const ChunkLayers& ch : pp::stage_layers(sizes, shape, stage))
@@ -97,10 +97,6 @@ StageParams stage_params(const Workload& w, const Layout& l, const StageLayers& 
 std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl, Runtime rt,
                            int accelerators) {
   const ModelConfig& c = w.cfg;
-  if (pp::splits_backward(l.schedule))
-    return cat("the ", to_string(l.schedule),
-               " schedule (a split backward) is not costed yet: its bubble, its weight-gradient "
-               "copies and its memory are not modelled (doc/pipeline.md)");
   if (l.accelerators() != accelerators)
     return cat("dp x tp x pp x cp = ", l.accelerators(), " is not the ", accelerators,
                " accelerators asked for");
@@ -124,6 +120,24 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
     return "rc=full:N needs full recompute";
   if (l.vpp > 1 && l.pp == 1) return "v > 1 (interleaving) needs pp > 1";
   if (l.vpp > 1 && l.schedule == PipeSchedule::gpipe) return "v > 1 needs the 1F1B schedule";
+  if (pp::splits_backward(l.schedule)) {
+    if (rt != Runtime::tessera)
+      return cat("sched = ", to_string(l.schedule),
+                 " is tessera's (Megatron-LM has no split-backward schedule): use --runtime "
+                 "tessera");
+    if (l.pp == 1) return cat("sched = ", to_string(l.schedule), " needs pp > 1");
+    if (w.moe.any())
+      return cat("sched = ", to_string(l.schedule),
+                 " with experts is not costed (the experts' weight-gradient copies depend on "
+                 "the routing)");
+    const int64_t per = int64_t(l.micro_batch) * l.dp;
+    try {
+      pp::require_valid({l.pp, int(std::max<int64_t>(1, w.global_batch / std::max<int64_t>(1, per))),
+                         l.vpp, l.schedule});
+    } catch (const Error& e) {
+      return e.what();
+    }
+  }
   if (c.seq_len % l.cp != 0) return cat("cp = ", l.cp, " does not divide seq_len ", c.seq_len);
   if (l.ep > 1 && !w.moe.any()) return "ep > 1 needs a mixture-of-experts model (--experts)";
   if (w.moe.any() && w.moe.experts % l.ep != 0)
@@ -337,8 +351,16 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
     e.ep_bytes_per_step = blocks * M * (calls * rows * row + counts);
   }
   t.pp_p2p = M * pp_seconds_per_microbatch(w, l, e.links.pp);
-  t.pp_bubble = (p - 1) / l.vpp * stage_mb;
-  e.bubble_fraction = (p - 1) / (l.vpp * M);
+  if (pp::splits_backward(l.schedule) && l.pp > 1) {
+    // The schedule's formula with a chunk's forward, input and weight passes equal (a
+    // backward twice a forward, its GEMMs split evenly between B and W; doc/pipeline.md).
+    const pp::Ratio f = pp::bubble_formula({l.pp, int(M), l.vpp, l.schedule});
+    e.bubble_fraction = double(f.num) / double(f.den);
+    t.pp_bubble = e.bubble_fraction * M * stage_mb;
+  } else {
+    t.pp_bubble = (p - 1) / l.vpp * stage_mb;
+    e.bubble_fraction = (p - 1) / (l.vpp * M);
+  }
   // DP/ZeRO traffic overlaps layer by layer (perf/overlap.hpp).
   LayerWindow win;
   win.fwd = lc.forward();

@@ -97,12 +97,11 @@ Layout parse_layout(const std::string& text, Layout base) {
       try {
         s = parse_pipe_schedule(v);
       } catch (const Error&) {
-        TESSERA_REQUIRE(false, "layout '", text, "': sched = '", v, "' is not gpipe or 1f1b");
+        TESSERA_REQUIRE(false, "layout '", text, "': sched = '", v,
+                        "' is not gpipe, 1f1b, zb-h1, zb-v or dualpipev");
       }
-      TESSERA_REQUIRE(!pp::splits_backward(s), "layout '", text, "': sched = '", v,
-                      "' is not gpipe or 1f1b (the planner does not cost the split-backward "
-                      "schedules yet)");
-      l.schedule = s == PipeSchedule::gpipe ? PipeSchedule::gpipe : PipeSchedule::one_f_one_b;
+      // Interleaving is 1f1b with v > 1; the split-backward kinds stay themselves.
+      l.schedule = s == PipeSchedule::interleaved ? PipeSchedule::one_f_one_b : s;
     } else {
       TESSERA_REQUIRE(false, "layout '", text, "': unknown key '", k,
                       "' (keys: dp tp pp v cp ep zero hsdp mb sp rc prec sched order grad)");

@@ -33,7 +33,8 @@ struct Layout {
   Recompute recompute = Recompute::none;
   int recompute_layers = 0;  // rc=full: layers of each stage recomputed; 0: all of them
   ComputeType precision = ComputeType::bf16;
-  // gpipe or one_f_one_b: a Layout spells interleaved 1F1B as one_f_one_b with vpp > 1.
+  // gpipe, one_f_one_b, or a split-backward kind (zb_h1, zb_v, dualpipe_v): a Layout spells
+  // interleaved 1F1B as one_f_one_b with vpp > 1 (run_schedule() gives the runtime's kind).
   PipeSchedule schedule = PipeSchedule::one_f_one_b;
   // Rank order (parallel.order, fastest axis first): which ranks form each group, so which
   // links each group's traffic crosses (perf/placement.hpp).
@@ -45,6 +46,10 @@ struct Layout {
   int grad_bytes = 0, weight_bytes = 0;
 
   int accelerators() const { return dp * tp * pp * cp; }
+  // The schedule tessera runs for this layout (interleaved for one_f_one_b with vpp > 1).
+  PipeSchedule run_schedule() const {
+    return schedule == PipeSchedule::one_f_one_b && vpp > 1 ? PipeSchedule::interleaved : schedule;
+  }
   // Ranks over which ZeRO shards the model state (ZeRO shards over dp x cp, as Megatron's
   // distributed optimizer does).
   int shard_ranks() const { return zero == 0 ? 1 : shard_group > 0 ? shard_group : dp * cp; }

@@ -40,7 +40,8 @@ struct ZeroSteps {
   std::vector<double> piece;  // a rank's shard of each part (size / K when empty)
   bool tied = false;    // the head reads the token table (part 0)
   bool defer0 = false;  // part 0's gradients stay whole until the step's end (Zero::defer)
-  std::vector<std::pair<int, bool>> passes;  // (part, forward) in order
+  bool split = false;   // backward passes are followed by weight passes (PartAccess::split)
+  std::vector<std::pair<int, Pass>> passes;  // (part, pass) in order
 };
 
 // How one rank's ZeRO moves its buffers: the stage, shard ranks K, replica groups (HSDP),
@@ -61,7 +62,7 @@ double replay_zero(const ZeroSteps& z, const ZeroReplay& r) {
   const int head = int(z.size.size()) - 1;
   std::vector<int64_t> sizes;
   for (double n : z.size) sizes.push_back(int64_t(std::llround(n)));
-  ZeroSchedule schedule(r.zero, PartAccess{head, z.tied}, sizes, r.inflight);
+  ZeroSchedule schedule(r.zero, PartAccess{head, z.tied, z.split}, sizes, r.inflight);
   if (z.defer0) schedule.defer(0);
   PoolReplay pool, copies;  // 4-byte, 2-byte
   const bool gather16 = r.half && r.zero == 3;
@@ -104,8 +105,7 @@ double replay_zero(const ZeroSteps& z, const ZeroReplay& r) {
   };
   play(schedule.initialize());
   schedule.begin_step();
-  for (const auto& [part, forward] : z.passes) {
-    const Pass pass = forward ? Pass::forward : Pass::backward;
+  for (const auto& [part, pass] : z.passes) {
     play(schedule.begin(part, pass, true));
     play(schedule.end(part, pass, true, false));
   }
@@ -117,6 +117,28 @@ double replay_zero(const ZeroSteps& z, const ZeroReplay& r) {
     copies.take(local), copies.give(local);
   }
   return pool.allocated() + copies.allocated() / 2;
+}
+
+// The weight-gradient GEMMs a split backward's B queues for a chunk of `blocks` dense blocks,
+// in queue order (model/block.cpp: each block's MLP, then its attention; the blocks in
+// reverse): the elements of each one's dy and x operands. Rows are a micro-batch's tokens
+// on this rank (gathered under sequence parallelism); the sizes are this tp rank's.
+std::vector<std::pair<double, double>> weight_gemm_operands(const ModelConfig& c,
+                                                            int64_t micro_batch, int64_t blocks) {
+  const double N = double(micro_batch * c.seq_local()), C = double(c.d_model);
+  const double F = double(c.ffn_local()), q = double(c.heads_local() * c.head_dim),
+               kv = double(c.kv_heads_local() * c.head_dim);
+  std::vector<std::pair<double, double>> one;
+  one.push_back({N * C, N * F});                        // down
+  if (c.arch == Arch::llama) one.push_back({N * F, N * C});  // gate
+  one.push_back({N * F, N * C});                        // up
+  one.push_back({N * C, N * q});                        // o
+  one.push_back({N * q, N * C});                        // q
+  one.push_back({N * kv, N * C});                       // k
+  one.push_back({N * kv, N * C});                       // v
+  std::vector<std::pair<double, double>> out;
+  for (int64_t b = 0; b < blocks; ++b) out.insert(out.end(), one.begin(), one.end());
+  return out;
 }
 
 ZeroReplay zero_replay(const Layout& l, int inflight) {
@@ -143,10 +165,7 @@ RankLayout tessera_rank_layout(const Workload& w, const Layout& l, int stage) {
   p.tp = l.tp, p.sequence_parallel = l.seq_parallel;
   p.cp = l.cp, p.cp_kind = w.cp_kind;
   p.pp = l.pp, p.pp_virtual = l.vpp, p.pp_layers = w.pp_layers;
-  // A Layout spells interleaved 1F1B as one_f_one_b with vpp > 1.
-  p.pp_schedule = l.schedule == PipeSchedule::gpipe ? PipeSchedule::gpipe
-                  : l.vpp > 1                       ? PipeSchedule::interleaved
-                                                    : PipeSchedule::one_f_one_b;
+  p.pp_schedule = l.run_schedule();
   p.dp = l.dp, p.ep = l.ep, p.order = l.order;
   p.zero = l.zero, p.zero_inflight = w.zero_inflight, p.shard_group = l.shard_group;
   const GridLayout grid({l.tp, l.cp, l.ep, l.dp, l.pp}, l.order, l.accelerators());
@@ -161,11 +180,9 @@ Layout tessera_layout(const RankLayout& r) {
   l.tp = r.degrees.tp, l.cp = r.degrees.cp, l.ep = r.degrees.ep;
   l.dp = r.degrees.dp, l.pp = r.degrees.pp;
   l.vpp = r.schedule.chunks;
-  // A Layout spells interleaved 1F1B as one_f_one_b with vpp > 1; a split kind stays itself
-  // (layout_problem: the planner does not cost those yet).
-  l.schedule = r.schedule.kind == PipeSchedule::gpipe || r.schedule.split_backward()
-                   ? r.schedule.kind
-                   : PipeSchedule::one_f_one_b;
+  // A Layout spells interleaved 1F1B as one_f_one_b with vpp > 1.
+  l.schedule = r.schedule.kind == PipeSchedule::interleaved ? PipeSchedule::one_f_one_b
+                                                            : r.schedule.kind;
   l.seq_parallel = c.tp.sequence_parallel && l.tp > 1;
   l.zero = r.zero;
   l.shard_group = r.zero > 0 && r.shard_ranks != r.dp_cp ? int(r.shard_ranks) : 0;
@@ -195,8 +212,8 @@ double tessera_comm_bytes(const RankLayout& rank, const Layout& l, int64_t accum
   }
   z.tied = c.tie_embeddings;
   for (int64_t m = 0; m < accum; ++m) {
-    for (int q = 0; q <= head; ++q) z.passes.push_back({q, true});
-    for (int q = head; q >= 0; --q) z.passes.push_back({q, false});
+    for (int q = 0; q <= head; ++q) z.passes.push_back({q, Pass::forward});
+    for (int q = head; q >= 0; --q) z.passes.push_back({q, Pass::backward});
   }
   return replay_zero(z, r);
 }
@@ -222,11 +239,15 @@ TesseraStageMemory tessera_pipeline_memory(const Workload& w, const Layout& l, i
     z.tied = c.tie_embeddings;
     z.defer0 = c.tie_embeddings;  // the tied table's gradients summed over the pipeline first
     const double psi = r.params;
-    // Activation slots: a forward takes the lowest free slot, its backward frees it; a
-    // layer's buffers exist for each slot it ever ran in (pp/executor.cpp).
+    // Activation slots: a forward takes the lowest free slot, its backward (or B) frees it; a
+    // layer's buffers exist for each slot it ever ran in (pp/executor.cpp). A split backward's
+    // B takes the lowest free set of weight-gradient copies and its W frees it; a set's
+    // buffers, by position, grow to the largest GEMM queued there (model/weight_grads.cpp).
+    z.split = shape.split_backward();
     std::vector<std::set<int>> slots(chunks.size());
-    std::vector<int> slot_of(size_t(m) * chunks.size(), -1);
-    std::vector<char> busy;
+    std::vector<int> slot_of(size_t(m) * chunks.size(), -1), set_of(slot_of);
+    std::vector<char> busy, set_busy;
+    std::vector<std::vector<std::pair<double, double>>> set_capacity;  // (dy, x) elements
     for (const pp::Op& op : schedule.stages[size_t(s)]) {
       const size_t i = size_t(op.micro) * chunks.size() + size_t(op.chunk);
       const pp::ChunkLayers& k = chunks[size_t(op.chunk)];
@@ -241,14 +262,31 @@ TesseraStageMemory tessera_pipeline_memory(const Workload& w, const Layout& l, i
         else *f = 1;
         slot_of[i] = slot;
         slots[size_t(op.chunk)].insert(slot);
-        for (int q : order) z.passes.push_back({q, true});
+        for (int q : order) z.passes.push_back({q, Pass::forward});
       } else if (op.computes_input_grad()) {
-        for (auto q = order.rbegin(); q != order.rend(); ++q) z.passes.push_back({*q, false});
-      }
-      // A split backward's backward_weight still reads the saved activations.
-      if (op.kind == pp::Op::backward || op.kind == pp::Op::backward_weight)
+        for (auto q = order.rbegin(); q != order.rend(); ++q) z.passes.push_back({*q, Pass::backward});
         busy[size_t(slot_of[i])] = 0;
+      }
+      if (op.kind == pp::Op::backward_input) {
+        auto f = std::find(set_busy.begin(), set_busy.end(), 0);
+        const int set = int(f - set_busy.begin());
+        if (f == set_busy.end()) set_busy.push_back(1), set_capacity.emplace_back();
+        else *f = 1;
+        set_of[i] = set;
+        std::vector<std::pair<double, double>>& cap = set_capacity[size_t(set)];
+        const std::vector<std::pair<double, double>> gemms =
+            weight_gemm_operands(c, l.micro_batch, k.last - k.first);
+        if (cap.size() < gemms.size()) cap.resize(gemms.size(), {0.0, 0.0});
+        for (size_t g = 0; g < gemms.size(); ++g)
+          cap[g] = {std::max(cap[g].first, gemms[g].first), std::max(cap[g].second, gemms[g].second)};
+      } else if (op.kind == pp::Op::backward_weight) {
+        for (auto q = order.rbegin(); q != order.rend(); ++q) z.passes.push_back({*q, Pass::weight});
+        set_busy[size_t(set_of[i])] = 0;
+      }
     }
+    double weight_copies = 0;  // elements, in the compute dtype
+    for (const auto& cap : set_capacity)
+      for (const auto& [dy, x] : cap) weight_copies += dy + x;
     MemoryBreakdown mb;
     const ModelStateBytes st = r.model_state();
     mb.params = st.params;
@@ -261,10 +299,14 @@ TesseraStageMemory tessera_pipeline_memory(const Workload& w, const Layout& l, i
       mb.activations += double(slots[k].size()) *
                         (chunk_kept_bytes(c, l.micro_batch, ch.last - ch.first) +
                          (ch.embedding ? embed_act : 0) + (ch.head ? head_act : 0));
-      const int mc = shape.model_chunk(s, int(k));
-      messages += 2.0 * (mc > 0) + 2.0 * (mc < shape.model_chunks() - 1);
+      // Received and sent copies per direction; at a V's turn the tensor is copied into the
+      // other chunk's receive buffer, and nothing is sent.
+      const int mc = shape.model_chunk(s, int(k)), C = shape.model_chunks();
+      if (mc > 0) messages += 1.0 + shape.crosses(mc - 1);
+      if (mc < C - 1) messages += 1.0 + shape.crosses(mc);
     }
     if (blocks) mb.activations += rebuilt_bytes(c, l.micro_batch);
+    mb.activations += weight_copies * (tessera_half(l) ? 2 : 4);
     mb.comm = 4 * message * double(m) * messages +
               replay_zero(z, zero_replay(l, w.zero_inflight)) +
               tessera_grad_staging_bytes(l, psi);

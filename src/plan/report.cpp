@@ -169,7 +169,13 @@ std::string format_explain(const Workload& w, const Estimate& e, const Cluster& 
         e.ep_bytes_per_step / 1e6);
   os << fmt("  PP send/recv                              %9.3f  %5.1f%%\n", t.pp_p2p,
             pct(t.pp_p2p));
-  os << fmt("  PP bubble  (p-1)/(v m) = %5.1f%%           %9.3f  %5.1f%%\n",
+  // The split-backward kinds' formulas at F = B = W (pp::bubble_formula, doc/pipeline.md).
+  const PipeSchedule sched = e.layout.schedule;
+  const char* bubble = sched == PipeSchedule::zb_h1        ? "(p-1)/(3m)"
+                       : sched == PipeSchedule::zb_v       ? "max(p-1, 4p-2-2m)/(6m)"
+                       : sched == PipeSchedule::dualpipe_v ? "(p-1)/(6m)"
+                                                           : "(p-1)/(v m)";
+  os << fmt("  PP bubble  %-11s = %5.1f%%           %9.3f  %5.1f%%\n", bubble,
             100 * e.bubble_fraction, t.pp_bubble, pct(t.pp_bubble));
   os << fmt("  DP/ZeRO communication %8.3f, hidden %6.3f %9.3f  %5.1f%%\n", t.dp_comm, t.dp_hidden,
             t.dp_comm - t.dp_hidden, pct(t.dp_comm - t.dp_hidden));

@@ -1,11 +1,14 @@
 #include "plan/search.hpp"
 
+#include "parallel/pp/schedule.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
 #include <optional>
 
 #include "core/error.hpp"
+#include "parallel/pp/schedule.hpp"
 
 namespace tessera {
 
@@ -151,14 +154,23 @@ SearchResult search(const Workload& w, const Cluster& c, int accelerators, Runti
           }
           Layout base;
           base.tp = tp, base.pp = pp, base.cp = cp, base.dp = dp, base.ep = ep;
-          base.schedule = space.schedule;
+          base.schedule = space.schedules.front();
           const std::string fam = family_of(base);
           FamilyRejection& fr = families[fam];
           fr.family = fam;
           family_ok.emplace(fam, false);
           const std::vector<std::string> orders = rank_orders(space, c, accelerators, pp, dp);
           const std::vector<std::pair<Recompute, int>> rcs = recompute_choices(space, cfg, pp);
-          for (int v : vpps) {
+          // (schedule, v) pairs: one schedule without a pipeline, where none matters.
+          std::vector<std::pair<PipeSchedule, int>> shapes;
+          for (PipeSchedule sched : space.schedules) {
+            if (pp == 1 && sched != space.schedules.front()) continue;
+            if (pp > 1 && pp::splits_backward(sched))
+              shapes.push_back({sched, pp::placement_of(sched) == pp::Placement::v_shape ? 2 : 1});
+            else if (!pp::splits_backward(sched))
+              for (int v : vpps) shapes.push_back({sched, v});
+          }
+          for (const auto& [sched, v] : shapes) {
             std::optional<StageLayers> cut;  // once per pipeline shape, when a layout is legal
             for (int zero : zeros) {
               std::vector<int> groups{0};
@@ -183,6 +195,7 @@ SearchResult search(const Workload& w, const Cluster& c, int accelerators, Runti
                         for (ComputeType prec : space.precision) {
                           if (spar && tp == 1) continue;
                           Layout l = base;
+                          l.schedule = sched;
                           l.vpp = v, l.zero = zero, l.shard_group = group, l.micro_batch = mb;
                           l.recompute = rc, l.seq_parallel = spar != 0, l.precision = prec;
                           l.recompute_layers = rc_layers, l.order = order;

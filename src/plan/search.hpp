@@ -22,7 +22,9 @@ struct SearchSpace {
   std::vector<Recompute> recompute{Recompute::none, Recompute::selective, Recompute::full};
   std::vector<int> seq_parallel{0, 1};
   std::vector<ComputeType> precision{ComputeType::bf16};
-  PipeSchedule schedule = PipeSchedule::one_f_one_b;
+  // Pipeline schedules to try (tessera-plan --schedule): gpipe or one_f_one_b (with every v),
+  // and the split-backward kinds (zb_h1 with v = 1, zb_v and dualpipe_v with v = 2).
+  std::vector<PipeSchedule> schedules{PipeSchedule::one_f_one_b};
   // Rank orders (parallel.order) to try; empty: tp-cp-ep-dp-pp, and tp-cp-pp-dp-ep for
   // layouts with both a pipeline and data parallelism on more than one node.
   std::vector<std::string> orders;

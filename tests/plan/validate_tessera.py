@@ -51,6 +51,13 @@ CASES = [
     ("pp2_dp2_zero1", 4, "tiny-llama.in", ["--train.micro_batch=1", "--train.global_batch=8"], "pp=2 zero=1 mb=1"),
     ("pp2_dp2_zero3", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=8"], "pp=2 v=2 zero=3 mb=1"),
     ("pp2_tp2_sp", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=8"], "pp=2 tp=2 sp=1 zero=2 mb=2"),
+    # Split-backward schedules: activation slots freed at B, each B's set of weight-gradient
+    # operand copies held to its W (grown to its largest GEMMs), ZeRO's reductions after W,
+    # a V's turn without message buffers.
+    ("pp2_zbh1_gpt2", 2, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=4"], "pp=2 sched=zb-h1 zero=0 mb=1"),
+    ("pp2_zbv_llama", 2, "tiny-llama.in", ["--train.micro_batch=1", "--train.global_batch=4"], "pp=2 v=2 sched=zb-v zero=0 mb=1"),
+    ("pp2_dualpipev_zero3_bf16", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=8"], "pp=2 v=2 sched=dualpipev zero=3 mb=1 prec=bf16"),
+    ("pp2_zbv_tp2_sp_zero2", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=8"], "pp=2 v=2 sched=zb-v tp=2 sp=1 zero=2 mb=2 rc=selective"),
     # Activation recompute (train.recompute from the layout's rc): per-slot kept bytes plus
     # one shared rebuilt set per rank; recompute_layers = 2 of each chunk's blocks.
     ("serial_sel_gpt2", 1, "tiny-gpt2.in", ["--train.micro_batch=4", "--train.global_batch=8"], "zero=0 mb=4 rc=selective"),
@@ -117,7 +124,7 @@ def main():
                   f"--parallel.ep={keys.get('ep', '1')}",
                   f"--parallel.sequence_parallel={'true' if keys.get('sp') == '1' else 'false'}",
                   f"--parallel.pp={keys.get('pp', '1')}", f"--parallel.pp_virtual={keys.get('v', '1')}",
-                  "--parallel.pp_schedule=" + ("gpipe" if keys.get("sched") == "gpipe" else
+                  "--parallel.pp_schedule=" + (keys["sched"] if keys.get("sched", "1f1b") != "1f1b" else
                                                "interleaved" if int(keys.get("v", "1")) > 1 else "1f1b"),
                   f"--train.recompute={keys.get('rc', 'none')}",
                   f"--train.precision={keys.get('prec', 'fp32')}",
