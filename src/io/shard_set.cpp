@@ -94,7 +94,10 @@ bool ShardSet::open(size_t i, std::string& fault) const {
     // The checks of a one-file dataset, then the shard against the layout: its tokens,
     // documents and their offsets are those the run laid out.
     try {
-      check_same_tokenizer(s.file, s.path, where(i), layout_, cat("'", name_, "'"));
+      check_same_tokenizer(s.file, s.path, where(i), layout_,
+                           names_file_list(name_)
+                               ? cat("the first file of data.path '", name_, "'")
+                               : cat("its index '", name_, "'"));
       const DatasetFileInfo info = check_dataset_file(s.file, s.path, expect_);
       const auto first = layout_.doc_offsets.begin() + s.doc_begin;
       const bool same =

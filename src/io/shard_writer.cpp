@@ -37,10 +37,12 @@ void ShardedDatasetWriter::begin_input(const std::string& input_path, uint64_t b
 
 void ShardedDatasetWriter::add_document(std::span<const uint32_t> ids) {
   if (!shard_) {
-    // A small shard is a small file: chunks of at most shard_tokens tokens.
+    // HDF5 stores the last chunk whole: chunks of about a sixteenth of a shard (at most the
+    // usual 2^20 tokens, at least 4096 or the shard) keep a small shard a small file.
+    const int64_t chunk = std::min(DatasetWriter::kChunkTokens,
+                                   std::max(shard_tokens_ / 16, std::min<int64_t>(shard_tokens_, 4096)));
     shard_ = std::make_unique<DatasetWriter>(
-        shard_file_name(path_, int64_t(layout_.files.size())), tokenizer_, split_lines_,
-        std::min(shard_tokens_, DatasetWriter::kChunkTokens));
+        shard_file_name(path_, int64_t(layout_.files.size())), tokenizer_, split_lines_, chunk);
     // The manifest of each shard names the input its documents come from.
     if (!inputs_.empty()) shard_->begin_input(inputs_.back().path, inputs_.back().bytes);
   }
