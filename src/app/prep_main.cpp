@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -102,6 +103,29 @@ Args parse(const std::vector<std::string>& argv) {
   return args;
 }
 
+// --shard-tokens writes OUT-NNNNN.h5 beside OUT: none of them may be an input (any number
+// of digits, the temporary name included, as the shards' count is not known before).
+void require_shards_apart(const std::string& out, const std::vector<tessera::InputFile>& files) {
+  namespace fs = std::filesystem;
+  const std::string first = tessera::shard_file_name(out, 0);
+  const std::string first_name = fs::path(first).filename().string();
+  const std::string stem = first_name.substr(0, first_name.size() - 9);  // less "-00000.h5"
+  for (const tessera::InputFile& f : files) {
+    const std::string name = fs::path(f.path).filename().string();
+    std::string rest = name.substr(0, stem.size() + 1) == stem + "-" ? name.substr(stem.size() + 1) : "";
+    if (rest.size() > 4 && rest.compare(rest.size() - 4, 4, ".tmp") == 0) rest.resize(rest.size() - 4);
+    const size_t digits = rest.find_first_not_of("0123456789");
+    const bool shard_name = digits >= 5 && digits != std::string::npos && rest.substr(digits) == ".h5";
+    std::error_code ec;
+    const bool same_dir = fs::equivalent(fs::absolute(f.path).parent_path(),
+                                         fs::absolute(first).parent_path(), ec);
+    TESSERA_REQUIRE(!(shard_name && same_dir), "--out '", out, "' with --shard-tokens writes its "
+                    "shards as '", first, "', '", tessera::shard_file_name(out, 1),
+                    "', ..., and the input '", f.path, "' is one of those names; writing would "
+                    "destroy it; choose another output name");
+  }
+}
+
 void prep(const Args& args) {
   const auto get = [&](const char* name) {
     const auto it = args.options.find(name);
@@ -135,6 +159,7 @@ void prep(const Args& args) {
     TESSERA_REQUIRE(!t.empty() && *end == '\0' && n >= 1 && n <= (1LL << 50), "--shard-tokens '",
                     t, "' is not a number of tokens from 1 to 2^50");
     shard_tokens = n;
+    require_shards_apart(out, files);
   }
   // One tokenizer per thread: a tokenizer caches (not thread-safe), and caching changes no id.
   std::vector<std::unique_ptr<tessera::Tokenizer>> tokenizers;
@@ -199,9 +224,10 @@ void prep(const Args& args) {
   if (shard_tokens > 0) {
     tessera::ShardedDatasetWriter writer(out, tokenizer, split_lines, shard_tokens);
     write(writer);
-    std::printf("tessera-prep: %s is the index of %lld shards of %lld tokens or a little more, "
+    std::printf("tessera-prep: %s is the index of %lld shard%s of %lld tokens or a little more, "
                 "%s to %s\n",
-                out.c_str(), (long long)writer.shards(), (long long)shard_tokens,
+                out.c_str(), (long long)writer.shards(), writer.shards() == 1 ? "" : "s",
+                (long long)shard_tokens,
                 tessera::shard_file_name(out, 0).c_str(),
                 tessera::shard_file_name(out, writer.shards() - 1).c_str());
   } else {

@@ -37,10 +37,9 @@ void ShardedDatasetWriter::begin_input(const std::string& input_path, uint64_t b
 
 void ShardedDatasetWriter::add_document(std::span<const uint32_t> ids) {
   if (!shard_) {
-    // HDF5 stores the last chunk whole: chunks of about a sixteenth of a shard (at most the
-    // usual 2^20 tokens, at least 4096 or the shard) keep a small shard a small file.
-    const int64_t chunk = std::min(DatasetWriter::kChunkTokens,
-                                   std::max(shard_tokens_ / 16, std::min<int64_t>(shard_tokens_, 4096)));
+    // HDF5 stores the last chunk whole: chunks of about a sixteenth of a shard, from 4096
+    // tokens to the usual 2^20, keep a small shard a small file.
+    const int64_t chunk = std::clamp<int64_t>(shard_tokens_ / 16, 4096, DatasetWriter::kChunkTokens);
     shard_ = std::make_unique<DatasetWriter>(
         shard_file_name(path_, int64_t(layout_.files.size())), tokenizer_, split_lines_, chunk);
     // The manifest of each shard names the input its documents come from.
