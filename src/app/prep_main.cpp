@@ -112,17 +112,21 @@ void require_shards_apart(const std::string& out, const std::vector<tessera::Inp
   const std::string stem = first_name.substr(0, first_name.size() - 9);  // less "-00000.h5"
   for (const tessera::InputFile& f : files) {
     const std::string name = fs::path(f.path).filename().string();
-    std::string rest = name.substr(0, stem.size() + 1) == stem + "-" ? name.substr(stem.size() + 1) : "";
-    if (rest.size() > 4 && rest.compare(rest.size() - 4, 4, ".tmp") == 0) rest.resize(rest.size() - 4);
+    std::string rest =
+        name.substr(0, stem.size() + 1) == stem + "-" ? name.substr(stem.size() + 1) : "";
+    if (rest.size() > 4 && rest.compare(rest.size() - 4, 4, ".tmp") == 0)
+      rest.resize(rest.size() - 4);
     const size_t digits = rest.find_first_not_of("0123456789");
-    const bool shard_name = digits >= 5 && digits != std::string::npos && rest.substr(digits) == ".h5";
+    const bool shard_name =
+        digits >= 5 && digits != std::string::npos && rest.substr(digits) == ".h5";
     std::error_code ec;
-    const bool same_dir = fs::equivalent(fs::absolute(f.path).parent_path(),
-                                         fs::absolute(first).parent_path(), ec);
-    TESSERA_REQUIRE(!(shard_name && same_dir), "--out '", out, "' with --shard-tokens writes its "
-                    "shards as '", first, "', '", tessera::shard_file_name(out, 1),
-                    "', ..., and the input '", f.path, "' is one of those names; writing would "
-                    "destroy it; choose another output name");
+    const bool same_dir =
+        fs::equivalent(fs::absolute(f.path).parent_path(), fs::absolute(first).parent_path(), ec);
+    TESSERA_REQUIRE(!(shard_name && same_dir), "--out '", out,
+                    "' with --shard-tokens writes its shards as '", first, "', '",
+                    tessera::shard_file_name(out, 1), "', ..., and the input '", f.path,
+                    "' is one of those names; writing would destroy it; choose another output "
+                    "name");
   }
 }
 
@@ -156,8 +160,8 @@ void prep(const Args& args) {
     const std::string t = get("--shard-tokens");
     char* end = nullptr;
     const long long n = std::strtoll(t.c_str(), &end, 10);
-    TESSERA_REQUIRE(!t.empty() && *end == '\0' && n >= 1 && n <= (1LL << 50), "--shard-tokens '",
-                    t, "' is not a number of tokens from 1 to 2^50");
+    TESSERA_REQUIRE(!t.empty() && *end == '\0' && n >= 1 && n <= (1LL << 50), "--shard-tokens '", t,
+                    "' is not a number of tokens from 1 to 2^50");
     shard_tokens = n;
     require_shards_apart(out, files);
   }
@@ -208,8 +212,8 @@ void prep(const Args& args) {
     }
     progress.finish();
     // Nothing to train on: the writer's destructor removes its temporary file.
-    TESSERA_REQUIRE(writer.documents() > 0, "the inputs hold no documents (", files.size(),
-                    " file", files.size() == 1 ? "" : "s", ", ", total,
+    TESSERA_REQUIRE(writer.documents() > 0, "the inputs hold no documents (", files.size(), " file",
+                    files.size() == 1 ? "" : "s", ", ", total,
                     " bytes, all empty or blank); nothing was written to '", out, "'");
     writer.finish();
     const double secs = progress.seconds(), mb = 1e-6 * double(total);
@@ -218,18 +222,18 @@ void prep(const Args& args) {
         "in %.2f s (%.1f MB/s), %d tokenizer thread%s\n",
         out.c_str(), (long long)writer.documents(), (long long)writer.tokens(),
         tokenizer.kind().c_str(), tokenizer.vocab_size() > 65536 ? "uint32" : "uint16",
-        files.size(), files.size() == 1 ? "" : "s", mb, secs, mb / std::max(secs, 1e-9),
-        threads, threads == 1 ? "" : "s");
+        files.size(), files.size() == 1 ? "" : "s", mb, secs, mb / std::max(secs, 1e-9), threads,
+        threads == 1 ? "" : "s");
   };
   if (shard_tokens > 0) {
     tessera::ShardedDatasetWriter writer(out, tokenizer, split_lines, shard_tokens);
     write(writer);
-    std::printf("tessera-prep: %s is the index of %lld shard%s of %lld tokens or a little more, "
-                "%s to %s\n",
-                out.c_str(), (long long)writer.shards(), writer.shards() == 1 ? "" : "s",
-                (long long)shard_tokens,
-                tessera::shard_file_name(out, 0).c_str(),
-                tessera::shard_file_name(out, writer.shards() - 1).c_str());
+    std::printf(
+        "tessera-prep: %s is the index of %lld shard%s of %lld tokens or a little more, "
+        "%s to %s\n",
+        out.c_str(), (long long)writer.shards(), writer.shards() == 1 ? "" : "s",
+        (long long)shard_tokens, tessera::shard_file_name(out, 0).c_str(),
+        tessera::shard_file_name(out, writer.shards() - 1).c_str());
   } else {
     tessera::DatasetWriter writer(out, tokenizer, split_lines);
     write(writer);

@@ -52,9 +52,8 @@ DatasetFileInfo check_dataset_file(hid_t file, const std::string& path,
   TESSERA_REQUIRE(version == 1, "data file '", path, "' has format version ", version,
                   "; this tessera reads version 1: prepare it again with this tessera-prep");
   info.tokenizer = dataset_string_attr(file, "tokenizer", path);
-  TESSERA_REQUIRE(info.tokenizer == expect.tokenizer, "data file '", path,
-                  "' was tokenized with '", info.tokenizer,
-                  "' but data.tokenizer = ", expect.tokenizer);
+  TESSERA_REQUIRE(info.tokenizer == expect.tokenizer, "data file '", path, "' was tokenized with '",
+                  info.tokenizer, "' but data.tokenizer = ", expect.tokenizer);
   info.vocab = dataset_int_attr(file, "vocab_size", path);
   // A size model.vocab cannot take is damage, not advice to set the key to it.
   const KeySpec& key = *find_key("model.vocab");
@@ -63,8 +62,8 @@ DatasetFileInfo check_dataset_file(hid_t file, const std::string& path,
                   ", which no model can have (model.vocab: ", key.allowed(),
                   "): its header is damaged; prepare it again with tessera-prep");
   TESSERA_REQUIRE(info.vocab == expect.vocab, "data file '", path, "' has vocabulary size ",
-                  info.vocab, " but model.vocab = ", expect.vocab, "; set model.vocab = ",
-                  info.vocab);
+                  info.vocab, " but model.vocab = ", expect.vocab,
+                  "; set model.vocab = ", info.vocab);
   if (H5Aexists(file, "vocab_hash") > 0)
     info.vocab_hash = read_string_attr(file, "vocab_hash", "data file '" + path + "'");
 
@@ -76,9 +75,9 @@ DatasetFileInfo check_dataset_file(hid_t file, const std::string& path,
     TESSERA_REQUIRE(info.n_tokens >= 0, "data file '", path,
                     "': dataset 'tokens' must be one-dimensional (a stream of token ids)");
     const int64_t n_tokens_attr = dataset_int_attr(file, "n_tokens", path);
-    TESSERA_REQUIRE(n_tokens_attr == info.n_tokens, "data file '", path, "' says n_tokens = ",
-                    n_tokens_attr, " but its dataset 'tokens' holds ", info.n_tokens,
-                    ": the file is damaged or was not written by tessera-prep");
+    TESSERA_REQUIRE(n_tokens_attr == info.n_tokens, "data file '", path,
+                    "' says n_tokens = ", n_tokens_attr, " but its dataset 'tokens' holds ",
+                    info.n_tokens, ": the file is damaged or was not written by tessera-prep");
     const H5Handle ftype(H5Dget_type(tokens.id), H5Tclose);
     const bool u16 = H5Tequal(ftype.id, H5T_STD_U16LE) > 0;
     const bool u32 = H5Tequal(ftype.id, H5T_STD_U32LE) > 0;
@@ -98,7 +97,7 @@ DatasetFileInfo check_dataset_file(hid_t file, const std::string& path,
     const H5Handle offsets(H5Dopen2(file, "doc_offsets", H5P_DEFAULT), H5Dclose);
     n = length_1d(offsets.id);
     off.resize(size_t(std::max<int64_t>(n, 0)));
-    // A dataset of another rank is never read into this buffer.
+    // A dataset of another shape is never read into this buffer.
     if (n >= 0)
       read = H5Dread(offsets.id, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, off.data());
   }
@@ -107,8 +106,8 @@ DatasetFileInfo check_dataset_file(hid_t file, const std::string& path,
   TESSERA_REQUIRE(off.size() >= 2, "data file '", path, "' holds no documents");
   // Offsets start at 0, never decrease and end at the last token: every document lies inside
   // the token array.
-  TESSERA_REQUIRE(off.front() == 0 && off.back() == uint64_t(info.n_tokens), "data file '",
-                  path, "': doc_offsets run from ", off.front(), " to ", off.back(),
+  TESSERA_REQUIRE(off.front() == 0 && off.back() == uint64_t(info.n_tokens), "data file '", path,
+                  "': doc_offsets run from ", off.front(), " to ", off.back(),
                   " but must run from 0 to the ", info.n_tokens, " stored tokens");
   const auto down = std::adjacent_find(off.begin(), off.end(), std::greater<uint64_t>());
   TESSERA_REQUIRE(down == off.end(), "data file '", path, "': doc_offsets decrease at entry ",
@@ -116,8 +115,8 @@ DatasetFileInfo check_dataset_file(hid_t file, const std::string& path,
                   "); the file is damaged");
   if (H5Aexists(file, "n_docs") > 0) {
     const int64_t docs = dataset_int_attr(file, "n_docs", path);
-    TESSERA_REQUIRE(docs == int64_t(off.size()) - 1, "data file '", path, "' says n_docs = ",
-                    docs, " but its doc_offsets hold ", off.size() - 1, " documents");
+    TESSERA_REQUIRE(docs == int64_t(off.size()) - 1, "data file '", path, "' says n_docs = ", docs,
+                    " but its doc_offsets hold ", off.size() - 1, " documents");
   }
   return info;
 }

@@ -4,12 +4,12 @@
 // and the document offsets. They read the offsets and a few attributes, never the tokens.
 #pragma once
 
+#include <hdf5.h>
+
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <hdf5.h>
 
 namespace tessera {
 

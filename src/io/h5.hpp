@@ -54,8 +54,7 @@ class H5File {
   H5File(hid_t id, std::string path) : id_(id), path_(std::move(path)) {}
   void write_raw(const std::string& name, const std::vector<int64_t>& shape, hid_t type,
                  const void* data);
-  void append_raw(const std::string& name, hid_t type, const void* data, int64_t n,
-                  int64_t chunk);
+  void append_raw(const std::string& name, hid_t type, const void* data, int64_t n, int64_t chunk);
   void read_raw(const std::string& name, hid_t type, void* data) const;
   hid_t id_ = -1;
   std::string path_;

@@ -23,7 +23,9 @@ std::string trim(const std::string& s) {
   return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
 }
 
-bool is_pattern(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+bool is_pattern(const std::string& s) {
+  return s.find_first_of("*?[") != std::string::npos;
+}
 
 // A 1-D uint64 array of the index with n entries (n < 0: any length).
 std::vector<uint64_t> read_array(const H5File& f, const char* name, int64_t n,
@@ -93,12 +95,11 @@ ShardLayout read_shard_index(const std::string& path, const DatasetExpectation& 
                   "; this tessera reads version 1: prepare it again with this tessera-prep");
   ShardLayout L;
   L.tokenizer = f.attr_string("tokenizer");
-  TESSERA_REQUIRE(L.tokenizer == expect.tokenizer, "data file '", path,
-                  "' was tokenized with '", L.tokenizer, "' but data.tokenizer = ",
-                  expect.tokenizer);
+  TESSERA_REQUIRE(L.tokenizer == expect.tokenizer, "data file '", path, "' was tokenized with '",
+                  L.tokenizer, "' but data.tokenizer = ", expect.tokenizer);
   L.vocab = f.attr_int("vocab_size");
-  TESSERA_REQUIRE(L.vocab == expect.vocab, "data file '", path, "' has vocabulary size ",
-                  L.vocab, " but model.vocab = ", expect.vocab, "; set model.vocab = ", L.vocab);
+  TESSERA_REQUIRE(L.vocab == expect.vocab, "data file '", path, "' has vocabulary size ", L.vocab,
+                  " but model.vocab = ", expect.vocab, "; set model.vocab = ", L.vocab);
   L.eos = f.attr_int("eos_id");
   L.vocab_hash = f.attr_string("vocab_hash");
   const int64_t n_shards = f.attr_int("n_shards"), n_docs = f.attr_int("n_docs"),
@@ -106,28 +107,27 @@ ShardLayout read_shard_index(const std::string& path, const DatasetExpectation& 
   std::vector<std::string> names;
   std::stringstream list(f.attr_string("shards"));
   for (std::string name; std::getline(list, name);) names.push_back(name);
-  TESSERA_REQUIRE(n_shards >= 1 && int64_t(names.size()) == n_shards && n_docs >= 1 &&
-                      n_tokens >= 0,
-                  damaged, " (", names.size(), " shard names, n_shards = ", n_shards,
-                  ", n_docs = ", n_docs, ")", again);
+  TESSERA_REQUIRE(
+      n_shards >= 1 && int64_t(names.size()) == n_shards && n_docs >= 1 && n_tokens >= 0, damaged,
+      " (", names.size(), " shard names, n_shards = ", n_shards, ", n_docs = ", n_docs, ")", again);
   const std::vector<uint64_t> tokens = read_array(f, "shard_tokens", n_shards, path);
   const std::vector<uint64_t> docs = read_array(f, "shard_docs", n_shards, path);
   const std::vector<uint64_t> bytes = read_array(f, "shard_bytes", n_shards, path);
   L.doc_offsets = read_array(f, "doc_offsets", n_docs + 1, path);
   const std::vector<uint64_t>& off = L.doc_offsets;
-  TESSERA_REQUIRE(off.front() == 0 && off.back() == uint64_t(n_tokens) &&
-                      std::adjacent_find(off.begin(), off.end(), std::greater<uint64_t>()) ==
-                          off.end(),
-                  damaged, ": its doc_offsets do not run from 0 to n_tokens = ", n_tokens,
-                  " without decreasing", again);
+  TESSERA_REQUIRE(
+      off.front() == 0 && off.back() == uint64_t(n_tokens) &&
+          std::adjacent_find(off.begin(), off.end(), std::greater<uint64_t>()) == off.end(),
+      damaged, ": its doc_offsets do not run from 0 to n_tokens = ", n_tokens,
+      " without decreasing", again);
   // Each shard ends where a document ends: its documents' tokens are its tokens.
   uint64_t doc = 0, tok = 0;
   const fs::path dir = fs::path(path).parent_path();
   for (size_t i = 0; i < size_t(n_shards); ++i) {
     doc += docs[i], tok += tokens[i];
     TESSERA_REQUIRE(docs[i] >= 1 && doc <= uint64_t(n_docs) && off[doc] == tok, damaged, ": ",
-                    position(i, size_t(n_shards), path), " ends at document ", doc, ", token ",
-                    tok, ", which is not where the offsets put it", again);
+                    position(i, size_t(n_shards), path), " ends at document ", doc, ", token ", tok,
+                    ", which is not where the offsets put it", again);
     TESSERA_REQUIRE(!names[i].empty() && names[i].find('/') == std::string::npos, damaged,
                     ": shard name '", names[i], "' is not a file name", again);
     L.files.push_back(dir.empty() ? names[i] : (dir / names[i]).string());
@@ -136,13 +136,12 @@ ShardLayout read_shard_index(const std::string& path, const DatasetExpectation& 
     L.bytes.push_back(int64_t(bytes[i]));
   }
   TESSERA_REQUIRE(doc == uint64_t(n_docs) && tok == uint64_t(n_tokens), damaged,
-                  ": its shards hold ", doc, " documents and ", tok, " tokens but it says ",
-                  n_docs, " and ", n_tokens, again);
+                  ": its shards hold ", doc, " documents and ", tok, " tokens but it says ", n_docs,
+                  " and ", n_tokens, again);
   // A stat per shard, never an open: a missing or replaced shard stops the run before step 1.
   for (size_t i = 0; i < L.files.size(); ++i) {
     const int64_t size = file_stamp(L.files[i]).first;
-    TESSERA_REQUIRE(size >= 0, "data shard '", L.files[i], "' (",
-                    position(i, L.files.size(), path),
+    TESSERA_REQUIRE(size >= 0, "data shard '", L.files[i], "' (", position(i, L.files.size(), path),
                     ") is missing; restore it, or prepare the dataset again with tessera-prep "
                     "--shard-tokens");
     TESSERA_REQUIRE(size == L.bytes[i], "data shard '", L.files[i], "' (",
@@ -160,8 +159,8 @@ ShardLayout scan_file_list(const std::vector<std::string>& files, const std::str
   L.doc_offsets.push_back(0);
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string& p = files[i];
-    const std::string which = cat("file ", i + 1, " of ", files.size(), " of data.path '", spec,
-                                  "'");
+    const std::string which =
+        cat("file ", i + 1, " of ", files.size(), " of data.path '", spec, "'");
     TESSERA_REQUIRE(H5Fis_hdf5(p.c_str()) > 0, "cannot open data file '", p, "' (", which,
                     "): missing, or not an HDF5 file made by tessera-prep");
     const H5Handle f(H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
@@ -175,7 +174,8 @@ ShardLayout scan_file_list(const std::vector<std::string>& files, const std::str
     const DatasetFileInfo info = check_dataset_file(f.id, p, expect);
     if (i == 0) L.tokenizer = info.tokenizer, L.vocab = info.vocab, L.vocab_hash = info.vocab_hash;
     const uint64_t base = L.doc_offsets.back();
-    for (size_t d = 1; d < info.offsets.size(); ++d) L.doc_offsets.push_back(base + info.offsets[d]);
+    for (size_t d = 1; d < info.offsets.size(); ++d)
+      L.doc_offsets.push_back(base + info.offsets[d]);
     L.files.push_back(p);
     L.tokens.push_back(info.n_tokens);
     L.docs.push_back(int64_t(info.offsets.size()) - 1);
@@ -187,8 +187,9 @@ ShardLayout scan_file_list(const std::vector<std::string>& files, const std::str
 void check_same_tokenizer(hid_t file, const std::string& path, const std::string& which,
                           const ShardLayout& layout, const std::string& reference) {
   const std::string format = dataset_string_attr(file, "format", path);
-  TESSERA_REQUIRE(format == "tessera-dataset", "data file '", path, "' (", which,
-                  ") has format '", format, "', expected 'tessera-dataset' (make it with "
+  TESSERA_REQUIRE(format == "tessera-dataset", "data file '", path, "' (", which, ") has format '",
+                  format,
+                  "', expected 'tessera-dataset' (make it with "
                   "tessera-prep)");
   const std::string tokenizer = dataset_string_attr(file, "tokenizer", path);
   const int64_t vocab = dataset_int_attr(file, "vocab_size", path);

@@ -32,9 +32,9 @@ inline constexpr const char* kShardIndexFormat = "tessera-shard-index";
 struct ShardLayout {
   std::string tokenizer, vocab_hash;
   int64_t vocab = 0, eos = 0;
-  std::vector<std::string> files;             // as the loader opens them
-  std::vector<int64_t> tokens, docs, bytes;   // per shard
-  std::vector<uint64_t> doc_offsets;          // of the concatenation: n_docs + 1 entries
+  std::vector<std::string> files;            // as the loader opens them
+  std::vector<int64_t> tokens, docs, bytes;  // per shard
+  std::vector<uint64_t> doc_offsets;         // of the concatenation: n_docs + 1 entries
 };
 
 // data.path names several files (a comma or a pattern character in it).

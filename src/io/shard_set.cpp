@@ -29,7 +29,9 @@ ShardSet::ShardSet(const std::string& path, hid_t file, int64_t n_tokens,
 
 ShardSet::ShardSet(ShardLayout layout, std::string name, const DatasetExpectation& expect,
                    int max_open)
-    : layout_(std::move(layout)), name_(std::move(name)), expect_(expect),
+    : layout_(std::move(layout)),
+      name_(std::move(name)),
+      expect_(expect),
       max_open_(std::max(max_open, 1)) {
   int64_t begin = 0, doc = 0;
   for (size_t i = 0; i < layout_.files.size(); ++i) {
@@ -79,11 +81,13 @@ bool ShardSet::open(size_t i, std::string& fault) const {
   const auto [size, mtime] = file_stamp(s.path);
   if (s.checked && (size != s.size || mtime != s.mtime))
     return fail(cat("data file '", s.path, "' changed while the run was reading it (",
-                    change(s.size, size), "); restore it, or prepare a new dataset and start a "
+                    change(s.size, size),
+                    "); restore it, or prepare a new dataset and start a "
                     "new run"));
   if (!s.checked && size != s.bytes)
     return fail(cat("data file '", s.path, "' (", where(i), ") changed since the run started (",
-                    change(s.bytes, size), "); restore it, or prepare a new dataset and start a "
+                    change(s.bytes, size),
+                    "); restore it, or prepare a new dataset and start a "
                     "new run"));
   s.file = H5Fopen(s.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (s.file < 0)
@@ -95,16 +99,14 @@ bool ShardSet::open(size_t i, std::string& fault) const {
     // documents and their offsets are those the run laid out.
     try {
       check_same_tokenizer(s.file, s.path, where(i), layout_,
-                           names_file_list(name_)
-                               ? cat("the first file of data.path '", name_, "'")
-                               : cat("its index '", name_, "'"));
+                           names_file_list(name_) ? cat("the first file of data.path '", name_, "'")
+                                                  : cat("its index '", name_, "'"));
       const DatasetFileInfo info = check_dataset_file(s.file, s.path, expect_);
       const auto first = layout_.doc_offsets.begin() + s.doc_begin;
       const bool same =
           info.n_tokens == s.tokens && int64_t(info.offsets.size()) == s.docs + 1 &&
-          std::equal(info.offsets.begin(), info.offsets.end(), first, [&](uint64_t a, uint64_t b) {
-            return a == b - uint64_t(s.begin);
-          });
+          std::equal(info.offsets.begin(), info.offsets.end(), first,
+                     [&](uint64_t a, uint64_t b) { return a == b - uint64_t(s.begin); });
       TESSERA_REQUIRE(same, "data file '", s.path, "' (", where(i), ") holds ", info.n_tokens,
                       " tokens in ", info.offsets.size() - 1, " documents, but '", name_,
                       "' laid out ", s.tokens, " tokens in ", s.docs,
@@ -127,7 +129,8 @@ void ShardSet::read(int64_t begin, int64_t count, uint32_t* dst, std::string& fa
   // The shard holding begin, then on across shard boundaries.
   size_t i = size_t(std::upper_bound(shards_.begin(), shards_.end(), begin,
                                      [](int64_t x, const Shard& s) { return x < s.begin; }) -
-                    shards_.begin()) - 1;
+                    shards_.begin()) -
+             1;
   while (count > 0) {
     const Shard& s = shards_[i];
     const int64_t within = begin - s.begin, n = std::min(count, s.tokens - within);
@@ -153,7 +156,8 @@ void ShardSet::read(int64_t begin, int64_t count, uint32_t* dst, std::string& fa
       if (dst[k] >= uint64_t(expect_.vocab)) [[unlikely]] {
         if (fault.empty())
           fault = cat("data file '", s.path, "' holds the token id ", dst[k],
-                      ", outside the vocabulary of ", expect_.vocab, " (model.vocab): the file "
+                      ", outside the vocabulary of ", expect_.vocab,
+                      " (model.vocab): the file "
                       "is damaged or was made for another model");
         dst[k] = 0;
       }
@@ -169,7 +173,8 @@ void ShardSet::check_unchanged(std::string& fault) const {
     const auto [size, mtime] = file_stamp(s.path);
     if (fault.empty() && (size != s.size || mtime != s.mtime))
       fault = cat("data file '", s.path, "' changed while the run was reading it (",
-                  change(s.size, size), "); restore it, or prepare a new dataset and start a "
+                  change(s.size, size),
+                  "); restore it, or prepare a new dataset and start a "
                   "new run");
   }
 }

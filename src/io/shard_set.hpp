@@ -8,11 +8,12 @@
 // (TokenDataset::fault).
 #pragma once
 
+#include <hdf5.h>
+
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
-
-#include <hdf5.h>
 
 #include "io/shard_index.hpp"
 
@@ -24,8 +25,8 @@ class ShardSet {
 
   // One file, opened and checked by the caller: the set closes file at the end. stamp: the
   // file's size and modification time when it was opened; vocab: model.vocab.
-  ShardSet(const std::string& path, hid_t file, int64_t n_tokens,
-           std::pair<int64_t, int64_t> stamp, int64_t vocab);
+  ShardSet(const std::string& path, hid_t file, int64_t n_tokens, std::pair<int64_t, int64_t> stamp,
+           int64_t vocab);
   // The shards of layout; name (data.path) and expect for messages and checks.
   ShardSet(ShardLayout layout, std::string name, const DatasetExpectation& expect,
            int max_open = kDefaultMaxOpen);

@@ -11,7 +11,9 @@ namespace tessera {
 ShardedDatasetWriter::ShardedDatasetWriter(const std::string& index_path,
                                            const Tokenizer& tokenizer, bool split_lines,
                                            int64_t shard_tokens)
-    : path_(index_path), tokenizer_(tokenizer), split_lines_(split_lines),
+    : path_(index_path),
+      tokenizer_(tokenizer),
+      split_lines_(split_lines),
       shard_tokens_(shard_tokens) {
   const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
   TESSERA_REQUIRE(parent.empty() || std::filesystem::is_directory(parent), "output directory '",
@@ -39,9 +41,10 @@ void ShardedDatasetWriter::add_document(std::span<const uint32_t> ids) {
   if (!shard_) {
     // HDF5 stores the last chunk whole: chunks of about a sixteenth of a shard, from 4096
     // tokens to the usual 2^20, keep a small shard a small file.
-    const int64_t chunk = std::clamp<int64_t>(shard_tokens_ / 16, 4096, DatasetWriter::kChunkTokens);
-    shard_ = std::make_unique<DatasetWriter>(
-        shard_file_name(path_, int64_t(layout_.files.size())), tokenizer_, split_lines_, chunk);
+    const int64_t chunk =
+        std::clamp<int64_t>(shard_tokens_ / 16, 4096, DatasetWriter::kChunkTokens);
+    shard_ = std::make_unique<DatasetWriter>(shard_file_name(path_, int64_t(layout_.files.size())),
+                                             tokenizer_, split_lines_, chunk);
     // The manifest of each shard names the input its documents come from.
     if (!inputs_.empty()) shard_->begin_input(inputs_.back().path, inputs_.back().bytes);
   }

@@ -20,8 +20,8 @@ namespace tessera {
 
 class ShardedDatasetWriter {
  public:
-  ShardedDatasetWriter(const std::string& index_path, const Tokenizer& tokenizer,
-                       bool split_lines, int64_t shard_tokens);
+  ShardedDatasetWriter(const std::string& index_path, const Tokenizer& tokenizer, bool split_lines,
+                       int64_t shard_tokens);
   ~ShardedDatasetWriter();  // unfinished: the shards it finished are removed
   ShardedDatasetWriter(const ShardedDatasetWriter&) = delete;
   ShardedDatasetWriter& operator=(const ShardedDatasetWriter&) = delete;

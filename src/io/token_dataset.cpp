@@ -6,6 +6,7 @@
 #include <tuple>
 #include <utility>
 
+#include "comm/raw_comm.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "io/sample_order.hpp"
@@ -21,29 +22,24 @@ bool is_validation(int64_t doc, double fraction) {
 
 void broadcast(MPI_Comm comm, std::string& s) {
   uint64_t n = s.size();
-  MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm);
+  mpi::broadcast(comm, &n, sizeof n, 0);
   s.resize(n);
-  MPI_Bcast(s.data(), int(n), MPI_CHAR, 0, comm);
+  mpi::broadcast(comm, s.data(), int64_t(n), 0);
 }
 
 template <class T>
 void broadcast(MPI_Comm comm, std::vector<T>& v) {
   uint64_t n = v.size();
-  MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm);
+  mpi::broadcast(comm, &n, sizeof n, 0);
   v.resize(n);
-  // In pieces of at most 2^30 bytes: MPI counts are int.
-  constexpr size_t kPiece = size_t(1) << 30;
-  char* bytes = reinterpret_cast<char*>(v.data());
-  for (size_t done = 0, total = n * sizeof(T); done < total; done += kPiece)
-    MPI_Bcast(bytes + done, int(std::min(kPiece, total - done)), MPI_BYTE, 0, comm);
+  mpi::broadcast(comm, v.data(), int64_t(n * sizeof(T)), 0);
 }
 
 // A sharded dataset's layout, or none when path names one file: rank 0 reads the index or the
 // list's files (the other ranks open nothing), and every rank gets its layout or its error.
 std::optional<ShardLayout> shard_layout(const std::string& path, MPI_Comm comm,
                                         const DatasetExpectation& expect) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
+  const int rank = mpi::rank(comm);
   int kind = 0;  // 0: one file, 1: sharded, -1: an error
   ShardLayout layout;
   std::string error;
@@ -57,7 +53,7 @@ std::optional<ShardLayout> shard_layout(const std::string& path, MPI_Comm comm,
       kind = -1, error = e.what();
     }
   }
-  MPI_Bcast(&kind, 1, MPI_INT, 0, comm);
+  mpi::broadcast(comm, &kind, sizeof kind, 0);
   if (kind < 0) {
     broadcast(comm, error);
     throw Error(error, __FILE__, __LINE__, true);
@@ -65,9 +61,9 @@ std::optional<ShardLayout> shard_layout(const std::string& path, MPI_Comm comm,
   if (kind == 0) return std::nullopt;
   broadcast(comm, layout.tokenizer);
   broadcast(comm, layout.vocab_hash);
-  MPI_Bcast(&layout.vocab, 1, MPI_INT64_T, 0, comm);
+  mpi::broadcast(comm, &layout.vocab, sizeof layout.vocab, 0);
   uint64_t n = layout.files.size();
-  MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm);
+  mpi::broadcast(comm, &n, sizeof n, 0);
   layout.files.resize(n);
   for (std::string& f : layout.files) broadcast(comm, f);
   broadcast(comm, layout.tokens);
@@ -79,8 +75,8 @@ std::optional<ShardLayout> shard_layout(const std::string& path, MPI_Comm comm,
 
 }  // namespace
 
-TokenDataset::TokenDataset(const std::string& path, MPI_Comm comm,
-                           const DatasetExpectation& expect, double val_fraction, int max_open)
+TokenDataset::TokenDataset(const std::string& path, MPI_Comm comm, const DatasetExpectation& expect,
+                           double val_fraction, int max_open)
     : path_(path), seq_len_(expect.seq_len) {
   // HDF5 errors reach the user as one line of ours, never as HDF5's error stack.
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
@@ -152,7 +148,9 @@ void TokenDataset::read_window(const std::vector<Segment>& segments, int64_t str
   for (size_t i = 0; i < buf.size(); ++i) out[i] = int32_t(buf[i]);
 }
 
-void TokenDataset::check_unchanged() const { files_->check_unchanged(fault_); }
+void TokenDataset::check_unchanged() const {
+  files_->check_unchanged(fault_);
+}
 
 void TokenDataset::train_sample(uint64_t seed, int64_t g, int32_t* out) const {
   const int64_t n = samples(train);

@@ -8,12 +8,12 @@
 // of them, io/shard_set.hpp). A sharded dataset trains exactly as one file holding its tokens.
 #pragma once
 
+#include <mpi.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <mpi.h>
 
 #include "io/dataset_file.hpp"
 #include "io/shard_set.hpp"

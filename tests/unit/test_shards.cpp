@@ -7,9 +7,9 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <iterator>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -61,7 +61,9 @@ struct Prepared {
   ~Prepared() { fs::remove_all(dir); }
 };
 
-DatasetExpectation expect(int64_t seq_len) { return {"byte", 257, seq_len, 1}; }
+DatasetExpectation expect(int64_t seq_len) {
+  return {"byte", 257, seq_len, 1};
+}
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -95,8 +97,9 @@ TEST(Shards, IndexLaysOutWholeDocumentsAndNamesShards) {
 }
 
 // 2000 shards of one document each (2 to 13 tokens), at most 16 open: every window (17
-// tokens, so each crosses two or more shards) of both splits reads as from the one file, and so does the
-// stream read directly in pieces of 37 tokens; the same through a pattern naming the shards.
+// tokens, so each crosses two or more shards) of both splits reads as from the one file, and so
+// does the stream read directly in pieces of 37 tokens; the same through a pattern naming the
+// shards.
 TEST(Shards, ThousandsOfShardsReadAsOneFileWithinTheOpenBound) {
   test::require_mpi();
   const Prepared p("many", 2000, 1);
@@ -166,8 +169,9 @@ TEST(Shards, MissingOrResizedShardIsRefusedAtStart) {
             std::string::npos);
   fs::rename(third + ".away", third);
   fs::resize_file(third, fs::file_size(third) + 100);
-  EXPECT_NE(error_of([&] { TokenDataset(p.index, MPI_COMM_SELF, expect(8), 0); })
-                .find("but its index recorded"),
+  EXPECT_NE(error_of([&] {
+              TokenDataset(p.index, MPI_COMM_SELF, expect(8), 0);
+            }).find("but its index recorded"),
             std::string::npos);
 }
 
@@ -215,8 +219,9 @@ TEST(Shards, ListOfFilesWithAnotherVocabularyIsRefused) {
   const std::string e = error_of([&] { TokenDataset(list, MPI_COMM_SELF, expect(8), 0); });
   EXPECT_NE(e.find("data file '" + other + "' (file 2 of 2 of data.path"), std::string::npos) << e;
   EXPECT_NE(e.find("must share one tokenizer and vocabulary"), std::string::npos) << e;
-  EXPECT_NE(error_of([&] { TokenDataset(p.one + "," + p.one, MPI_COMM_SELF, expect(8), 0); })
-                .find("twice"),
+  EXPECT_NE(error_of([&] {
+              TokenDataset(p.one + "," + p.one, MPI_COMM_SELF, expect(8), 0);
+            }).find("twice"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
               TokenDataset((p.dir / "nothing-*.h5").string(), MPI_COMM_SELF, expect(8), 0);
