@@ -45,6 +45,7 @@ class ShardSet {
   int64_t tokens() const { return shards_.back().begin + shards_.back().tokens; }
   // For tests: files open now, the most ever open at once, and opens so far.
   int open_files() const { return int(open_.size()); }
+  int max_open() const { return max_open_; }
   int most_open() const { return most_open_; }
   int64_t opens() const { return opens_; }
 

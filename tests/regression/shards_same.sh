@@ -57,6 +57,7 @@ run pattern "$np2" 'sh/kjv-*.h5' "$@" "${val[@]}"
 run blend_one "" "0.7 $one 0.3 $other" "$@"
 run blend_sharded "" "0.7 sh/kjv.h5 0.3 $other" "$@"
 grep -q val_loss one/metrics.jsonl || { echo "no validation loss printed"; verdict=DIFFER; }
+grep -a "^data: 'sh/kjv.h5' is" index.log || { echo "no shard summary"; verdict=DIFFER; }
 compare one index
 compare one pattern
 compare blend_one blend_sharded
