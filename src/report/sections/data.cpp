@@ -40,8 +40,8 @@ class DataReport final : public ReportSection {
         shards += formatted(
             "\ndata: '%s' is %zu shards (doc/data.md, \"Sharded datasets\"): rank 0 opened "
             "them %lld times, at most %d at once (bound %d)\n",
-            data.part(d).path.c_str(), files.shards(), (long long)files.opens(),
-            files.most_open(), files.max_open());
+            data.part(d).path.c_str(), files.shards(), (long long)files.opens(), files.most_open(),
+            files.max_open());
     }
     if (data.size() == 1) return shards;
     const int64_t drawn_total = last_step_ * trainer_.batch().global_batch;
