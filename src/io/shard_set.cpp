@@ -82,13 +82,11 @@ bool ShardSet::open(size_t i, std::string& fault) const {
   if (s.checked && (size != s.size || mtime != s.mtime))
     return fail(cat("data file '", s.path, "' changed while the run was reading it (",
                     change(s.size, size),
-                    "); restore it, or prepare a new dataset and start a "
-                    "new run"));
+                    "); restore it, or prepare a new dataset and start a new run"));
   if (!s.checked && size != s.bytes)
     return fail(cat("data file '", s.path, "' (", where(i), ") changed since the run started (",
                     change(s.bytes, size),
-                    "); restore it, or prepare a new dataset and start a "
-                    "new run"));
+                    "); restore it, or prepare a new dataset and start a new run"));
   s.file = H5Fopen(s.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (s.file < 0)
     return fail(cat("cannot open data file '", s.path, "' (", where(i),
@@ -127,10 +125,9 @@ bool ShardSet::open(size_t i, std::string& fault) const {
 
 void ShardSet::read(int64_t begin, int64_t count, uint32_t* dst, std::string& fault) const {
   // The shard holding begin, then on across shard boundaries.
-  size_t i = size_t(std::upper_bound(shards_.begin(), shards_.end(), begin,
-                                     [](int64_t x, const Shard& s) { return x < s.begin; }) -
-                    shards_.begin()) -
-             1;
+  const auto holder = std::upper_bound(shards_.begin(), shards_.end(), begin,
+                                       [](int64_t x, const Shard& s) { return x < s.begin; });
+  size_t i = size_t(holder - shards_.begin()) - 1;
   while (count > 0) {
     const Shard& s = shards_[i];
     const int64_t within = begin - s.begin, n = std::min(count, s.tokens - within);
@@ -157,8 +154,7 @@ void ShardSet::read(int64_t begin, int64_t count, uint32_t* dst, std::string& fa
         if (fault.empty())
           fault = cat("data file '", s.path, "' holds the token id ", dst[k],
                       ", outside the vocabulary of ", expect_.vocab,
-                      " (model.vocab): the file "
-                      "is damaged or was made for another model");
+                      " (model.vocab): the file is damaged or was made for another model");
         dst[k] = 0;
       }
     }
@@ -172,10 +168,9 @@ void ShardSet::check_unchanged(std::string& fault) const {
     const Shard& s = shards_[i];
     const auto [size, mtime] = file_stamp(s.path);
     if (fault.empty() && (size != s.size || mtime != s.mtime))
-      fault = cat("data file '", s.path, "' changed while the run was reading it (",
-                  change(s.size, size),
-                  "); restore it, or prepare a new dataset and start a "
-                  "new run");
+      fault =
+          cat("data file '", s.path, "' changed while the run was reading it (",
+              change(s.size, size), "); restore it, or prepare a new dataset and start a new run");
   }
 }
 
