@@ -1,6 +1,8 @@
 // tessera-prep: text and JSONL corpora -> a token dataset (HDF5, format "tessera-dataset"
 // version 1, described in io/dataset_writer.hpp). Runs on one rank.
-//   tessera-prep --tokenizer byte|gpt2 [--vocab-dir DIR] --out OUT.h5 [--split-lines] INPUT...
+//   tessera-prep --tokenizer byte|gpt2 [--vocab-dir DIR] --out OUT.h5 [--split-lines]
+//                [--threads N] [--shard-tokens N] INPUT...
+// With --shard-tokens the dataset is written as shards and an index (io/shard_writer.hpp).
 #include <mpi.h>
 #include <omp.h>
 
@@ -8,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,6 +21,7 @@
 #include "core/error.hpp"
 #include "io/dataset_inputs.hpp"
 #include "io/dataset_writer.hpp"
+#include "io/shard_writer.hpp"
 #include "io/tokenizer.hpp"
 #include "report/prep_progress.hpp"
 
@@ -39,13 +43,16 @@ constexpr Option kOptions[] = {
     {"--threads", "N",
      "tokenize with N threads (default: 1 for byte, else OMP_NUM_THREADS or every core); "
      "the file is the same bytes for every N"},
+    {"--shard-tokens", "N",
+     "write shards OUT-00000.h5, OUT-00001.h5, ... of N tokens or a little more (whole "
+     "documents) and OUT.h5 as their index; it trains as the one file would"},
     {"--help", nullptr, "print this help"},
 };
 
 std::string help_text() {
   std::string s =
       "usage: tessera-prep --tokenizer byte|gpt2 [--vocab-dir DIR] --out OUT.h5 "
-      "[--split-lines] [--threads N] INPUT...\n"
+      "[--split-lines] [--threads N] [--shard-tokens N] INPUT...\n"
       "INPUT: text files, .jsonl files (one object per line with a \"text\" string) or\n"
       "directories (every regular file inside, recursively, sorted by path). In text files\n"
       "blank lines separate documents. Each document's tokens are followed by EOS. A progress\n"
@@ -96,6 +103,33 @@ Args parse(const std::vector<std::string>& argv) {
   return args;
 }
 
+// --shard-tokens writes OUT-NNNNN.h5 beside OUT: none of them may be an input (any number
+// of digits, the temporary name included, as the shards' count is not known before).
+void require_shards_apart(const std::string& out, const std::vector<tessera::InputFile>& files) {
+  namespace fs = std::filesystem;
+  const std::string first = tessera::shard_file_name(out, 0);
+  const std::string first_name = fs::path(first).filename().string();
+  const std::string stem = first_name.substr(0, first_name.size() - 9);  // less "-00000.h5"
+  for (const tessera::InputFile& f : files) {
+    const std::string name = fs::path(f.path).filename().string();
+    std::string rest =
+        name.substr(0, stem.size() + 1) == stem + "-" ? name.substr(stem.size() + 1) : "";
+    if (rest.size() > 4 && rest.compare(rest.size() - 4, 4, ".tmp") == 0)
+      rest.resize(rest.size() - 4);
+    const size_t digits = rest.find_first_not_of("0123456789");
+    const bool shard_name =
+        digits >= 5 && digits != std::string::npos && rest.substr(digits) == ".h5";
+    std::error_code ec;
+    const bool same_dir =
+        fs::equivalent(fs::absolute(f.path).parent_path(), fs::absolute(first).parent_path(), ec);
+    TESSERA_REQUIRE(!(shard_name && same_dir), "--out '", out,
+                    "' with --shard-tokens writes its shards as '", first, "', '",
+                    tessera::shard_file_name(out, 1), "', ..., and the input '", f.path,
+                    "' is one of those names; writing would destroy it; choose another output "
+                    "name");
+  }
+}
+
 void prep(const Args& args) {
   const auto get = [&](const char* name) {
     const auto it = args.options.find(name);
@@ -121,6 +155,16 @@ void prep(const Args& args) {
                     "' is not a number of threads from 1 to 1024");
     threads = int(n);
   }
+  int64_t shard_tokens = 0;  // 0: one file
+  if (args.options.count("--shard-tokens")) {
+    const std::string t = get("--shard-tokens");
+    char* end = nullptr;
+    const long long n = std::strtoll(t.c_str(), &end, 10);
+    TESSERA_REQUIRE(!t.empty() && *end == '\0' && n >= 1 && n <= (1LL << 50), "--shard-tokens '", t,
+                    "' is not a number of tokens from 1 to 2^50");
+    shard_tokens = n;
+    require_shards_apart(out, files);
+  }
   // One tokenizer per thread: a tokenizer caches (not thread-safe), and caching changes no id.
   std::vector<std::unique_ptr<tessera::Tokenizer>> tokenizers;
   for (int t = 0; t < threads; ++t)
@@ -129,56 +173,71 @@ void prep(const Args& args) {
 
   uint64_t total = 0;
   for (const tessera::InputFile& f : files) total += f.bytes;
-  tessera::DatasetWriter writer(out, tokenizer, split_lines);
-  tessera::PrepProgress progress(total);
-  uint64_t before = 0;
-  // Documents are read in order into a batch, tokenized in parallel, and added in order, so
-  // the file does not depend on the thread count.
-  constexpr size_t kBatchBytes = size_t(8) << 20;
-  std::vector<std::string> batch;
-  size_t batch_bytes = 0;
-  auto flush = [&] {
-    std::vector<std::vector<uint32_t>> ids(batch.size());
-    std::exception_ptr failed;
+  // The same documents, in the same order, to one file or to shards and their index.
+  auto write = [&](auto& writer) {
+    tessera::PrepProgress progress(total);
+    uint64_t before = 0;
+    // Documents are read in order into a batch, tokenized in parallel, and added in order, so
+    // the file does not depend on the thread count.
+    constexpr size_t kBatchBytes = size_t(8) << 20;
+    std::vector<std::string> batch;
+    size_t batch_bytes = 0;
+    auto flush = [&] {
+      std::vector<std::vector<uint32_t>> ids(batch.size());
+      std::exception_ptr failed;
 #pragma omp parallel for schedule(static) num_threads(threads)
-    for (size_t i = 0; i < batch.size(); ++i) {
-      try {
-        ids[i] = tokenizers[size_t(omp_get_thread_num())]->encode(batch[i]);
-      } catch (...) {
+      for (size_t i = 0; i < batch.size(); ++i) {
+        try {
+          ids[i] = tokenizers[size_t(omp_get_thread_num())]->encode(batch[i]);
+        } catch (...) {
 #pragma omp critical
-        if (!failed) failed = std::current_exception();
+          if (!failed) failed = std::current_exception();
+        }
       }
+      if (failed) std::rethrow_exception(failed);
+      for (const std::vector<uint32_t>& d : ids) writer.add_document(d);
+      batch.clear(), batch_bytes = 0;
+    };
+    for (const tessera::InputFile& f : files) {
+      writer.begin_input(f.path, f.bytes);
+      tessera::for_each_document(
+          f, split_lines,
+          [&](std::string_view text) {
+            batch.emplace_back(text), batch_bytes += text.size();
+            if (batch_bytes >= kBatchBytes) flush();
+          },
+          [&](uint64_t done) { progress.update(before + done); });
+      flush();  // a document counts toward its own input in the manifest
+      before += f.bytes;
     }
-    if (failed) std::rethrow_exception(failed);
-    for (const std::vector<uint32_t>& d : ids) writer.add_document(d);
-    batch.clear(), batch_bytes = 0;
+    progress.finish();
+    // Nothing to train on: the writer's destructor removes its temporary file.
+    TESSERA_REQUIRE(writer.documents() > 0, "the inputs hold no documents (", files.size(), " file",
+                    files.size() == 1 ? "" : "s", ", ", total,
+                    " bytes, all empty or blank); nothing was written to '", out, "'");
+    writer.finish();
+    const double secs = progress.seconds(), mb = 1e-6 * double(total);
+    std::printf(
+        "tessera-prep: wrote %s: %lld documents, %lld tokens (%s, %s) from %zu file%s, %.2f MB "
+        "in %.2f s (%.1f MB/s), %d tokenizer thread%s\n",
+        out.c_str(), (long long)writer.documents(), (long long)writer.tokens(),
+        tokenizer.kind().c_str(), tokenizer.vocab_size() > 65536 ? "uint32" : "uint16",
+        files.size(), files.size() == 1 ? "" : "s", mb, secs, mb / std::max(secs, 1e-9), threads,
+        threads == 1 ? "" : "s");
   };
-  for (const tessera::InputFile& f : files) {
-    writer.begin_input(f.path, f.bytes);
-    tessera::for_each_document(
-        f, split_lines,
-        [&](std::string_view text) {
-          batch.emplace_back(text), batch_bytes += text.size();
-          if (batch_bytes >= kBatchBytes) flush();
-        },
-        [&](uint64_t done) { progress.update(before + done); });
-    flush();  // a document counts toward its own input in the manifest
-    before += f.bytes;
+  if (shard_tokens > 0) {
+    tessera::ShardedDatasetWriter writer(out, tokenizer, split_lines, shard_tokens);
+    write(writer);
+    std::printf(
+        "tessera-prep: %s is the index of %lld shard%s of %lld tokens or a little more, "
+        "%s to %s\n",
+        out.c_str(), (long long)writer.shards(), writer.shards() == 1 ? "" : "s",
+        (long long)shard_tokens, tessera::shard_file_name(out, 0).c_str(),
+        tessera::shard_file_name(out, writer.shards() - 1).c_str());
+  } else {
+    tessera::DatasetWriter writer(out, tokenizer, split_lines);
+    write(writer);
   }
-  progress.finish();
-  // Nothing to train on: the writer's destructor removes its temporary file.
-  TESSERA_REQUIRE(writer.documents() > 0, "the inputs hold no documents (", files.size(), " file",
-                  files.size() == 1 ? "" : "s", ", ", total,
-                  " bytes, all empty or blank); nothing was written to '", out, "'");
-  writer.finish();
-  const double secs = progress.seconds(), mb = 1e-6 * double(total);
-  std::printf(
-      "tessera-prep: wrote %s: %lld documents, %lld tokens (%s, %s) from %zu file%s, %.2f MB "
-      "in %.2f s (%.1f MB/s), %d tokenizer thread%s\n",
-      out.c_str(), (long long)writer.documents(), (long long)writer.tokens(),
-      tokenizer.kind().c_str(), writer.wide() ? "uint32" : "uint16", files.size(),
-      files.size() == 1 ? "" : "s", mb, secs, mb / std::max(secs, 1e-9), threads,
-      threads == 1 ? "" : "s");
 }
 
 }  // namespace

@@ -47,7 +47,8 @@ std::string json_quote(std::string_view s) {
   return out + "\"";
 }
 
-DatasetWriter::DatasetWriter(const std::string& path, const Tokenizer& tokenizer, bool split_lines)
+DatasetWriter::DatasetWriter(const std::string& path, const Tokenizer& tokenizer, bool split_lines,
+                             int64_t chunk_tokens)
     : path_(path),
       tmp_path_(temporary_path(path)),
       kind_(tokenizer.kind()),
@@ -55,7 +56,8 @@ DatasetWriter::DatasetWriter(const std::string& path, const Tokenizer& tokenizer
       vocab_size_(tokenizer.vocab_size()),
       eos_(tokenizer.eos_id()),
       split_lines_(split_lines),
-      wide_(tokenizer.vocab_size() > 65536) {
+      wide_(tokenizer.vocab_size() > 65536),
+      chunk_(chunk_tokens) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   TESSERA_REQUIRE(parent.empty() || std::filesystem::is_directory(parent), "output directory '",
                   parent.string(), "' of '", path, "' does not exist; create it first");
@@ -93,10 +95,10 @@ void DatasetWriter::add_document(std::span<const uint32_t> ids) {
 
 void DatasetWriter::flush() {
   if (wide_) {
-    file_->append("tokens", pending_.data(), int64_t(pending_.size()));
+    file_->append("tokens", pending_.data(), int64_t(pending_.size()), chunk_);
   } else {
     narrow_.assign(pending_.begin(), pending_.end());
-    file_->append("tokens", narrow_.data(), int64_t(narrow_.size()));
+    file_->append("tokens", narrow_.data(), int64_t(narrow_.size()), chunk_);
   }
   pending_.clear();
 }

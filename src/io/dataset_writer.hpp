@@ -9,7 +9,8 @@
 //                  {"inputs": [{"path", "bytes", "documents", "tokens"}, ...], "split_lines"}
 // /tokens is chunked (2^20 elements: 2 or 4 MiB, more than HDF5's default 1 MiB chunk cache,
 // so a reader's small hyperslab reads go straight to the file) and written as it grows; the
-// file is written as OUT.tmp and renamed to OUT when complete.
+// file is written as OUT.tmp and renamed to OUT when complete. A shard of a sharded dataset
+// (io/shard_writer.hpp) may take smaller chunks, so that a small shard is a small file.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,9 @@ class Tokenizer;
 
 class DatasetWriter {
  public:
-  DatasetWriter(const std::string& path, const Tokenizer& tokenizer, bool split_lines);
+  static constexpr int64_t kChunkTokens = int64_t(1) << 20;
+  DatasetWriter(const std::string& path, const Tokenizer& tokenizer, bool split_lines,
+                int64_t chunk_tokens = kChunkTokens);
   // The name the dataset is written under until finish() renames it to path.
   static std::string temporary_path(const std::string& path) { return path + ".tmp"; }
   ~DatasetWriter();  // an unfinished file is removed
@@ -56,6 +59,7 @@ class DatasetWriter {
   std::string kind_, vocab_hash_;
   int64_t vocab_size_, eos_;
   bool split_lines_, wide_;
+  int64_t chunk_;  // elements of a chunk of /tokens
   std::unique_ptr<H5File> file_;
   std::vector<uint32_t> pending_;  // tokens not yet appended to /tokens
   std::vector<uint16_t> narrow_;   // pending_ as uint16, when !wide_

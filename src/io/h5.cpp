@@ -110,8 +110,9 @@ void H5File::write(const std::string& name, const std::vector<int64_t>& shape, c
   write_raw(name, shape, H5T_NATIVE_UINT64, d);
 }
 
-void H5File::append_raw(const std::string& name, hid_t type, const void* data, int64_t n) {
-  constexpr hsize_t kChunk = hsize_t(1) << 20;
+void H5File::append_raw(const std::string& name, hid_t type, const void* data, int64_t n,
+                        int64_t chunk) {
+  const hsize_t kChunk = hsize_t(chunk);
   if (H5Lexists(id_, name.c_str(), H5P_DEFAULT) <= 0) {
     const hsize_t zero = 0, unlimited = H5S_UNLIMITED;
     Handle space{H5Screate_simple(1, &zero, &unlimited), H5Sclose};
@@ -140,11 +141,11 @@ void H5File::append_raw(const std::string& name, hid_t type, const void* data, i
                         "cannot append to dataset '", name, "' in '", path_, "'");
 }
 
-void H5File::append(const std::string& name, const uint16_t* data, int64_t n) {
-  append_raw(name, H5T_NATIVE_UINT16, data, n);
+void H5File::append(const std::string& name, const uint16_t* data, int64_t n, int64_t chunk) {
+  append_raw(name, H5T_NATIVE_UINT16, data, n, chunk);
 }
-void H5File::append(const std::string& name, const uint32_t* data, int64_t n) {
-  append_raw(name, H5T_NATIVE_UINT32, data, n);
+void H5File::append(const std::string& name, const uint32_t* data, int64_t n, int64_t chunk) {
+  append_raw(name, H5T_NATIVE_UINT32, data, n, chunk);
 }
 
 void H5File::read_raw(const std::string& name, hid_t type, void* data) const {

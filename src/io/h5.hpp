@@ -38,10 +38,10 @@ class H5File {
   void write(const std::string& name, const std::vector<int64_t>& shape, const uint16_t* data);
   void write(const std::string& name, const std::vector<int64_t>& shape, const uint32_t* data);
   void write(const std::string& name, const std::vector<int64_t>& shape, const uint64_t* data);
-  // Appends n elements to the 1-D dataset name (a root-level name), creating it chunked and
-  // extendible on the first call (n may be 0).
-  void append(const std::string& name, const uint16_t* data, int64_t n);
-  void append(const std::string& name, const uint32_t* data, int64_t n);
+  // Appends n elements to the 1-D dataset name (a root-level name), creating it chunked (chunk
+  // elements a chunk) and extendible on the first call (n may be 0).
+  void append(const std::string& name, const uint16_t* data, int64_t n, int64_t chunk = 1 << 20);
+  void append(const std::string& name, const uint32_t* data, int64_t n, int64_t chunk = 1 << 20);
   // Whole-dataset reads, converting to the requested type.
   void read(const std::string& name, uint16_t* data) const;
   void read(const std::string& name, uint32_t* data) const;
@@ -54,7 +54,7 @@ class H5File {
   H5File(hid_t id, std::string path) : id_(id), path_(std::move(path)) {}
   void write_raw(const std::string& name, const std::vector<int64_t>& shape, hid_t type,
                  const void* data);
-  void append_raw(const std::string& name, hid_t type, const void* data, int64_t n);
+  void append_raw(const std::string& name, hid_t type, const void* data, int64_t n, int64_t chunk);
   void read_raw(const std::string& name, hid_t type, void* data) const;
   hid_t id_ = -1;
   std::string path_;

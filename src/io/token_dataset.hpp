@@ -1,34 +1,34 @@
 // Reads a "tessera-dataset" HDF5 file (written by tessera-prep; format in
-// io/dataset_writer.hpp) for training: documents are split deterministically into train and
-// validation by a hash of their index; each split is a stream of its documents' tokens;
-// sample k of a split is the window of seq_len + 1 tokens at stream offset k * seq_len.
-// Every rank reads only the hyperslabs of the samples it trains on (parallel HDF5).
+// io/dataset_writer.hpp), or a sharded dataset (io/shard_index.hpp: an index, or a list of
+// files, whose tokens concatenated are the dataset), for training: documents are split
+// deterministically into train and validation by a hash of their index; each split is a stream
+// of its documents' tokens; sample k of a split is the window of seq_len + 1 tokens at stream
+// offset k * seq_len. Every rank reads only the hyperslabs of the samples it trains on (parallel
+// HDF5 for one file; the shards of a sharded dataset are opened by each rank at its first read
+// of them, io/shard_set.hpp). A sharded dataset trains exactly as one file holding its tokens.
 #pragma once
 
+#include <mpi.h>
+
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include <hdf5.h>
-#include <mpi.h>
+#include "io/dataset_file.hpp"
+#include "io/shard_set.hpp"
 
 namespace tessera {
-
-struct DatasetExpectation {
-  std::string tokenizer;  // data.tokenizer
-  int64_t vocab = 0;      // model.vocab
-  int64_t seq_len = 0;
-  int64_t global_batch = 0;
-};
 
 class TokenDataset {
  public:
   enum Split { train, validation };
 
-  // Opens the file collectively on comm; collective Errors name the file and the mismatch.
+  // Opens the file collectively on comm, or lays a sharded dataset out (rank 0 reads its index
+  // or its files' headers); collective Errors name the file and the mismatch. max_open: the
+  // shards of a sharded dataset open at once on each rank.
   TokenDataset(const std::string& path, MPI_Comm comm, const DatasetExpectation& expect,
-               double val_fraction);
-  ~TokenDataset();
+               double val_fraction, int max_open = ShardSet::kDefaultMaxOpen);
   TokenDataset(const TokenDataset&) = delete;
   TokenDataset& operator=(const TokenDataset&) = delete;
 
@@ -47,6 +47,8 @@ class TokenDataset {
   const std::string& fault() const { return fault_; }
   // Records a fault when the file's size or modification time differ from those at open.
   void check_unchanged() const;
+  // The files read: one, or the shards.
+  const ShardSet& files() const { return *files_; }
 
  private:
   struct Segment {
@@ -55,10 +57,9 @@ class TokenDataset {
   void read_window(const std::vector<Segment>& segments, int64_t stream_offset, int32_t* out) const;
 
   std::string path_;
-  int64_t seq_len_, vocab_;
-  int64_t size_ = 0, mtime_ns_ = 0;  // of the file when opened
+  int64_t seq_len_;
   mutable std::string fault_;
-  hid_t file_ = -1, tokens_ = -1, type_ = -1;
+  std::unique_ptr<ShardSet> files_;  // file_begin of a segment is an offset of its stream
   std::vector<Segment> segments_[2];
   int64_t stream_tokens_[2] = {0, 0}, docs_[2] = {0, 0};
 };

@@ -1,6 +1,7 @@
 // Data: a blend of several datasets (doc/data.md, "Blends"): each dataset's validation loss in
 // metrics.jsonl, and in the summary what the run drew from each (samples, epochs, whether it
-// wrapped) with its last validation loss. One dataset reports nothing here.
+// wrapped) with its last validation loss; for a sharded dataset, how often rank 0 opened its
+// shards. One dataset of one file reports nothing here.
 #include <cmath>
 
 #include "io/dataset_writer.hpp"
@@ -31,7 +32,18 @@ class DataReport final : public ReportSection {
 
   std::string summary(SummaryPart part) const override {
     const BlendedDataset& data = trainer_.data();
-    if (part != SummaryPart::state || data.size() == 1) return {};
+    if (part != SummaryPart::state) return {};
+    std::string shards;
+    for (size_t d = 0; d < data.size(); ++d) {
+      const ShardSet& files = data.dataset(d).files();
+      if (files.shards() > 1)
+        shards += formatted(
+            "\ndata: '%s' is %zu shards (doc/data.md, \"Sharded datasets\"): rank 0 opened "
+            "them %lld times, at most %d at once (bound %d)\n",
+            data.part(d).path.c_str(), files.shards(), (long long)files.opens(), files.most_open(),
+            files.max_open());
+    }
+    if (data.size() == 1) return shards;
     const int64_t drawn_total = last_step_ * trainer_.batch().global_batch;
     const std::vector<int64_t> drawn = data.drawn(drawn_total);
     std::string out = formatted(
@@ -51,7 +63,7 @@ class DataReport final : public ReportSection {
       if (d < val_.size() && val_[d] >= 0) out += formatted("; last validation loss %.4f", val_[d]);
       out += "\n";
     }
-    return out;
+    return out + shards;
   }
 
  private:
