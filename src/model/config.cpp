@@ -185,7 +185,7 @@ void ModelConfig::split(const ContextParallel& c) {
   cp = c;
 }
 
-void ModelConfig::check_experts(int64_t ep, int64_t tp, int64_t cp, int zero) const {
+void ModelConfig::check_experts(int64_t ep, int64_t tp, int64_t cp) const {
   TESSERA_REQUIRE(ep == 1 || moe.enabled(), "parallel.ep = ", ep, " but the model has no ",
                   "experts (model.experts = 0); set parallel.ep = 1 or model.experts > 0");
   if (!moe.enabled()) return;
@@ -199,10 +199,6 @@ void ModelConfig::check_experts(int64_t ep, int64_t tp, int64_t cp, int zero) co
   TESSERA_REQUIRE(cp == 1, "parallel.cp = ", cp, " with mixture-of-experts blocks (model.",
                   "experts = ", moe.experts, ") is not available yet: the balancing loss and ",
                   "capacity are defined per whole sequence; set parallel.cp = 1");
-  TESSERA_REQUIRE(zero < 3 || moe.bias_step == 0, "parallel.zero = 3 with ",
-                  "model.router_bias_step = ", moe.bias_step, " is not available yet (ZeRO-3 ",
-                  "holds the selection bias only while its block runs, and it is updated after ",
-                  "the step); use parallel.zero <= 2 or router_bias_step = 0");
 }
 
 void ModelConfig::limit_nodes(int64_t ep_nodes, int placed, int64_t max_nodes) {

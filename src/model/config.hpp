@@ -134,7 +134,7 @@ struct ModelConfig {
   void split(const ContextParallel& c);
   // Checks the routed experts split over ep expert-parallel ranks, and the parallel degrees a
   // mixture of experts composes with so far (doc/moe.md); a collective error otherwise.
-  void check_experts(int64_t ep, int64_t tp, int64_t cp, int zero) const;
+  void check_experts(int64_t ep, int64_t tp, int64_t cp) const;
   // Node-limited routing (doc/moe.md): the nodes the experts are spread over, parallel.ep_nodes
   // or else `placed` (ProcessGrid::blocked_nodes of the ep group, 0: not in equal blocks), and
   // at most max_nodes of them per token; checked, then kept in moe.

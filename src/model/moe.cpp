@@ -568,17 +568,25 @@ const Moe::Stats& Moe::end_step(Communicator& dp, bool applied) {
   step_.dropped = step_.aux = step_.z = step_.sequences = step_.tokens = 0;
   step_.cross_bytes = step_.cross_bytes_free = 0;
   // Auxiliary-loss-free balancing: an expert above the mean load is selected less often.
-  // (ZeRO-3 holds the bias only while its block runs: no update, no range; check_experts.)
+  // Every rank computes the same update from the summed loads; under ZeRO-3, which holds the
+  // bias only while its block runs, the trainer adds it to the shard (held_bias_update).
   float* bias = bias_->value.f32();
-  if (bias == nullptr) return last_;
+  held_bias_update_.clear();
   if (applied && cfg_.moe.bias_step > 0 && last_.tokens > 0) {
     double mean = 0;
     for (double x : last_.load) mean += x / double(E);
+    std::vector<float>& update = held_bias_update_;
+    update.resize(E);
     for (size_t e = 0; e < E; ++e) {
       const double gap = mean - last_.load[e];
-      bias[e] += gap > 0 ? cfg_.moe.bias_step : gap < 0 ? -cfg_.moe.bias_step : 0.0f;
+      update[e] = gap > 0 ? cfg_.moe.bias_step : gap < 0 ? -cfg_.moe.bias_step : 0.0f;
+    }
+    if (bias) {
+      for (size_t e = 0; e < E; ++e) bias[e] += update[e];
+      update.clear();
     }
   }
+  if (bias == nullptr) return last_;  // no range under ZeRO-3
   last_.bias_min = *std::min_element(bias, bias + E);
   last_.bias_max = *std::max_element(bias, bias + E);
   return last_;

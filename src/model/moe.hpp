@@ -70,6 +70,11 @@ class Moe {
   // (the step's update was applied) and starts the next step's count.
   const Stats& end_step(Communicator& dp, bool applied);
   const Stats& last() const { return last_; }
+  // Where the selection bias is not held whole after the step (ZeRO-3 holds it only while its
+  // block runs), end_step leaves the step's update here instead of adding it (empty when
+  // there is none); the trainer adds it where the bias is held (DataParallel::values()).
+  const std::vector<float>& held_bias_update() const { return held_bias_update_; }
+  const Param& selection_bias() const { return *bias_; }
   const std::string& name() const { return name_; }
   // Elements of the routed experts' parameters this rank registers: all E experts, or under
   // expert parallelism the E/ep it holds.
@@ -128,6 +133,7 @@ class Moe {
   bool swiglu_;
   Linear router_;
   Param* bias_ = nullptr;
+  std::vector<float> held_bias_update_;
   std::unique_ptr<Mlp> shared_;
   std::vector<Expert> experts_;  // the experts this rank holds: [held_first_, + size)
   int64_t held_first_ = 0;

@@ -444,8 +444,22 @@ StepResult Trainer::step(int64_t s) {
   }
   // Mixture of experts: the step's routing statistics, and the selection bias's update when
   // the step was applied.
-  for (Moe* m : model_->moe_layers())
+  bool moved = false;  // a selection bias updated in a ZeRO-3 shard
+  for (Moe* m : model_->moe_layers()) {
     m->end_step(grid_.group(Group::dp_cp), r.finite && !r.spike && !r.skipped);
+    if (m->held_bias_update().empty()) continue;
+    // The shard's elements of the bias: the segments that overlap its flat range.
+    const Param& p = m->selection_bias();
+    const Holding h = dp_->values();
+    for (const ShardSegment& g : *h.segments) {
+      const int64_t first = std::max(g.global, p.offset);
+      const int64_t last = std::min(g.global + g.n, p.offset + p.local.numel());
+      for (int64_t i = first; i < last; ++i)
+        h.data[g.local + (i - g.global)] += m->held_bias_update()[size_t(i - p.offset)];
+    }
+    moved = true;
+  }
+  if (moved) dp_->refresh_compute();  // a 16-bit gather reads the compute shard
   timer_.stop();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
