@@ -7,7 +7,8 @@
 //    of experts (all experts on the host, one on a GPU): integers, the same in any cut;
 //  * the step's statistics are added in token / sequence order by one thread (a few thousand
 //    numbers), from the running totals the caller passes in;
-//  * rows move element by element (copies, one fused multiply-add per choice in rank order).
+//  * rows move element by element, each element seeing a token's choices in rank order (as the
+//    host loops: copies, one multiply-add per choice).
 // No atomics and no scratch memory: top-k takes each next expert as the best one after the
 // previous in the order (key descending, index ascending), so it needs no "taken" flags.
 #include "kernels/kokkos/kokkos.hpp"
@@ -23,23 +24,27 @@ template <>
 inline constexpr int64_t expert_block<Device> = 1;
 #endif
 
-// f(i, c) for every row i < rows and column c < C: on a GPU one thread per element, on the host
-// a thread's piece of rows with the columns as the inner (vectorised) loop.
+// f(i, j, c) for every row i < rows, choice j < K and column c < C, each element (i, c) seeing
+// the choices in order: on a GPU one thread per element, looping over j; on the host a
+// thread's piece of rows, for each row and choice the columns as the inner (vectorised) loop.
 template <class Exec, class F>
-void for_each_row_column(const char* name, int64_t rows_, int64_t C, const F& f) {
+void for_each_row_choice_column(const char* name, int64_t rows_, int64_t K, int64_t C,
+                                const F& f) {
   if (rows_ <= 0 || C <= 0) return;
   if constexpr (lanes<Exec> == 1) {
-    Kokkos::parallel_for(name, range<Exec>(rows_ * C),
-                         TESSERA_LAMBDA(Exec, (int64_t i) { f(i / C, i % C); }));
+    Kokkos::parallel_for(name, range<Exec>(rows_ * C), TESSERA_LAMBDA(Exec, (int64_t i) {
+                           for (int64_t j = 0; j < K; ++j) f(i / C, j, i % C);
+                         }));
   } else {
     const int64_t per = C >= 4096 ? 1 : 4096 / C;  // rows of a piece
     Kokkos::parallel_for(name, range<Exec>((rows_ + per - 1) / per), [=](int64_t p) {
       const F g = f;
       const int64_t r1 = rows_ - p * per < per ? rows_ : (p + 1) * per;
-      for (int64_t r = p * per; r < r1; ++r) {
+      for (int64_t r = p * per; r < r1; ++r)
+        for (int64_t j = 0; j < K; ++j) {
 #pragma GCC ivdep
-        for (int64_t c = 0; c < C; ++c) g(r, c);
-      }
+          for (int64_t c = 0; c < C; ++c) g(r, j, c);
+        }
     });
   }
 }
@@ -266,24 +271,20 @@ struct Routing {
   // ---- moving rows ----
   static void gather(const float* x, const int32_t* row, float* packed, int64_t first,
                      int64_t count, int64_t K, int64_t C) {
-    for_each_row_column<E>(
-        "moe_gather", count, C, TESSERA_LAMBDA(E, (int64_t i, int64_t c) {
+    for_each_row_choice_column<E>(
+        "moe_gather", count, K, C, TESSERA_LAMBDA(E, (int64_t i, int64_t j, int64_t c) {
           const int64_t n = first + i;
-          for (int64_t j = 0; j < K; ++j)
-            if (const int32_t r = row[n * K + j]; r >= 0) packed[r * C + c] = x[n * C + c];
+          if (const int32_t r = row[n * K + j]; r >= 0) packed[r * C + c] = x[n * C + c];
         }));
   }
 
   static void combine(const float* packed, const int32_t* row, const float* weight, float* y,
                       int64_t first, int64_t count, int64_t y_first, int64_t K, int64_t C) {
-    for_each_row_column<E>(
-        "moe_combine", count, C, TESSERA_LAMBDA(E, (int64_t i, int64_t c) {
+    for_each_row_choice_column<E>(
+        "moe_combine", count, K, C, TESSERA_LAMBDA(E, (int64_t i, int64_t j, int64_t c) {
           const int64_t n = first + i;
-          float acc = y[(n - y_first) * C + c];
-          for (int64_t j = 0; j < K; ++j)
-            if (const int32_t r = row[n * K + j]; r >= 0)
-              acc += (weight ? weight[n * K + j] : 1.0f) * packed[r * C + c];
-          y[(n - y_first) * C + c] = acc;
+          if (const int32_t r = row[n * K + j]; r >= 0)
+            y[(n - y_first) * C + c] += (weight ? weight[n * K + j] : 1.0f) * packed[r * C + c];
         }));
   }
 
@@ -291,12 +292,11 @@ struct Routing {
                                const float* weight, float* d_packed, float* dweight,
                                int64_t first, int64_t count, int64_t dy_first, int64_t K,
                                int64_t C) {
-    for_each_row_column<E>(
-        "moe_combine_backward", count, C, TESSERA_LAMBDA(E, (int64_t i, int64_t c) {
+    for_each_row_choice_column<E>(
+        "moe_combine_backward", count, K, C, TESSERA_LAMBDA(E, (int64_t i, int64_t j, int64_t c) {
           const int64_t n = first + i;
-          for (int64_t j = 0; j < K; ++j)
-            if (const int32_t r = row[n * K + j]; r >= 0)
-              d_packed[r * C + c] = weight[n * K + j] * dy[(n - dy_first) * C + c];
+          if (const int32_t r = row[n * K + j]; r >= 0)
+            d_packed[r * C + c] = weight[n * K + j] * dy[(n - dy_first) * C + c];
         }));
     Kokkos::parallel_for(
         "moe_combine_backward_weight", range<E>(count * K), TESSERA_LAMBDA(E, (int64_t i) {
