@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "../test_vectors.hpp"
 #include "core/error.hpp"
 #include "kernels/kernels.hpp"
-#include "../test_vectors.hpp"
 
 namespace tessera::kernels {
 namespace {
@@ -67,8 +67,7 @@ FVec tied(int64_t n, uint32_t seed, int levels) {
 
 // ---- the host loops of model/moe.cpp before the kernels ----
 
-void ref_scores(const FVec& l, FVec& s, DVec& lse, DVec& norm, int64_t N, int64_t E,
-                bool sigmoid) {
+void ref_scores(const FVec& l, FVec& s, DVec& lse, DVec& norm, int64_t N, int64_t E, bool sigmoid) {
   FVec p(static_cast<size_t>(E));
   for (int64_t n = 0; n < N; ++n) {
     const float* ln = l.data() + n * E;
@@ -195,11 +194,12 @@ TEST(MoeRouting, ScoresAreTheHostLoopsBits) {
       FVec l = randn(N * E, uint32_t(N * E), 3.0);
       l[0] = 90.0f;  // exp of large logits
       FVec s(size_t(N * E)), s_ref(s.size());
-      DVec lse(static_cast<size_t>(N)), norm(static_cast<size_t>(N)), lse_ref(lse.size()), norm_ref(norm.size());
+      DVec lse(static_cast<size_t>(N)), norm(static_cast<size_t>(N)), lse_ref(lse.size()),
+          norm_ref(norm.size());
       moe_scores(host(l), host(s), f64_view(lse), f64_view(norm), N, E, sigmoid);
       ref_scores(l, s_ref, lse_ref, norm_ref, N, E, sigmoid);
-      const std::string what = std::string(sigmoid ? "sigmoid" : "softmax") + " N=" +
-                               std::to_string(N) + " E=" + std::to_string(E);
+      const std::string what = std::string(sigmoid ? "sigmoid" : "softmax") +
+                               " N=" + std::to_string(N) + " E=" + std::to_string(E);
       expect_bits(s, s_ref, what + " scores");
       expect_bits(lse, lse_ref, what + " lse");
       expect_bits(norm, norm_ref, what + " norm");
@@ -289,9 +289,9 @@ TEST(MoeRouting, CapacityAndPackedOrderMatchTheHostLoops) {
   };
   // Dropless; capacity overflowing (skewed choices); own rows a part of the tokens that starts
   // and ends inside sequences (a tensor-parallel rank's share); one expert.
-  for (const Case& k : {Case{2, 16, 8, 2, 32, 0, 32}, Case{3, 20, 8, 2, 3, 0, 60},
-                        Case{4, 9, 6, 3, 2, 7, 20}, Case{1, 50, 16, 4, 1, 10, 30},
-                        Case{2, 5, 1, 1, 2, 3, 5}}) {
+  for (const Case& k :
+       {Case{2, 16, 8, 2, 32, 0, 32}, Case{3, 20, 8, 2, 3, 0, 60}, Case{4, 9, 6, 3, 2, 7, 20},
+        Case{1, 50, 16, 4, 1, 10, 30}, Case{2, 5, 1, 1, 2, 3, 5}}) {
     const int64_t N = k.B * k.T;
     const IVec choice = random_choices(N, k.E, k.K, uint32_t(N + k.cap));
     const Packed want = ref_pack(choice, k.B, k.T, k.K, k.E, k.cap, k.r0, k.R);
@@ -341,8 +341,8 @@ TEST(MoeRouting, BalancingTermsAreTheHostLoopsBits) {
     const Packed p = ref_pack(choice, B, T, K, E, 4, 0, N);
     FVec f(size_t(B * E)), f_ref(f.size());
     DVec aux(f.size()), aux_ref(f.size());
-    moe_balance(host(s), sigmoid ? f64_view(norm) : Tensor{}, host(p.load), host(f),
-                f64_view(aux), B, T, K, E);
+    moe_balance(host(s), sigmoid ? f64_view(norm) : Tensor{}, host(p.load), host(f), f64_view(aux),
+                B, T, K, E);
     // The host loop: P_e over the sequence of s_e / (sum of the token's scores) (softmax: 1),
     // the norm recomputed for every expert as it was.
     double aux_seq_sum = 0.25;
@@ -368,8 +368,8 @@ TEST(MoeRouting, BalancingTermsAreTheHostLoopsBits) {
     expect_bits(f, f_ref, "f");
     expect_bits(aux, aux_ref, "aux terms");
     DVec stats(size_t(E + 4));
-    moe_route_stats(f64_view(lse), host(p.load), f64_view(aux), Tensor{}, f64_view(stats), B, T,
-                    K, E, 4, 0.0, 0.25, 0, N, 0, E);
+    moe_route_stats(f64_view(lse), host(p.load), f64_view(aux), Tensor{}, f64_view(stats), B, T, K,
+                    E, 4, 0.0, 0.25, 0, N, 0, E);
     EXPECT_EQ(std::bit_cast<uint64_t>(stats[size_t(E + 2)]), std::bit_cast<uint64_t>(aux_seq_sum));
     EXPECT_EQ(stats[size_t(E + 3)], 0.0);
   }
@@ -403,7 +403,8 @@ TEST(MoeRouting, GatherCombineAndBackwardMatchLoops) {
       for (int64_t j = 0; j < K; ++j)
         if (const int32_t r = p.row[size_t(n * K + j)]; r >= 0)
           for (int64_t c = 0; c < C; ++c) {
-            y_ref[size_t((n - y0) * C + c)] += double(w[size_t(n * K + j)]) * out[size_t(r * C + c)];
+            y_ref[size_t((n - y0) * C + c)] +=
+                double(w[size_t(n * K + j)]) * out[size_t(r * C + c)];
             ysum_ref[size_t((n - y0) * C + c)] += double(out[size_t(r * C + c)]);
           }
     expect_near(y, y_ref, "combine C=" + std::to_string(C));
@@ -411,8 +412,8 @@ TEST(MoeRouting, GatherCombineAndBackwardMatchLoops) {
 
     const FVec dy = randn(Ny * C, 5);
     FVec d_packed(packed.size(), -7.0f), dw(size_t(N * K), -7.0f);
-    moe_combine_backward(host(dy), host(out), host(p.row), host(w), host(d_packed), host(dw), r0,
-                         R, y0, K, C);
+    moe_combine_backward(host(dy), host(out), host(p.row), host(w), host(d_packed), host(dw), r0, R,
+                         y0, K, C);
     DVec dp_ref(d_packed.size(), -7.0), dw_ref(dw.size(), -7.0);
     for (int64_t n = r0; n < r0 + R; ++n)
       for (int64_t j = 0; j < K; ++j) {
@@ -442,11 +443,13 @@ DVec ref_router_grad(const FVec& l, const FVec& s, const IVec& choice, const FVe
     const float* sn = s.data() + n * E;
     DVec ds(size_t(E), 0.0);
     if (!sigmoid) {
-      for (int64_t j = 0; j < K; ++j) ds[size_t(choice[size_t(n * K + j)])] += dw[size_t(n * K + j)];
+      for (int64_t j = 0; j < K; ++j)
+        ds[size_t(choice[size_t(n * K + j)])] += dw[size_t(n * K + j)];
     } else {
       double sum = 0, dot = 0;
       for (int64_t j = 0; j < K; ++j)
-        sum += sn[choice[size_t(n * K + j)]], dot += double(dw[size_t(n * K + j)]) * w[size_t(n * K + j)];
+        sum += sn[choice[size_t(n * K + j)]],
+            dot += double(dw[size_t(n * K + j)]) * w[size_t(n * K + j)];
       for (int64_t j = 0; j < K; ++j)
         ds[size_t(choice[size_t(n * K + j)])] += (double(dw[size_t(n * K + j)]) - dot) / sum;
     }
@@ -492,8 +495,9 @@ TEST(MoeRouting, RouterBackwardMatchesDoubleLoops) {
         moe_router_backward(host(l), host(s), host(choice), host(w), host(dw), host(f), host(dl),
                             r0, R, T, E, K, sigmoid, aux, zc);
         const DVec want = ref_router_grad(l, s, choice, w, dw, f, r0, R, T, E, K, sigmoid, aux, zc);
-        expect_near(dl, want, std::string(sigmoid ? "sigmoid" : "softmax") +
-                                  " aux=" + std::to_string(aux) + " z=" + std::to_string(zc));
+        expect_near(dl, want,
+                    std::string(sigmoid ? "sigmoid" : "softmax") + " aux=" + std::to_string(aux) +
+                        " z=" + std::to_string(zc));
       }
 }
 
