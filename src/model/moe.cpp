@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
-#include <limits>
 
 #include "kernels/kernels.hpp"
 #include "model/tensor_parallel.hpp"
@@ -133,7 +131,8 @@ void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T, int64_t r0, in
   // the kept choices (then their first packed rows), the balancing terms; the offsets, the
   // statistics, the unrestricted choices.
   const Tensor tok = ctx.scratch.get(ScratchId::moe_route_tokens, {2, N}, DType::f64);
-  const Tensor cnt = ctx.scratch.get(ScratchId::moe_route_counts, {2 * B * E + E + 1 + N * K}, DType::i32);
+  const Tensor cnt =
+      ctx.scratch.get(ScratchId::moe_route_counts, {2 * B * E + E + 1 + N * K}, DType::i32);
   const Tensor sum = ctx.scratch.get(ScratchId::moe_route_sums, {B * E + E + 4}, DType::f64);
   const Tensor lse = tok.rows(0, 1), norm = sigmoid ? tok.rows(1, 1) : Tensor{};
   const Tensor load = cnt.slice(0, B * E), firsts = cnt.slice(B * E, B * E);

@@ -206,7 +206,8 @@ struct Routing {
           f[i] = fe;
           if (!aux) return;
           double P = 0;
-          for (int64_t n = b * T; n < (b + 1) * T; ++n) P += sc[n * Ex + e] / (norm ? norm[n] : 1.0);
+          for (int64_t n = b * T; n < (b + 1) * T; ++n)
+            P += sc[n * Ex + e] / (norm ? norm[n] : 1.0);
           aux[i] = fe * P / double(T);
         }));
   }
