@@ -128,6 +128,38 @@ struct Backend {
                                      int64_t V_valid, int64_t v0, float grad_scale,
                                      uint16_t* dlogits, bool f16) = nullptr;
 
+  // mixture-of-experts routing (kokkos/routing.cpp; sizes and optional outputs as kernels.hpp's
+  // moe_* functions: a null pointer is an output not written or an input absent)
+  void (*moe_scores)(const float* logits, float* scores, double* lse, double* norm, int64_t N,
+                     int64_t E, bool sigmoid) = nullptr;
+  void (*moe_top_k)(const float* scores, const float* bias, int32_t* choice, float* weight,
+                    int64_t N, int64_t E, int64_t K, int64_t nodes, int64_t max_nodes,
+                    bool normalise) = nullptr;
+  void (*moe_capacity)(const int32_t* choice, int32_t* load, int32_t* kept, int32_t* row,
+                       int64_t B, int64_t T, int64_t K, int64_t E, int64_t cap, int64_t first,
+                       int64_t count) = nullptr;
+  void (*moe_balance)(const float* scores, const double* norm, const int32_t* load, float* f,
+                      double* aux, int64_t B, int64_t T, int64_t K, int64_t E) = nullptr;
+  void (*moe_pack)(const int32_t* choice, int32_t* kept, int32_t* offset, int32_t* row,
+                   int64_t B, int64_t T, int64_t K, int64_t E) = nullptr;
+  void (*moe_route_stats)(const double* lse, const int32_t* load, const double* aux,
+                          const int32_t* outside, double* stats, int64_t B, int64_t T, int64_t K,
+                          int64_t E, int64_t cap, double z0, double aux0, int64_t first,
+                          int64_t count, int64_t lo, int64_t hi) = nullptr;
+  void (*moe_gather)(const float* x, const int32_t* row, float* packed, int64_t first,
+                     int64_t count, int64_t K, int64_t C) = nullptr;
+  void (*moe_combine)(const float* packed, const int32_t* row, const float* weight, float* y,
+                      int64_t first, int64_t count, int64_t y_first, int64_t K,
+                      int64_t C) = nullptr;
+  void (*moe_combine_backward)(const float* dy, const float* packed, const int32_t* row,
+                               const float* weight, float* d_packed, float* dweight,
+                               int64_t first, int64_t count, int64_t dy_first, int64_t K,
+                               int64_t C) = nullptr;
+  void (*moe_router_backward)(const float* logits, const float* scores, const int32_t* choice,
+                              const float* weight, const float* dweight, const float* f,
+                              float* dlogits, int64_t first, int64_t count, int64_t T, int64_t E,
+                              int64_t K, bool sigmoid, double aux, double z) = nullptr;
+
   // optimizer
   // compute: null, or p's 16-bit compute copy (f16 or bf16), refreshed in the same pass
   void (*adamw)(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a,

@@ -260,6 +260,76 @@ void cross_entropy_local_finish(const Tensor& logits, const Tensor& targets, con
                                 int64_t V, int64_t V_valid, int64_t v0, float grad_scale,
                                 const Tensor& dlogits = {});
 
+// ---- mixture-of-experts routing -------------------------------------------------------
+// The per-token work of a MoE block's router (model/moe.cpp, doc/moe.md "Routing as kernels"):
+// N = B T tokens of B sequences, E routed experts, K chosen per token. Integer outputs are exact;
+// every floating-point sum runs in one fixed order (a token's, a sequence's or an expert's own
+// loop), so the results depend neither on the thread count nor on the space. Expert indices and
+// rows are i32; lse, norm, aux and stats f64.
+//
+// scores[N,E] = softmax(logits) (sums of exponentials in double), or sigmoid(logits) when
+// sigmoid; lse[N] = logsumexp of each row of logits; norm[N] (optional) = the sum in double of
+// each row of scores.
+void moe_scores(const Tensor& logits, const Tensor& scores, const Tensor& lse, const Tensor& norm,
+                int64_t N, int64_t E, bool sigmoid);
+// choice[N,K] = the K experts of highest key scores[n,e] + bias[e], highest first, equal keys to
+// the lower expert index (a NaN key counts as -inf). Node-limited routing when 0 < max_nodes <
+// nodes: node g holds experts [g E/nodes, (g+1) E/nodes), its score is the sum in float of its
+// q = min(ceil(K / max_nodes), E/nodes) highest keys, highest first; the max_nodes nodes of
+// highest score are kept (equal scores to the lower node) and every other expert's key is -inf.
+// weight[N,K] (optional) = the choices' scores, divided by their sum (in double) when normalise.
+void moe_top_k(const Tensor& scores, const Tensor& bias, const Tensor& choice,
+               const Tensor& weight, int64_t N, int64_t E, int64_t K, int64_t nodes,
+               int64_t max_nodes, bool normalise);
+// Capacity, sequence by sequence: expert e takes its first cap token-choices of the sequence
+// (tokens in order, a token's choices in rank order). load[B,E] = token-choices of each
+// sequence and expert (before capacity); kept[B,E] = those kept of the tokens [first, first +
+// count); row[N,K] = for such a kept choice its place among its expert's kept choices in the
+// sequence, for every other choice -1.
+void moe_capacity(const Tensor& choice, const Tensor& load, const Tensor& kept, const Tensor& row,
+                  int64_t B, int64_t T, int64_t K, int64_t E, int64_t cap, int64_t first,
+                  int64_t count);
+// The balancing loss's terms: f[B,E] = E / (K T) load; aux[B,E] (optional) = f P / T with P the
+// sum over the sequence's tokens, in order, of scores[n,e] / norm[n] (norm optional: 1).
+void moe_balance(const Tensor& scores, const Tensor& norm, const Tensor& load, const Tensor& f,
+                 const Tensor& aux, int64_t B, int64_t T, int64_t K, int64_t E);
+// The packed order, expert by expert, tokens in order within an expert (from moe_capacity's
+// kept and row): offset[E+1] = each expert's first packed row (offset[E]: the rows in all);
+// kept[B,E] becomes each sequence's first row within its expert's; row[N,K] each kept choice's
+// packed row (-1 stays).
+void moe_pack(const Tensor& choice, const Tensor& kept, const Tensor& offset, const Tensor& row,
+              int64_t B, int64_t T, int64_t K, int64_t E);
+// A micro-batch's routing statistics, stats[E+4]: [e] = load summed over the sequences; [E] =
+// the choices beyond cap; [E+1] = z0 + lse[n]^2 added token by token; [E+2] = aux0 + each
+// sequence's sum over experts of aux, sequence by sequence (aux optional: aux0); [E+3] = the
+// choices of tokens [first, first + count) in outside[N,K] (optional: 0) not in experts [lo, hi).
+void moe_route_stats(const Tensor& lse, const Tensor& load, const Tensor& aux,
+                     const Tensor& outside, const Tensor& stats, int64_t B, int64_t T, int64_t K,
+                     int64_t E, int64_t cap, double z0, double aux0, int64_t first, int64_t count,
+                     int64_t lo, int64_t hi);
+// The dispatch: packed[row[n,j], :] = x[n, :] for the tokens n in [first, first + count) and
+// their choices with row >= 0; x[N,C], packed [rows, C].
+void moe_gather(const Tensor& x, const Tensor& row, const Tensor& packed, int64_t first,
+                int64_t count, int64_t K, int64_t C);
+// The combine: y[n - y_first, :] += weight[n,j] packed[row[n,j], :] for n in [first, first +
+// count), j in rank order, row >= 0 (weight optional: 1, the scatter of input gradients).
+void moe_combine(const Tensor& packed, const Tensor& row, const Tensor& weight, const Tensor& y,
+                 int64_t first, int64_t count, int64_t y_first, int64_t K, int64_t C);
+// The combine's backward, for n in [first, first + count): d_packed[row[n,j], :] = weight[n,j]
+// dy[n - dy_first, :] (kept choices), dweight[n,j] = dy[n - dy_first, :] . packed[row[n,j], :]
+// summed in double in column order (0 for a dropped choice).
+void moe_combine_backward(const Tensor& dy, const Tensor& packed, const Tensor& row,
+                          const Tensor& weight, const Tensor& d_packed, const Tensor& dweight,
+                          int64_t first, int64_t count, int64_t dy_first, int64_t K, int64_t C);
+// d(objective)/d(logits) into dlogits[n - first, :] for n in [first, first + count): through the
+// combine weights (dweight[N,K]; sigmoid: normalised weights), the balancing loss (coefficient
+// aux, already times the loss scale; f[B,E] from moe_balance) and the z-loss (z = 2 x
+// coefficient x loss scale). Sums in double, in expert order.
+void moe_router_backward(const Tensor& logits, const Tensor& scores, const Tensor& choice,
+                         const Tensor& weight, const Tensor& dweight, const Tensor& f,
+                         const Tensor& dlogits, int64_t first, int64_t count, int64_t T, int64_t E,
+                         int64_t K, bool sigmoid, double aux, double z);
+
 // ---- optimizer -----------------------------------------------------------------------
 // One AdamW step with decoupled weight decay on n elements (PyTorch's torch.optim.AdamW).
 struct AdamWArgs {

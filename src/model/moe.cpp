@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
-#include <limits>
 
 #include "kernels/kernels.hpp"
 #include "model/tensor_parallel.hpp"
@@ -11,21 +9,17 @@
 namespace tessera {
 namespace {
 
+// Rows [first, first + count) of t viewed as [rows, cols], in t's space.
 Tensor rows(const Tensor& t, int64_t first, int64_t count, int64_t cols) {
-  return view_of(t.f32() + first * cols, Shape{count, cols});
+  return t.reshaped(Shape{t.numel() / cols, cols}).rows(first, count);
 }
 Tensor rows(const Buffer& b, int64_t first, int64_t count, int64_t cols) {
   return rows(b.view(), first, count, cols);
 }
 
-// logsumexp and softmax of one row of n logits.
-double softmax_row(const float* l, float* p, int64_t n) {
-  float mx = l[0];
-  for (int64_t e = 1; e < n; ++e) mx = std::max(mx, l[e]);
-  double sum = 0;
-  for (int64_t e = 0; e < n; ++e) sum += std::exp(double(l[e] - mx));
-  for (int64_t e = 0; e < n; ++e) p[e] = float(std::exp(double(l[e] - mx)) / sum);
-  return double(mx) + std::log(sum);
+// Host reads of f64 data (Tensor::f32 checks the space, not the dtype).
+const double* f64(const Tensor& t) {
+  return static_cast<const double*>(static_cast<void*>(t.f32()));
 }
 
 }  // namespace
@@ -66,11 +60,8 @@ Moe::Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg)
         p->tp_partial_grad = true;
   step_.load.assign(size_t(E), 0.0);
   last_.load.assign(size_t(E), 0.0);
-  key_.resize(size_t(E)), ds_.resize(size_t(E)), mine_.resize(size_t(E));
-  used_.resize(size_t(E)), fill_.resize(size_t(E));
+  mine_.resize(size_t(E));
   sums_.resize(size_t(E) + 7);
-  node_score_.resize(size_t(cfg.moe.nodes)), node_keep_.resize(size_t(cfg.moe.nodes));
-  node_top_.resize(size_t(E / cfg.moe.nodes));
 }
 
 int Moe::ep_size(const StepContext& ctx) const {
@@ -115,149 +106,68 @@ Moe::Saved& Moe::kept(const StepContext& ctx) {
 }
 
 // Scores, top-k selection (by score + bias; ties to the lower expert index), combine weights,
-// capacity (per sequence, token order), packed rows, the balancing loss's fractions.
+// capacity (per sequence, token order), packed rows, the balancing loss's fractions: kernels
+// on the tensors' memory (kernels.hpp, "mixture-of-experts routing"). The host reads back only
+// the expert offsets (the all-to-all counts and the experts' GEMM sizes) and, in training, the
+// step's statistics.
 void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T, int64_t r0, int64_t R) {
   const int64_t N = B * T, E = cfg_.moe.experts, K = cfg_.moe.top_k;
   const bool sigmoid = cfg_.moe.router == Router::sigmoid;
-  const float* l = s.logits.f32();
-  float* sc = s.scores.f32();
-  int32_t* choice = s.choice.i32();
-  int32_t* row = s.row.i32();
-  float* w = s.weight.f32();
-  const float* bias = bias_->value.f32();
   const bool training = ctx.training;
-  std::vector<float>& key = key_;
-  std::vector<int64_t>& used = used_;
-  std::vector<int64_t>& fill = fill_;
-  // The cross-node dispatch bytes (doc/moe.md): the nodes the ep ranks really sit on.
+  // The cross-node dispatch bytes (doc/moe.md): the nodes the ep ranks really sit on; the
+  // experts of this rank's node are [lo, hi).
   const int64_t ep = ep_size(ctx), placed = cfg_.moe.placed_nodes;
-  const bool count_nodes = placed > 1;
+  const bool count_nodes = placed > 1 && training;
   const int64_t my_node = (ctx.par.ep ? ctx.par.ep->rank() : 0) * placed / ep;
   const double row_bytes = double(cfg_.d_model) * double(sizeof(float));
-  auto node_of_expert = [&](int64_t e) { return e / (E / ep) * placed / ep; };
+  int64_t lo = E, hi = 0;
+  for (int64_t e = 0; e < E; ++e)
+    if (e / (E / ep) * placed / ep == my_node) lo = std::min(lo, e), hi = e + 1;
   const int64_t cap =
       cfg_.moe.capacity_factor > 0
           ? int64_t(std::ceil(double(cfg_.moe.capacity_factor) * double(T * K) / double(E)))
           : N * K;
-  std::fill(s.offset.begin(), s.offset.end(), 0);
-  for (int64_t n = 0; n < N; ++n) {
-    const float* ln = l + n * E;
-    float* sn = sc + n * E;
-    // key holds softmax(l) first: the scores of the softmax router, z for either.
-    const double z = softmax_row(ln, key.data(), E);
-    if (sigmoid)
-      for (int64_t e = 0; e < E; ++e) sn[e] = 1.0f / (1.0f + std::exp(-ln[e]));
-    else
-      std::copy(key.begin(), key.end(), sn);
-    if (training) step_.z += z * z, step_.tokens += 1;
-    for (int64_t e = 0; e < E; ++e) key[size_t(e)] = sn[e] + bias[e];
-    const bool own = n >= r0 && n < r0 + R;
-    if (count_nodes && own && training) {  // where unrestricted routing would send the token
-      top_k(key.data(), choice + n * K);
-      for (int64_t j = 0; j < K; ++j)
-        if (node_of_expert(choice[n * K + j]) != my_node) step_.cross_bytes_free += row_bytes;
-    }
-    if (cfg_.moe.node_limited()) limit_to_nodes(key.data());
-    top_k(key.data(), choice + n * K);
-    double sum = 0;
-    for (int64_t j = 0; j < K; ++j) {
-      const int32_t best = choice[n * K + j];
-      w[n * K + j] = sn[best];
-      sum += sn[best];
-    }
-    if (sigmoid)
-      for (int64_t j = 0; j < K; ++j) w[n * K + j] = float(double(w[n * K + j]) / sum);
-  }
-  // Capacity and counts: sequence by sequence, tokens in order, a token's experts in rank
-  // order; the balancing loss's f_i = E / (K T) x tokens of the sequence selecting i.
-  float* f = s.f.f32();
-  int64_t dropped = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    std::fill(used.begin(), used.end(), 0);
-    for (int64_t n = b * T; n < (b + 1) * T; ++n)
-      for (int64_t j = 0; j < K; ++j) {
-        const int32_t e = choice[n * K + j];
-        const bool keep = used[size_t(e)]++ < cap;
-        // Packed (dispatched) only when the token is one of this rank's rows.
-        const bool own = n >= r0 && n < r0 + R;
-        row[n * K + j] = keep && own ? 0 : -1;
-        if (keep && own) ++s.offset[size_t(e) + 1];
-        if (!keep) ++dropped;
-        if (keep && own && count_nodes && training && node_of_expert(e) != my_node)
-          step_.cross_bytes += row_bytes;
-      }
-    for (int64_t e = 0; e < E; ++e) {
-      f[b * E + e] = float(double(E) / double(K * T) * double(used[size_t(e)]));
-      if (training) step_.load[size_t(e)] += double(used[size_t(e)]);
-    }
-  }
-  for (int64_t e = 0; e < E; ++e) s.offset[size_t(e) + 1] += s.offset[size_t(e)];
-  for (int64_t e = 0; e < E; ++e) fill[size_t(e)] = s.offset[size_t(e)];
-  for (int64_t n = r0; n < r0 + R; ++n)
-    for (int64_t j = 0; j < K; ++j)
-      if (row[n * K + j] == 0) row[n * K + j] = int32_t(fill[size_t(choice[n * K + j])]++);
+  // Work space: per token logsumexp and score sum (f64); per sequence and expert the load,
+  // the kept choices (then their first packed rows), the balancing terms; the offsets, the
+  // statistics, the unrestricted choices.
+  const Tensor tok = ctx.scratch.get(ScratchId::moe_route_tokens, {2, N}, DType::f64);
+  const Tensor cnt =
+      ctx.scratch.get(ScratchId::moe_route_counts, {2 * B * E + E + 1 + N * K}, DType::i32);
+  const Tensor sum = ctx.scratch.get(ScratchId::moe_route_sums, {B * E + E + 4}, DType::f64);
+  const Tensor lse = tok.rows(0, 1), norm = sigmoid ? tok.rows(1, 1) : Tensor{};
+  const Tensor load = cnt.slice(0, B * E), firsts = cnt.slice(B * E, B * E);
+  const Tensor offset = cnt.slice(2 * B * E, E + 1), free = cnt.slice(2 * B * E + E + 1, N * K);
+  const Tensor aux = sum.slice(0, B * E), stats = sum.slice(B * E, E + 4);
+  const Tensor bias = bias_->value;
+  kernels::moe_scores(s.logits.view(), s.scores.view(), lse, norm, N, E, sigmoid);
+  if (count_nodes)  // where unrestricted routing would send each token
+    kernels::moe_top_k(s.scores.view(), bias, free, Tensor{}, N, E, K, 1, 0, false);
+  kernels::moe_top_k(s.scores.view(), bias, s.choice.view(), s.weight.view(), N, E, K,
+                     cfg_.moe.nodes, cfg_.moe.max_nodes, sigmoid);
+  kernels::moe_capacity(s.choice.view(), load, firsts, s.row.view(), B, T, K, E, cap, r0, R);
+  kernels::moe_balance(s.scores.view(), norm, load, s.f.view(), training ? aux : Tensor{}, B, T,
+                       K, E);
+  kernels::moe_pack(s.choice.view(), firsts, offset, s.row.view(), B, T, K, E);
+  if (training)
+    kernels::moe_route_stats(lse, load, aux, count_nodes ? free : Tensor{}, stats, B, T, K, E, cap,
+                             step_.z, step_.aux, r0, R, lo, hi);
+  // On the host: each expert's first packed row (needed there for the all-to-all's counts and
+  // the experts' GEMMs), and the step's statistics.
+  const int32_t* off = ctx.scratch.readable(ScratchId::moe_route_counts, offset).i32();
+  for (int64_t e = 0; e <= E; ++e) s.offset[size_t(e)] = off[e];
   if (!training) return;
-  step_.dropped += double(dropped);
-  // The balancing loss of each sequence: sum_i f_i P_i, P_i the mean over its tokens of the
-  // normalised score (the softmax probability; sigmoid scores over their sum).
-  for (int64_t b = 0; b < B; ++b) {
-    double aux = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      double P = 0;
-      for (int64_t n = b * T; n < (b + 1) * T; ++n) {
-        const float* sn = sc + n * E;
-        double norm = 1;
-        if (sigmoid) {
-          norm = 0;
-          for (int64_t i = 0; i < E; ++i) norm += sn[i];
-        }
-        P += sn[e] / norm;
-      }
-      aux += f[b * E + e] * P / double(T);
-    }
-    step_.aux += aux;
-    step_.sequences += 1;
-  }
-}
-
-// The k highest keys, in order; equal keys to the lower expert index.
-void Moe::top_k(const float* key, int32_t* out) {
-  const int64_t E = cfg_.moe.experts, K = cfg_.moe.top_k;
-  std::fill(fill_.begin(), fill_.end(), 0);
-  for (int64_t j = 0; j < K; ++j) {
-    int64_t best = -1;  // the highest key not yet taken, the lowest index among equals
+  const double* st = f64(ctx.scratch.readable(ScratchId::moe_route_sums, stats));
+  for (int64_t e = 0; e < E; ++e) step_.load[size_t(e)] += st[e];
+  step_.dropped += st[E];
+  step_.z = st[E + 1], step_.tokens += double(N);
+  step_.aux = st[E + 2], step_.sequences += double(B);
+  if (count_nodes) {
+    int64_t away = 0;  // dispatched rows (after capacity) for experts on other nodes
     for (int64_t e = 0; e < E; ++e)
-      if (!fill_[size_t(e)] && (best < 0 || key[e] > key[size_t(best)])) best = e;
-    fill_[size_t(best)] = 1;
-    out[j] = int32_t(best);
+      if (e < lo || e >= hi) away += s.offset[size_t(e) + 1] - s.offset[size_t(e)];
+    step_.cross_bytes += double(away) * row_bytes;
+    step_.cross_bytes_free += st[E + 3] * row_bytes;
   }
-}
-
-// Node-limited routing (DeepSeek-V3): node g holds experts [g E/G, (g+1) E/G); its score is
-// the sum of its q = min(ceil(k / M), E/G) highest keys (in descending order, in float); the
-// M best nodes are kept (equal scores to the lower node) and every other expert's key becomes
-// -inf.
-void Moe::limit_to_nodes(float* key) {
-  const int64_t E = cfg_.moe.experts, K = cfg_.moe.top_k, G = cfg_.moe.nodes;
-  const int64_t M = cfg_.moe.max_nodes, per = E / G, q = std::min((K + M - 1) / M, per);
-  std::vector<float>& score = node_score_;
-  std::vector<float>& top = node_top_;
-  for (int64_t g = 0; g < G; ++g) {
-    std::copy(key + g * per, key + (g + 1) * per, top.begin());
-    std::partial_sort(top.begin(), top.begin() + q, top.begin() + per, std::greater<float>());
-    float sum = 0;
-    for (int64_t i = 0; i < q; ++i) sum += top[size_t(i)];
-    score[size_t(g)] = sum;
-  }
-  std::fill(node_keep_.begin(), node_keep_.end(), 0);
-  for (int64_t m = 0; m < M; ++m) {
-    int64_t best = -1;
-    for (int64_t g = 0; g < G; ++g)
-      if (!node_keep_[size_t(g)] && (best < 0 || score[size_t(g)] > score[size_t(best)])) best = g;
-    node_keep_[size_t(best)] = 1;
-  }
-  for (int64_t e = 0; e < E; ++e)
-    if (!node_keep_[size_t(e / per)]) key[e] = -std::numeric_limits<float>::infinity();
 }
 
 template <class Fn>
@@ -308,7 +218,7 @@ void Moe::to_experts(StepContext& ctx, const Saved& s, const Tensor& packed, con
   ctx.par.ep->all_to_allv(packed.f32(), s.packed_count, s.packed_displ, stage.f32(), s.side_count,
                           s.side_displ);
   for_each_chunk(s, [&](int64_t from, int64_t to, int64_t n) {
-    std::copy(stage.f32() + from * C, stage.f32() + (from + n) * C, side.f32() + to * C);
+    if (n > 0) kernels::copy(rows(stage, from, n, C), rows(side, to, n, C), n * C);
   });
 }
 
@@ -317,7 +227,7 @@ void Moe::from_experts(StepContext& ctx, const Saved& s, const Tensor& side, con
   const int64_t C = cfg_.d_model;
   const Tensor stage = ctx.scratch.get(ScratchId::moe_a2a, {side.shape.dims[0], C});
   for_each_chunk(s, [&](int64_t to, int64_t from, int64_t n) {
-    std::copy(side.f32() + from * C, side.f32() + (from + n) * C, stage.f32() + to * C);
+    if (n > 0) kernels::copy(rows(side, from, n, C), rows(stage, to, n, C), n * C);
   });
   ctx.par.ep->all_to_allv(stage.f32(), s.side_count, s.side_displ, packed.f32(), s.packed_count,
                           s.packed_displ);
@@ -366,12 +276,7 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y) {
   Saved& s = kept(ctx);
   router_.forward(ctx, x, s.logits.view());
   route(ctx, s, B, T, q0, Q);
-  const float* xf = x.f32();
-  const int32_t* row = s.row.i32();
-  for (int64_t n = q0; n < q0 + Q; ++n)
-    for (int64_t j = 0; j < K; ++j)
-      if (const int32_t r = row[n * K + j]; r >= 0)
-        std::copy(xf + n * C, xf + (n + 1) * C, s.xin.f32() + int64_t(r) * C);
+  kernels::moe_gather(x, s.row.view(), s.xin.view(), q0, Q, K, C);
   exchange_counts(ctx, s);
   to_experts(ctx, s, s.xin.view(), s.xe);
   run_experts(ctx, s);
@@ -382,70 +287,12 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y) {
   const bool gather = Q != tp::rows(ctx, N);
   const Tensor routed = gather ? ctx.scratch.get(ScratchId::moe_tp_rows, {N, C}) : y;
   if (gather) kernels::fill(routed, 0.0f, N * C);
-  float* yf = routed.f32() - (gather ? 0 : r0) * C;  // indexed by the token's row among the N
-  const float* w = s.weight.f32();
-  for (int64_t n = q0; n < q0 + Q; ++n)
-    for (int64_t j = 0; j < K; ++j)
-      if (const int32_t r = row[n * K + j]; r >= 0) {
-        const float* o = s.out.f32() + int64_t(r) * C;
-        for (int64_t c = 0; c < C; ++c) yf[n * C + c] += w[n * K + j] * o[c];
-      }
+  // routed holds the rows from token (gather ? 0 : r0) of the N.
+  kernels::moe_combine(s.out.view(), s.row.view(), s.weight.view(), routed, q0, Q, gather ? 0 : r0,
+                       K, C);
   if (gather) {
     ctx.par.tp.all_reduce(routed);
     kernels::add_inplace(y, routed, N * C);
-  }
-}
-
-void Moe::router_grad(StepContext& ctx, Saved& s, const float* dw, const Tensor& dl, int64_t T,
-                      int64_t r0, int64_t R) {
-  const int64_t E = cfg_.moe.experts, K = cfg_.moe.top_k;
-  const bool sigmoid = cfg_.moe.router == Router::sigmoid;
-  const float* sc = s.scores.f32();
-  const float* w = s.weight.f32();
-  const int32_t* choice = s.choice.i32();
-  const float* f = s.f.f32();
-  const double aux = double(cfg_.moe.aux_loss) * double(ctx.loss_scale);
-  const double zc = 2.0 * double(cfg_.moe.z_loss) * double(ctx.loss_scale);
-  std::vector<double>& ds = ds_;
-  std::vector<float>& p = key_;
-  float* out = dl.f32() - r0 * E;  // dl holds rows [r0, r0 + R)
-  for (int64_t n = r0; n < r0 + R; ++n) {
-    const float* sn = sc + n * E;
-    std::fill(ds.begin(), ds.end(), 0.0);
-    // The combine weights: softmax w_j = p_e; sigmoid w_j = s_e / sum of the selected s.
-    if (!sigmoid) {
-      for (int64_t j = 0; j < K; ++j) ds[size_t(choice[n * K + j])] += dw[n * K + j];
-    } else {
-      double sum = 0, dot = 0;
-      for (int64_t j = 0; j < K; ++j)
-        sum += sn[choice[n * K + j]], dot += double(dw[n * K + j]) * w[n * K + j];
-      for (int64_t j = 0; j < K; ++j)
-        ds[size_t(choice[n * K + j])] += (double(dw[n * K + j]) - dot) / sum;
-    }
-    // The balancing loss: d/d(normalised score of e) = coefficient x loss_scale x f_e.
-    if (aux > 0) {
-      const float* fb = f + (n / T) * E;
-      if (!sigmoid) {
-        for (int64_t e = 0; e < E; ++e) ds[size_t(e)] += aux * fb[e];
-      } else {
-        double sum = 0, dot = 0;
-        for (int64_t e = 0; e < E; ++e) sum += sn[e];
-        for (int64_t e = 0; e < E; ++e) dot += aux * fb[e] * sn[e] / sum;
-        for (int64_t e = 0; e < E; ++e) ds[size_t(e)] += (aux * fb[e] - dot) / sum;
-      }
-    }
-    float* dn = out + n * E;
-    if (!sigmoid) {
-      double dot = 0;
-      for (int64_t e = 0; e < E; ++e) dot += ds[size_t(e)] * sn[e];
-      for (int64_t e = 0; e < E; ++e) dn[e] = float(sn[e] * (ds[size_t(e)] - dot));
-    } else {
-      for (int64_t e = 0; e < E; ++e) dn[e] = float(ds[size_t(e)] * sn[e] * (1.0 - sn[e]));
-    }
-    if (zc > 0) {
-      const double z = softmax_row(s.logits.f32() + n * E, p.data(), E);
-      for (int64_t e = 0; e < E; ++e) dn[e] += float(zc * z * p[size_t(e)]);
-    }
   }
 }
 
@@ -455,26 +302,11 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   const int64_t r0 = tp::first_row(ctx, N);  // dy and dx hold rows [r0, ...)
   const auto [q0, Q] = routed_rows(ctx, N);  // the rows this rank dispatched
   Saved& s = kept(ctx);
-  const int32_t* row = s.row.i32();
-  const float* w = s.weight.f32();
-  const float* dyf = dy.f32() - r0 * C;  // indexed by the token's row among the N
-  // d(expert output) = w dy; d(w) = dy . expert output (this rank's rows).
+  // d(expert output) = w dy; d(w) = dy . expert output (this rank's rows; dy from token r0).
   const Tensor d_out = ctx.scratch.get(ScratchId::moe_d_out, {N * K, C});
   const Tensor dw = ctx.scratch.get(ScratchId::moe_d_weight, {N, K});
-  for (int64_t n = q0; n < q0 + Q; ++n)
-    for (int64_t j = 0; j < K; ++j) {
-      const int32_t r = row[n * K + j];
-      double dot = 0;
-      if (r >= 0) {
-        const float* o = s.out.f32() + int64_t(r) * C;
-        float* d = d_out.f32() + int64_t(r) * C;
-        for (int64_t c = 0; c < C; ++c) {
-          d[c] = w[n * K + j] * dyf[n * C + c];
-          dot += double(dyf[n * C + c]) * o[c];
-        }
-      }
-      dw.f32()[n * K + j] = float(dot);
-    }
+  kernels::moe_combine_backward(dy, s.out.view(), s.row.view(), s.weight.view(), d_out, dw, q0, Q,
+                                r0, K, C);
   // The routed experts, each on its rows of the expert side: d(expert input) there, then
   // back to the packed side (moe_d_in).
   const int64_t El = int64_t(s.eoffset.size()) - 1, Rx = s.xe.shape.dims[0];
@@ -517,7 +349,12 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   // dx = shared experts' (reduced over tp) + router's + the routed experts' (each token's in
   // rank order), the last two on this rank's rows.
   const Tensor dl = ctx.scratch.get(ScratchId::moe_d_logits, {Q, E});
-  router_grad(ctx, s, dw.f32(), dl, T, q0, Q);
+  // d(objective)/d(router logits): the combine weights, the balancing loss, the z-loss.
+  const double aux = double(cfg_.moe.aux_loss) * double(ctx.loss_scale);
+  const double zc = 2.0 * double(cfg_.moe.z_loss) * double(ctx.loss_scale);
+  kernels::moe_router_backward(s.logits.view(), s.scores.view(), s.choice.view(), s.weight.view(),
+                               dw, s.f.view(), dl, q0, Q, T, E, K,
+                               cfg_.moe.router == Router::sigmoid, aux, zc);
   if (shared_) {
     const bool sp = tp::sequence_parallel(ctx);
     const Tensor x =
@@ -534,13 +371,8 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   const int64_t o0 = gather ? q0 : 0;  // the first of this rank's rows in `own`
   router_.backward(ctx, x_rows.rows(gather ? q0 : 0, Q), dl, own.rows(o0, Q),
                    /*accumulate_dx=*/!gather && shared_ != nullptr);
-  float* dxf = own.f32() - (gather ? 0 : r0) * C;
-  for (int64_t n = q0; n < q0 + Q; ++n)
-    for (int64_t j = 0; j < K; ++j)
-      if (const int32_t r = row[n * K + j]; r >= 0) {
-        const float* d = d_in.f32() + int64_t(r) * C;
-        for (int64_t c = 0; c < C; ++c) dxf[n * C + c] += d[c];
-      }
+  // own holds the rows from token (gather ? 0 : r0) of the N.
+  kernels::moe_combine(d_in, s.row.view(), Tensor{}, own, q0, Q, gather ? 0 : r0, K, C);
   if (gather) {
     ctx.par.tp.all_reduce(own);
     if (shared_)

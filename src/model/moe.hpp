@@ -108,9 +108,6 @@ class Moe {
   // Routes all N = B T tokens; packs those of rows [r0, r0 + R) (this tp rank's).
   void route(StepContext& ctx, Saved& s, int64_t B, int64_t T, int64_t r0, int64_t R);
   void run_experts(StepContext& ctx, Saved& s);
-  // The k highest of E keys into out[k]; node-limited routing's mask of the keys.
-  void top_k(const float* key, int32_t* out);
-  void limit_to_nodes(float* key);
   int ep_size(const StepContext& ctx) const;
   std::pair<int64_t, int64_t> routed_rows(const StepContext& ctx, int64_t N) const;
   // Rows between the packed (source) side [N*K, C] and the expert side [rows, C]: an
@@ -122,10 +119,6 @@ class Moe {
   // The (source, local expert) chunks: their offsets on the packed and expert sides.
   template <class Fn>
   void for_each_chunk(const Saved& s, Fn&& fn) const;
-  // d(objective)/d(router logits) into dl [R,E] (rows [r0, r0 + R) of the N) from the combine
-  // weights' gradients dw [N,K].
-  void router_grad(StepContext& ctx, Saved& s, const float* dw, const Tensor& dl, int64_t T,
-                   int64_t r0, int64_t R);
 
   const ModelConfig& cfg_;
   std::string name_;
@@ -140,12 +133,10 @@ class Moe {
   int64_t routed_elements_ = 0;
   Slots<Saved> slots_;
   Stats step_, last_;
-  // Per-token work space of the routing, sized once: [E] each.
-  std::vector<float> key_, mine_;
-  std::vector<double> ds_, sums_;
-  std::vector<int64_t> used_, fill_;
-  std::vector<float> node_score_, node_top_;  // [nodes], [E / nodes]
-  std::vector<int> node_keep_;                // [nodes]
+  // Host work space, sized once: each expert's packed rows ([E], for the count exchange) and
+  // the step's statistics for the sum over dp ([E + 7]).
+  std::vector<float> mine_;
+  std::vector<double> sums_;
 };
 
 }  // namespace tessera

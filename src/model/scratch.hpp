@@ -30,6 +30,13 @@ enum class ScratchId : int {
   moe_d_weight,
   moe_d_in,
   moe_d_logits,
+  // Mixture-of-experts routing (forward, kernels::moe_*): per token the logsumexp and score
+  // sum (f64 [2, N]); the per-sequence and expert counts, the expert offsets and the
+  // unrestricted choices (i32 [2 B E + E + 1 + N K]); the balancing terms and the statistics
+  // (f64 [B E + E + 4]).
+  moe_route_tokens,
+  moe_route_counts,
+  moe_route_sums,
   // Expert parallelism: the rows of an all-to-all as they arrive or leave ([source][expert]),
   // and the expert side's output and input gradients.
   moe_a2a,

@@ -256,6 +256,7 @@ void register_rope(Backend& b, Target t);
 void register_embedding(Backend& b, Target t);
 void register_cross_entropy(Backend& b, Target t);
 void register_adamw(Backend& b, Target t);
+void register_routing(Backend& b, Target t);
 
 // Fills the entries of one family for Target t from the template F<Exec>, which has a static
 // fill(Backend&): F<Host> for Target::host, F<Device> for Target::cuda.

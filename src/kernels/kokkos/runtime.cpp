@@ -100,6 +100,7 @@ void register_all(Backend& b, Target t) {
   register_embedding(b, t);
   register_cross_entropy(b, t);
   register_adamw(b, t);
+  register_routing(b, t);
 }
 
 }  // namespace tessera::kernels::kokkos
