@@ -140,6 +140,7 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid, const RankLayout& layo
   StepContext ctx = context(true);
   pipeline_ = std::make_unique<pp::Executor>(grid.group(Group::pp), layout_.schedule,
                                              Shape{tp::rows(ctx, B * T), cfg_.d_model}, alloc_);
+  if (stages > 1) pipeline_hooks_.dp = dp_.get(), pipeline_hooks_.pipeline = pipeline_.get();
 }
 
 void Trainer::index_whole_model() {
@@ -175,7 +176,7 @@ void Trainer::warn_tp_across_nodes() {
 
 StepContext Trainer::context(bool training) {
   StepContext ctx{alloc_, par_, scratch_};
-  ctx.hooks = dp_.get();
+  ctx.hooks = pipeline_hooks_.pipeline ? static_cast<PartHooks*>(&pipeline_hooks_) : dp_.get();
   ctx.batch = geo_.micro_batch;
   ctx.training = training;
   ctx.loss_scale = float(scaler_.scale / double(geo_.global_batch * cfg_.seq_len));

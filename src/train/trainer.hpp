@@ -190,6 +190,17 @@ class Trainer {
   std::vector<Staged> staging_;
   std::unique_ptr<pp::Executor> pipeline_;
   Buffer pp_inputs_, pp_targets_;  // every micro-batch of a step (pipeline)
+  // The parts' hooks with several stages: data parallelism's, then a poll of the pipeline's
+  // messages in flight (pp::Executor::poll), so they move while the stage computes.
+  struct PipelineHooks : PartHooks {
+    PartHooks* dp = nullptr;
+    pp::Executor* pipeline = nullptr;
+    void begin(int part, Pass pass, bool training) override { dp->begin(part, pass, training); }
+    void end(int part, Pass pass, bool training) override {
+      dp->end(part, pass, training);
+      pipeline->poll();
+    }
+  } pipeline_hooks_;
   struct WholeParam {
     std::string name;
     Shape global;

@@ -19,6 +19,25 @@ Executor::Executor(Communicator& pp, const ScheduleShape& shape, Shape message, 
   recv_act_.resize(n), recv_grad_.resize(n), send_act_.resize(n), send_grad_.resize(n);
 }
 
+namespace {
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+MessageTiming& MessageTiming::operator+=(const MessageTiming& o) {
+  received += o.received, received_early += o.received_early, recv_wait += o.recv_wait;
+  sent += o.sent, send_flight += o.send_flight, send_exposed += o.send_exposed;
+  return *this;
+}
+
+void Executor::poll() {
+  if (!in_step_) return;
+  for (std::vector<InFlight>* list : {&receives_, &sends_})
+    for (InFlight& m : *list)
+      if (m.seen < 0 && m.posted > 0 && m.request.test()) m.seen = now();
+}
+
 Tensor StageWork::backward_input(int, int, int, const Tensor&) {
   TESSERA_REQUIRE_LOCAL(false, "pipeline executor: this stage cannot split its backward");
   return {};
@@ -80,16 +99,20 @@ void Executor::run(StageWork& work) {
   const size_t n = size_t(shape_.micro_batches) * size_t(shape_.chunks);
   auto index = [&](const Op& op) { return size_t(op.micro) * size_t(shape_.chunks) + size_t(op.chunk); };
   // Every message this stage receives in the step, posted now: each has its own tag.
-  std::vector<Request> recv_act(n), recv_grad(n);
-  std::vector<Request> sends;
-  sends.reserve(ops_.size());
+  receives_.assign(2 * n, InFlight{});
+  sends_.clear();
+  sends_.reserve(ops_.size());
+  for (MessageTiming& t : last_messages_) t = MessageTiming{};
   for (const Op& op : ops_) {
     if (!op.is_recv()) continue;
     const int tag = message_tag(shape_, message_of(shape_, stage_, op));
     const bool act = op.kind == Op::recv_act;
     Buffer& b = buffer(act ? recv_act_ : recv_grad_, op.micro, op.chunk);
-    (act ? recv_act : recv_grad)[index(op)] = pp_.irecv(b.view(), op.peer, tag);
+    InFlight& m = receives_[(act ? 0 : n) + index(op)];
+    m.request = pp_.irecv(b.view(), op.peer, tag);
+    m.kind = act ? 0 : 1, m.posted = now();
   }
+  in_step_ = true;
   std::vector<int> slot_of(n, -1);
   std::vector<char> slot_busy;
   Tensor out;  // output of the last compute, for the send after it
@@ -105,9 +128,15 @@ void Executor::run(StageWork& work) {
         TraceSpan span(trace_, TraceKind::p2p, "recv-wait");
         span.micro(op.micro, op.chunk)
             .message(op.kind == Op::recv_act ? "activation" : "gradient", op.peer, bytes);
-        const auto t0 = std::chrono::steady_clock::now();
-        (op.kind == Op::recv_act ? recv_act : recv_grad)[i].wait();
-        last_wait_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const int kind = op.kind == Op::recv_act ? 0 : 1;
+        InFlight& m = receives_[(kind ? n : 0) + i];
+        MessageTiming& t = last_messages_[kind];
+        const double t0 = now();
+        ++t.received;
+        t.received_early += m.seen >= 0 || m.request.test();
+        m.request.wait();
+        m.seen = m.seen < 0 ? now() : m.seen;
+        last_wait_ += now() - t0, t.recv_wait += now() - t0;
         break;
       }
       case Op::forward:
@@ -138,8 +167,10 @@ void Executor::run(StageWork& work) {
             .message(op.kind == Op::send_act ? "activation" : "gradient", op.peer, bytes);
         Buffer& b = buffer(op.kind == Op::send_act ? send_act_ : send_grad_, op.micro, op.chunk);
         kernels::transfer(out, b.view(), b.numel());  // in the buffers' space
-        sends.push_back(
-            pp_.isend(b.view(), op.peer, message_tag(shape_, message_of(shape_, stage_, op))));
+        InFlight m;
+        m.request = pp_.isend(b.view(), op.peer, message_tag(shape_, message_of(shape_, stage_, op)));
+        m.kind = op.kind == Op::send_act ? 0 : 1, m.posted = now();
+        sends_.push_back(std::move(m));
         out = Tensor{};
         break;
       }
@@ -147,8 +178,17 @@ void Executor::run(StageWork& work) {
   }
   {
     TraceSpan span(trace_, TraceKind::p2p, "send-wait");
-    for (Request& r : sends) r.wait();
+    for (InFlight& m : sends_) {
+      MessageTiming& t = last_messages_[m.kind];
+      const double t0 = now();
+      m.request.wait();
+      if (m.seen < 0) m.seen = now(), t.send_exposed += m.seen - t0;
+      ++t.sent;
+      t.send_flight += m.seen - m.posted;
+    }
   }
+  in_step_ = false;
+  for (int k = 0; k < 2; ++k) total_messages_[k] += last_messages_[k];
   total_wait_ += last_wait_;
   total_compute_ += last_compute_;
 }

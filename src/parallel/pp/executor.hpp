@@ -49,6 +49,19 @@ class StageWork {
   virtual void backward_weight(int micro, int chunk);
 };
 
+// The step's pipeline messages of one kind (activations or gradients) as this stage saw
+// them, summed over steps. A receive counts as hidden when it was complete before the op
+// that needs it (seen by poll() during compute, or complete at its wait); a send's time in
+// flight runs from its isend to when it is first seen complete, and what of that the step's
+// final send wait blocked is exposed.
+struct MessageTiming {
+  int64_t received = 0, received_early = 0;
+  double recv_wait = 0;  // seconds blocked in this kind's receive waits
+  int64_t sent = 0;
+  double send_flight = 0, send_exposed = 0;
+  MessageTiming& operator+=(const MessageTiming& o);
+};
+
 class Executor {
  public:
   // message: the shape of one activation (= one gradient) message, f32, the same on every
@@ -58,6 +71,14 @@ class Executor {
 
   void run(StageWork& work);
   void set_trace(Trace* trace) { trace_ = trace; }
+  // Tests the step's messages in flight: MPI moves a non-blocking message only inside MPI
+  // calls, so the model calls this between parts (Trainer: the parts' hooks) while a stage
+  // computes, and a message of one micro-batch moves behind another's compute (DualPipe's
+  // pairing: doc/pipeline.md). Nothing outside a step.
+  void poll();
+  // Activations ([0]) and gradients ([1]): the last step's and every step's.
+  const MessageTiming& last_messages(int kind) const { return last_messages_[kind]; }
+  const MessageTiming& total_messages(int kind) const { return total_messages_[kind]; }
 
   const ScheduleShape& shape() const { return shape_; }
   // Seconds the last step spent waiting in recv waits, and over all steps.
@@ -86,6 +107,17 @@ class Executor {
   Allocator& alloc_;
   // Per (micro, local chunk): received activations / gradients and outgoing copies.
   std::vector<Buffer> recv_act_, recv_grad_, send_act_, send_grad_;
+  // The step's messages in flight (run() owns them; poll() tests them): receives per (kind,
+  // micro, local chunk), sends in posting order, and when each was posted and first seen
+  // complete (steady-clock seconds; -1 not yet).
+  struct InFlight {
+    Request request;
+    int kind = 0;  // 0 activation, 1 gradient
+    double posted = 0, seen = -1;
+  };
+  std::vector<InFlight> receives_, sends_;
+  bool in_step_ = false;
+  MessageTiming last_messages_[2], total_messages_[2];
   double last_wait_ = 0, total_wait_ = 0, last_compute_ = 0, total_compute_ = 0;
   int peak_slots_ = 0, in_flight_ = 0, peak_in_flight_ = 0;
   Trace* trace_ = nullptr;

@@ -34,8 +34,10 @@ class PipelineReport final : public ReportSection {
   }
 
   void step(const StepResult& r, const double*) override {
-    if (const pp::Executor* pipe = trainer_.pipeline(); pipe && !times_.first(r))
+    if (const pp::Executor* pipe = trainer_.pipeline(); pipe && !times_.first(r)) {
       wait_steady_ += pipe->last_wait(), compute_steady_ += pipe->last_compute();
+      for (int k = 0; k < 2; ++k) messages_steady_[k] += pipe->last_messages(k);
+    }
   }
 
   // Seconds each rank was blocked in receive waits (idle) and in its forward and backward
@@ -52,6 +54,16 @@ class PipelineReport final : public ReportSection {
     mine[4] = trainer_.model().weight_grads().sets();
     mine[5] = double(trainer_.model().weight_grads().bytes());
     grid_.world().all_reduce(bubble_.data(), int64_t(bubble_.size()));
+    // The messages of every rank, summed: per kind, received, of them complete when needed,
+    // receive waits, sent, seconds in flight and exposed.
+    for (int k = 0; k < 2; ++k) {
+      const pp::MessageTiming& t =
+          times_.steady_steps ? messages_steady_[k] : pipe->total_messages(k);
+      double* x = messages_ + 6 * k;
+      x[0] = double(t.received), x[1] = double(t.received_early), x[2] = t.recv_wait;
+      x[3] = double(t.sent), x[4] = t.send_flight, x[5] = t.send_exposed;
+    }
+    grid_.world().all_reduce(messages_, 12);
   }
 
   std::string summary(SummaryPart part) const override {
@@ -81,6 +93,15 @@ class PipelineReport final : public ReportSection {
                          int(x[3]), human_bytes(x[5]).c_str(), int(x[4]));
       out += "\n";
     }
+    // Whether the messages moved behind compute (polled between parts, Executor::poll).
+    for (int k = 0; k < 2; ++k) {
+      const double* x = messages_ + 6 * k;
+      out += formatted(
+          "  %s messages (all ranks): %.0f received, %.0f (%.0f%%) complete when needed, "
+          "receive waits %.3f s; %.0f sent, in flight %.3f s, exposed %.3f s (hidden %.0f%%)\n",
+          k == 0 ? "activation" : "gradient", x[0], x[1], 100 * x[1] / std::max(1.0, x[0]), x[2],
+          x[3], x[4], x[5], x[4] > 0 ? 100 * (1 - x[5] / x[4]) : 100.0);
+    }
     return out;
   }
 
@@ -94,6 +115,8 @@ class PipelineReport final : public ReportSection {
   // their bytes.
   static constexpr size_t kPerRank = 6;
   std::vector<double> bubble_;
+  pp::MessageTiming messages_steady_[2];  // this rank's, over the steady steps
+  double messages_[12] = {};              // every rank's, after gather
 };
 
 }  // namespace
