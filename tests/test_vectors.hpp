@@ -20,6 +20,15 @@ inline FVec randn(int64_t n, uint32_t seed, double stddev = 1.0, double mean = 0
   return v;
 }
 
+// n values from a handful of levels, 0.125 apart: many exact ties (selection tests).
+inline FVec tied(int64_t n, uint32_t seed, int levels) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> d(0, levels - 1);
+  FVec v(static_cast<size_t>(n));
+  for (float& x : v) x = 0.125f * float(d(gen));
+  return v;
+}
+
 // A 1-D host tensor viewing a vector (float, double or int32_t), for kernel arguments.
 template <class T>
 Tensor host(const std::vector<T>& v) {

@@ -17,6 +17,7 @@ namespace {
 
 using namespace test_cuda;
 using IVec = std::vector<int32_t>;
+using tessera::test::tied;
 using DVec = std::vector<double>;
 
 class CudaRouting : public CudaTest {};
@@ -26,14 +27,6 @@ Tensor h64(const DVec& v) {
 }
 FVec to_f(const DVec& v) {
   return FVec(v.begin(), v.end());
-}
-// Scores with exact ties: a handful of levels.
-FVec tied(int64_t n, uint32_t seed, int levels) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int> d(0, levels - 1);
-  FVec v(static_cast<size_t>(n));
-  for (float& x : v) x = 0.125f * float(d(gen));
-  return v;
 }
 
 TEST_F(CudaRouting, ScoresMatchCpu) {

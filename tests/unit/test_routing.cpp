@@ -26,6 +26,7 @@ namespace {
 using test::FVec;
 using test::host;
 using test::randn;
+using test::tied;
 using DVec = std::vector<double>;
 using IVec = std::vector<int32_t>;
 
@@ -56,14 +57,6 @@ Tensor f64_view(const DVec& v) {
   return view_of(v.data(), Shape{int64_t(v.size())});
 }
 
-// Keys with many exact ties: values from a handful of levels.
-FVec tied(int64_t n, uint32_t seed, int levels) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int> d(0, levels - 1);
-  FVec v(static_cast<size_t>(n));
-  for (float& x : v) x = 0.125f * float(d(gen));
-  return v;
-}
 
 // ---- the host loops of model/moe.cpp before the kernels ----
 
