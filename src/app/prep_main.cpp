@@ -160,10 +160,10 @@ void prep(const Args& args) {
                     " names a member of prompt/response records; it needs --loss-mask");
   if (args.options.count("--prompt-field")) fields.prompt = get("--prompt-field");
   if (args.options.count("--response-field")) fields.response = get("--response-field");
-  TESSERA_REQUIRE(!fields.prompt.empty() && !fields.response.empty() &&
-                      fields.prompt != fields.response,
-                  "--prompt-field '", fields.prompt, "' and --response-field '", fields.response,
-                  "' must be two different, non-empty member names");
+  TESSERA_REQUIRE(
+      !fields.prompt.empty() && !fields.response.empty() && fields.prompt != fields.response,
+      "--prompt-field '", fields.prompt, "' and --response-field '", fields.response,
+      "' must be two different, non-empty member names");
   TESSERA_REQUIRE(!(loss_mask && split_lines),
                   "--split-lines is for text files; --loss-mask reads .jsonl records");
   const std::vector<tessera::InputFile> files = tessera::expand_inputs(args.inputs);

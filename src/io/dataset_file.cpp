@@ -50,7 +50,8 @@ DatasetFileInfo check_dataset_file(hid_t file, const std::string& path,
                   "', expected 'tessera-dataset' (make it with tessera-prep)");
   const int64_t version = dataset_int_attr(file, "version", path);
   TESSERA_REQUIRE(version == 1 || version == 2, "data file '", path, "' has format version ",
-                  version, "; this tessera reads version 1 (2 with a loss mask): prepare it again "
+                  version,
+                  "; this tessera reads version 1 (2 with a loss mask): prepare it again "
                   "with this tessera-prep");
   info.tokenizer = dataset_string_attr(file, "tokenizer", path);
   TESSERA_REQUIRE(info.tokenizer == expect.tokenizer, "data file '", path, "' was tokenized with '",

@@ -59,9 +59,9 @@ std::string jsonl_text(const std::string& line, const std::string& path, int64_t
 // The prompt and response of one JSONL line (for_each_record).
 std::pair<std::string, std::string> jsonl_record(const std::string& line, const RecordFields& f,
                                                  const std::string& path, int64_t number) {
-  const std::string want = cat("; with --loss-mask each line must be an object with a \"",
-                               f.prompt, "\" and a \"", f.response,
-                               "\" string (--prompt-field, --response-field name them)");
+  const std::string want =
+      cat("; with --loss-mask each line must be an object with a \"", f.prompt, "\" and a \"",
+          f.response, "\" string (--prompt-field, --response-field name them)");
   std::string value[2];
   bool found[2] = {false, false};
   try {

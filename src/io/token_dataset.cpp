@@ -164,10 +164,11 @@ void TokenDataset::train_sample(uint64_t seed, int64_t g, int32_t* out, uint8_t*
   // reads whole windows).
   if (mask && std::none_of(mask + 1, mask + seq_len_ + 1, [](uint8_t m) { return m != 0; }) &&
       fault_.empty())
-    fault_ = cat("data file '", path_, "': training sample ", k, " (tokens ", k * seq_len_,
-                 " to ", (k + 1) * seq_len_, " of the training split) has no unmasked target: "
-                 "its ", seq_len_, " targets (model.seq_len) are all masked (a prompt longer "
-                 "than the sample); shorten the prompts, or raise model.seq_len");
+    fault_ =
+        cat("data file '", path_, "': training sample ", k, " (tokens ", k * seq_len_, " to ",
+            (k + 1) * seq_len_, " of the training split) has no unmasked target: its ", seq_len_,
+            " targets (model.seq_len) are all masked (a prompt longer than the "
+            "sample); shorten the prompts, or raise model.seq_len");
 }
 
 void TokenDataset::validation_sample(int64_t k, int32_t* out, uint8_t* mask) const {

@@ -103,7 +103,8 @@ void dump(const std::string& out, const std::vector<std::string>& deck_args) {
   trainer.model().backward(ctx);
   for (Moe* m : trainer.model().moe_layers()) m->end_step(grid.world(), false);  // not a step
   f.write("/check/tokens", {B, T + 1}, tokens.data());
-  if (masked) f.write("/check/mask", {B, T + 1}, std::vector<int32_t>(mask.begin(), mask.end()).data());
+  if (masked)
+    f.write("/check/mask", {B, T + 1}, std::vector<int32_t>(mask.begin(), mask.end()).data());
   f.write("/check/logits", {B, T, c.vocab}, logits.data());
   f.write("/check/loss", {}, &loss);
   write_params(f, trainer.params(), "/check/grad", true);

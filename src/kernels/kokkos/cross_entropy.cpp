@@ -85,9 +85,8 @@ struct CrossEntropy {
           float* row = logits + n * V;
           const int32_t t = targets[n];
           if (t < 0)
-            return with_grad_row(logits, dlogits, f16, n, V, [&](const auto& out) {
-              masked_row(team, out, losses + n, V);
-            });
+            return with_grad_row(logits, dlogits, f16, n, V,
+                                 [&](const auto& out) { masked_row(team, out, losses + n, V); });
           const float mx = row_max(team, row, V_valid);
           const float target_logit = row[t] - mx;
           team.team_barrier();
@@ -140,9 +139,8 @@ struct CrossEntropy {
         "cross_entropy_local_finish", rows<E>(N), TESSERA_LAMBDA(E, (const Team<E>& team) {
           const int64_t n = team.league_rank();
           if (targets[n] < 0)
-            return with_grad_row(logits, dlogits, f16, n, V, [&](const auto& out) {
-              masked_row(team, out, losses + n, V);
-            });
+            return with_grad_row(logits, dlogits, f16, n, V,
+                                 [&](const auto& out) { masked_row(team, out, losses + n, V); });
           Kokkos::single(Kokkos::PerTeam(team), [&] {
             losses[n] = float(Kokkos::log(sum_exp[n]) - double(target_logit[n]));
           });

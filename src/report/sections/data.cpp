@@ -88,7 +88,7 @@ class DataReport final : public ReportSection {
   }
   const Trainer& trainer_;
   int64_t last_step_ = 0;
-  int64_t tokens_ = 0, targets_ = 0;  // over the applied steps of this run
+  int64_t tokens_ = 0, targets_ = 0;  // over this run's steps with a finite loss
   bool masked_ = false;
   std::vector<double> val_;  // the last evaluation's loss per dataset (-1: no split)
 };
