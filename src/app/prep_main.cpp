@@ -1,8 +1,11 @@
 // tessera-prep: text and JSONL corpora -> a token dataset (HDF5, format "tessera-dataset"
 // version 1, described in io/dataset_writer.hpp). Runs on one rank.
 //   tessera-prep --tokenizer byte|gpt2 [--vocab-dir DIR] --out OUT.h5 [--split-lines]
-//                [--threads N] [--shard-tokens N] INPUT...
-// With --shard-tokens the dataset is written as shards and an index (io/shard_writer.hpp).
+//                [--threads N] [--shard-tokens N] [--loss-mask [--prompt-field NAME]
+//                [--response-field NAME]] INPUT...
+// With --shard-tokens the dataset is written as shards and an index (io/shard_writer.hpp); with
+// --loss-mask the inputs are prompt/response records and the dataset holds a loss mask
+// (version 2; doc/data.md, "Loss masks").
 #include <mpi.h>
 #include <omp.h>
 
@@ -46,13 +49,20 @@ constexpr Option kOptions[] = {
     {"--shard-tokens", "N",
      "write shards OUT-00000.h5, OUT-00001.h5, ... of N tokens or a little more (whole "
      "documents) and OUT.h5 as their index; it trains as the one file would"},
+    {"--loss-mask", nullptr,
+     "fine-tuning data: each .jsonl line is a record with a prompt and a response; a record is "
+     "its prompt's tokens, its response's and EOS, and only the response and EOS are targets "
+     "of the loss (the file holds a loss mask)"},
+    {"--prompt-field", "NAME", "--loss-mask: the prompt's member (default prompt)"},
+    {"--response-field", "NAME", "--loss-mask: the response's member (default response)"},
     {"--help", nullptr, "print this help"},
 };
 
 std::string help_text() {
   std::string s =
       "usage: tessera-prep --tokenizer byte|gpt2 [--vocab-dir DIR] --out OUT.h5 "
-      "[--split-lines] [--threads N] [--shard-tokens N] INPUT...\n"
+      "[--split-lines] [--threads N] [--shard-tokens N] [--loss-mask [--prompt-field NAME]\n"
+      "       [--response-field NAME]] INPUT...\n"
       "INPUT: text files, .jsonl files (one object per line with a \"text\" string) or\n"
       "directories (every regular file inside, recursively, sorted by path). In text files\n"
       "blank lines separate documents. Each document's tokens are followed by EOS. A progress\n"
@@ -142,7 +152,25 @@ void prep(const Args& args) {
   TESSERA_REQUIRE(!args.inputs.empty(),
                   "no inputs given; pass text files, .jsonl files or directories");
   const bool split_lines = args.options.count("--split-lines") > 0;
+  // Prompt/response records with a loss mask (doc/data.md, "Loss masks").
+  const bool loss_mask = args.options.count("--loss-mask") > 0;
+  tessera::RecordFields fields;
+  for (const char* o : {"--prompt-field", "--response-field"})
+    TESSERA_REQUIRE(loss_mask || !args.options.count(o), o,
+                    " names a member of prompt/response records; it needs --loss-mask");
+  if (args.options.count("--prompt-field")) fields.prompt = get("--prompt-field");
+  if (args.options.count("--response-field")) fields.response = get("--response-field");
+  TESSERA_REQUIRE(
+      !fields.prompt.empty() && !fields.response.empty() && fields.prompt != fields.response,
+      "--prompt-field '", fields.prompt, "' and --response-field '", fields.response,
+      "' must be two different, non-empty member names");
+  TESSERA_REQUIRE(!(loss_mask && split_lines),
+                  "--split-lines is for text files; --loss-mask reads .jsonl records");
   const std::vector<tessera::InputFile> files = tessera::expand_inputs(args.inputs);
+  for (const tessera::InputFile& f : files)  // before anything is written
+    TESSERA_REQUIRE(!loss_mask || f.jsonl, "input '", f.path,
+                    "' is not a .jsonl file; --loss-mask reads prompt/response records from "
+                    ".jsonl files only");
   tessera::require_output_apart(out, files);  // before anything is written
   // The byte tokenizer is a copy, which threads only slow down (doc/data.md, measured): one
   // thread unless --threads says otherwise; GPT-2's BPE takes every core.
@@ -179,34 +207,60 @@ void prep(const Args& args) {
     uint64_t before = 0;
     // Documents are read in order into a batch, tokenized in parallel, and added in order, so
     // the file does not depend on the thread count.
+    // With --loss-mask a record's prompt and response are tokenized apart (prompts[i] and
+    // batch[i]) and its first tokens, the prompt's, are masked.
     constexpr size_t kBatchBytes = size_t(8) << 20;
-    std::vector<std::string> batch;
+    std::vector<std::string> batch, prompts;
     size_t batch_bytes = 0;
+    int64_t targets = 0;  // tokens with mask 1
     auto flush = [&] {
       std::vector<std::vector<uint32_t>> ids(batch.size());
+      std::vector<int64_t> masked(batch.size(), 0);
       std::exception_ptr failed;
 #pragma omp parallel for schedule(static) num_threads(threads)
       for (size_t i = 0; i < batch.size(); ++i) {
         try {
-          ids[i] = tokenizers[size_t(omp_get_thread_num())]->encode(batch[i]);
+          tessera::Tokenizer& tok = *tokenizers[size_t(omp_get_thread_num())];
+          if (loss_mask) {
+            ids[i] = tok.encode(prompts[i]);
+            masked[i] = int64_t(ids[i].size());
+            const std::vector<uint32_t> response = tok.encode(batch[i]);
+            ids[i].insert(ids[i].end(), response.begin(), response.end());
+          } else {
+            ids[i] = tok.encode(batch[i]);
+          }
         } catch (...) {
 #pragma omp critical
           if (!failed) failed = std::current_exception();
         }
       }
       if (failed) std::rethrow_exception(failed);
-      for (const std::vector<uint32_t>& d : ids) writer.add_document(d);
-      batch.clear(), batch_bytes = 0;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        writer.add_document(ids[i], masked[i]);
+        targets += int64_t(ids[i].size()) - masked[i] + 1;
+      }
+      batch.clear(), prompts.clear(), batch_bytes = 0;
     };
     for (const tessera::InputFile& f : files) {
       writer.begin_input(f.path, f.bytes);
-      tessera::for_each_document(
-          f, split_lines,
-          [&](std::string_view text) {
-            batch.emplace_back(text), batch_bytes += text.size();
-            if (batch_bytes >= kBatchBytes) flush();
-          },
-          [&](uint64_t done) { progress.update(before + done); });
+      const auto progressed = [&](uint64_t done) { progress.update(before + done); };
+      if (loss_mask)
+        tessera::for_each_record(
+            f, fields,
+            [&](std::string_view prompt, std::string_view response) {
+              prompts.emplace_back(prompt), batch.emplace_back(response);
+              batch_bytes += prompt.size() + response.size();
+              if (batch_bytes >= kBatchBytes) flush();
+            },
+            progressed);
+      else
+        tessera::for_each_document(
+            f, split_lines,
+            [&](std::string_view text) {
+              batch.emplace_back(text), batch_bytes += text.size();
+              if (batch_bytes >= kBatchBytes) flush();
+            },
+            progressed);
       flush();  // a document counts toward its own input in the manifest
       before += f.bytes;
     }
@@ -224,9 +278,16 @@ void prep(const Args& args) {
         tokenizer.kind().c_str(), tokenizer.vocab_size() > 65536 ? "uint32" : "uint16",
         files.size(), files.size() == 1 ? "" : "s", mb, secs, mb / std::max(secs, 1e-9), threads,
         threads == 1 ? "" : "s");
+    if (loss_mask)
+      std::printf(
+          "tessera-prep: loss mask: %lld of the %lld tokens are targets (responses and EOS), "
+          "%.1f%%; prompts from \"%s\", responses from \"%s\"\n",
+          (long long)targets, (long long)writer.tokens(),
+          100.0 * double(targets) / double(writer.tokens()), fields.prompt.c_str(),
+          fields.response.c_str());
   };
   if (shard_tokens > 0) {
-    tessera::ShardedDatasetWriter writer(out, tokenizer, split_lines, shard_tokens);
+    tessera::ShardedDatasetWriter writer(out, tokenizer, split_lines, shard_tokens, loss_mask);
     write(writer);
     std::printf(
         "tessera-prep: %s is the index of %lld shard%s of %lld tokens or a little more, "
@@ -235,7 +296,8 @@ void prep(const Args& args) {
         (long long)shard_tokens, tessera::shard_file_name(out, 0).c_str(),
         tessera::shard_file_name(out, writer.shards() - 1).c_str());
   } else {
-    tessera::DatasetWriter writer(out, tokenizer, split_lines);
+    tessera::DatasetWriter writer(out, tokenizer, split_lines, tessera::DatasetWriter::kChunkTokens,
+                                  loss_mask);
     write(writer);
   }
 }

@@ -49,8 +49,10 @@ DatasetFileInfo check_dataset_file(hid_t file, const std::string& path,
   TESSERA_REQUIRE(format == "tessera-dataset", "data file '", path, "' has format '", format,
                   "', expected 'tessera-dataset' (make it with tessera-prep)");
   const int64_t version = dataset_int_attr(file, "version", path);
-  TESSERA_REQUIRE(version == 1, "data file '", path, "' has format version ", version,
-                  "; this tessera reads version 1: prepare it again with this tessera-prep");
+  TESSERA_REQUIRE(version == 1 || version == 2, "data file '", path, "' has format version ",
+                  version,
+                  "; this tessera reads version 1 (2 with a loss mask): prepare it again "
+                  "with this tessera-prep");
   info.tokenizer = dataset_string_attr(file, "tokenizer", path);
   TESSERA_REQUIRE(info.tokenizer == expect.tokenizer, "data file '", path, "' was tokenized with '",
                   info.tokenizer, "' but data.tokenizer = ", expect.tokenizer);
@@ -86,6 +88,19 @@ DatasetFileInfo check_dataset_file(hid_t file, const std::string& path,
     TESSERA_REQUIRE(u16 == (info.vocab <= 65536), "data file '", path, "': dataset 'tokens' is ",
                     u16 ? "uint16" : "uint32", " but a vocabulary of ", info.vocab, " needs ",
                     info.vocab <= 65536 ? "uint16" : "uint32");
+  }
+
+  // Version 2 adds the loss mask: one uint8 per token (doc/data.md, "Loss masks").
+  info.loss_mask = version == 2;
+  if (info.loss_mask) {
+    TESSERA_REQUIRE(H5Lexists(file, "loss_mask", H5P_DEFAULT) > 0, "data file '", path,
+                    "' is version 2 but has no dataset 'loss_mask'; the file is damaged: "
+                    "prepare it again with tessera-prep");
+    const H5Handle mask(H5Dopen2(file, "loss_mask", H5P_DEFAULT), H5Dclose);
+    const H5Handle mtype(H5Dget_type(mask.id), H5Tclose);
+    TESSERA_REQUIRE(length_1d(mask.id) == info.n_tokens && H5Tequal(mtype.id, H5T_STD_U8LE) > 0,
+                    "data file '", path, "': dataset 'loss_mask' must be one uint8 per token (",
+                    info.n_tokens, "); the file is damaged: prepare it again with tessera-prep");
   }
 
   TESSERA_REQUIRE(H5Lexists(file, "doc_offsets", H5P_DEFAULT) > 0, "data file '", path,

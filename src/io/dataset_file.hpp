@@ -24,6 +24,7 @@ struct DatasetExpectation {
 struct DatasetFileInfo {
   std::string tokenizer, vocab_hash;
   int64_t vocab = 0, n_tokens = 0;
+  bool loss_mask = false;         // version 2: /loss_mask, uint8 [n_tokens]
   std::vector<uint64_t> offsets;  // doc_offsets: n_docs + 1 entries from 0 to n_tokens
 };
 

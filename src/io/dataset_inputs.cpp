@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "core/error.hpp"
 #include "io/dataset_writer.hpp"
@@ -55,7 +56,61 @@ std::string jsonl_text(const std::string& line, const std::string& path, int64_t
   return text;
 }
 
+// The prompt and response of one JSONL line (for_each_record).
+std::pair<std::string, std::string> jsonl_record(const std::string& line, const RecordFields& f,
+                                                 const std::string& path, int64_t number) {
+  const std::string want =
+      cat("; with --loss-mask each line must be an object with a \"", f.prompt, "\" and a \"",
+          f.response, "\" string (--prompt-field, --response-field name them)");
+  std::string value[2];
+  bool found[2] = {false, false};
+  try {
+    JsonReader r(line);
+    r.read_object([&](const std::string& key) {
+      const int i = key == f.prompt ? 0 : key == f.response ? 1 : -1;
+      if (i < 0) return r.skip_value();
+      TESSERA_REQUIRE(r.peek() == '"', "'", path, "' line ", number, ": \"", key,
+                      "\" is not a string", want);
+      value[i] = r.read_string();
+      found[i] = true;
+    });
+    r.expect_end();
+  } catch (const JsonError& e) {
+    TESSERA_REQUIRE(false, "'", path, "' line ", number, " is not valid JSON: ", e.what(),
+                    " at column ", e.offset() + 1, want);
+  }
+  for (int i : {0, 1})
+    TESSERA_REQUIRE(found[i], "'", path, "' line ", number, " has no \"",
+                    i == 0 ? f.prompt : f.response, "\" member", want);
+  return {std::move(value[0]), std::move(value[1])};
+}
+
 }  // namespace
+
+void for_each_record(const InputFile& file, const RecordFields& fields,
+                     const std::function<void(std::string_view, std::string_view)>& record,
+                     const std::function<void(uint64_t)>& progress) {
+  TESSERA_REQUIRE(file.jsonl, "input '", file.path,
+                  "' is not a .jsonl file; --loss-mask reads prompt/response records from .jsonl "
+                  "files only");
+  std::ifstream in(file.path, std::ios::binary);
+  TESSERA_REQUIRE(in.good(), "cannot open input '", file.path, "'");
+  std::string line;
+  uint64_t done = 0, reported = 0;
+  int64_t number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    done += line.size() + (in.eof() ? 0 : 1);
+    if (number == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);  // UTF-8 BOM
+    if (!is_blank(line)) {
+      const auto [prompt, response] = jsonl_record(line, fields, file.path, number);
+      record(prompt, response);
+    }
+    if (done - reported >= kProgressEvery) progress(reported = done);
+  }
+  TESSERA_REQUIRE(in.eof(), "error reading input '", file.path, "' after line ", number);
+  progress(done);
+}
 
 std::vector<InputFile> expand_inputs(const std::vector<std::string>& paths) {
   std::vector<InputFile> files;

@@ -6,6 +6,9 @@
 //    members are checked as JSON and ignored; blank lines are skipped).
 //  * A directory: every regular file inside, recursively, sorted by path.
 // A UTF-8 byte order mark at the start of a file is dropped.
+// Prompt/response records (tessera-prep --loss-mask, doc/data.md "Loss masks"): each line of
+// a .jsonl file is an object with two string members, a prompt and a response (named by
+// RecordFields), read by for_each_record.
 #pragma once
 
 #include <cstdint>
@@ -37,5 +40,18 @@ void require_output_apart(const std::string& out, const std::vector<InputFile>& 
 void for_each_document(const InputFile& file, bool split_lines,
                        const std::function<void(std::string_view)>& document,
                        const std::function<void(uint64_t)>& progress);
+
+// The names of a record's two members (--prompt-field, --response-field).
+struct RecordFields {
+  std::string prompt = "prompt", response = "response";
+};
+
+// Calls record(prompt, response) for each record of the .jsonl file in order (blank lines
+// skipped), and progress as for_each_document does. Throws a collective Error naming the file
+// and line when a line is not a JSON object, lacks either member or holds one that is not a
+// string.
+void for_each_record(const InputFile& file, const RecordFields& fields,
+                     const std::function<void(std::string_view, std::string_view)>& record,
+                     const std::function<void(uint64_t)>& progress);
 
 }  // namespace tessera

@@ -48,7 +48,7 @@ std::string json_quote(std::string_view s) {
 }
 
 DatasetWriter::DatasetWriter(const std::string& path, const Tokenizer& tokenizer, bool split_lines,
-                             int64_t chunk_tokens)
+                             int64_t chunk_tokens, bool loss_mask)
     : path_(path),
       tmp_path_(temporary_path(path)),
       kind_(tokenizer.kind()),
@@ -57,12 +57,14 @@ DatasetWriter::DatasetWriter(const std::string& path, const Tokenizer& tokenizer
       eos_(tokenizer.eos_id()),
       split_lines_(split_lines),
       wide_(tokenizer.vocab_size() > 65536),
+      loss_mask_(loss_mask),
       chunk_(chunk_tokens) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   TESSERA_REQUIRE(parent.empty() || std::filesystem::is_directory(parent), "output directory '",
                   parent.string(), "' of '", path, "' does not exist; create it first");
   file_ = std::make_unique<H5File>(H5File::create_for_large_attributes(tmp_path_));
   pending_.reserve(kFlushTokens);
+  if (loss_mask_) mask_.reserve(kFlushTokens);
   flush();  // creates /tokens, even for an empty dataset
 }
 
@@ -77,14 +79,19 @@ void DatasetWriter::begin_input(const std::string& input_path, uint64_t bytes) {
   inputs_.push_back(Input{input_path, bytes});
 }
 
-void DatasetWriter::add_document(std::span<const uint32_t> ids) {
+void DatasetWriter::add_document(std::span<const uint32_t> ids, int64_t masked) {
+  TESSERA_REQUIRE(masked >= 0 && size_t(masked) <= ids.size() && (loss_mask_ || masked == 0),
+                  "internal: ", masked, " masked tokens of a document of ", ids.size());
   for (size_t done = 0; done < ids.size();) {  // in pieces: pending_ never grows
     const size_t n = std::min(ids.size() - done, kFlushTokens - pending_.size());
     pending_.insert(pending_.end(), ids.begin() + done, ids.begin() + done + n);
+    if (loss_mask_)
+      for (size_t i = done; i < done + n; ++i) mask_.push_back(int64_t(i) < masked ? 0 : 1);
     done += n;
     if (pending_.size() == kFlushTokens) flush();
   }
   pending_.push_back(uint32_t(eos_));
+  if (loss_mask_) mask_.push_back(1);  // EOS is a target: the model learns to stop
   offsets_.push_back(offsets_.back() + ids.size() + 1);
   if (!inputs_.empty()) {
     inputs_.back().documents += 1;
@@ -100,7 +107,9 @@ void DatasetWriter::flush() {
     narrow_.assign(pending_.begin(), pending_.end());
     file_->append("tokens", narrow_.data(), int64_t(narrow_.size()), chunk_);
   }
+  if (loss_mask_) file_->append("loss_mask", mask_.data(), int64_t(mask_.size()), chunk_);
   pending_.clear();
+  mask_.clear();
 }
 
 std::string DatasetWriter::manifest() const {
@@ -117,7 +126,7 @@ void DatasetWriter::finish() {
   flush();
   file_->write("doc_offsets", {int64_t(offsets_.size())}, offsets_.data());
   file_->attr("format", std::string("tessera-dataset"));
-  file_->attr("version", int64_t(1));
+  file_->attr("version", int64_t(loss_mask_ ? 2 : 1));
   file_->attr("tokenizer", kind_);
   file_->attr("vocab_size", vocab_size_);
   file_->attr("eos_id", eos_);

@@ -147,6 +147,9 @@ void H5File::append(const std::string& name, const uint16_t* data, int64_t n, in
 void H5File::append(const std::string& name, const uint32_t* data, int64_t n, int64_t chunk) {
   append_raw(name, H5T_NATIVE_UINT32, data, n, chunk);
 }
+void H5File::append(const std::string& name, const uint8_t* data, int64_t n, int64_t chunk) {
+  append_raw(name, H5T_NATIVE_UINT8, data, n, chunk);
+}
 
 void H5File::read_raw(const std::string& name, hid_t type, void* data) const {
   Handle set{H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose};

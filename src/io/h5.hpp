@@ -42,6 +42,7 @@ class H5File {
   // elements a chunk) and extendible on the first call (n may be 0).
   void append(const std::string& name, const uint16_t* data, int64_t n, int64_t chunk = 1 << 20);
   void append(const std::string& name, const uint32_t* data, int64_t n, int64_t chunk = 1 << 20);
+  void append(const std::string& name, const uint8_t* data, int64_t n, int64_t chunk = 1 << 20);
   // Whole-dataset reads, converting to the requested type.
   void read(const std::string& name, uint16_t* data) const;
   void read(const std::string& name, uint32_t* data) const;

@@ -15,12 +15,13 @@ std::string change(int64_t before, int64_t now) {
 }  // namespace
 
 ShardSet::ShardSet(const std::string& path, hid_t file, int64_t n_tokens,
-                   std::pair<int64_t, int64_t> stamp, int64_t vocab)
+                   std::pair<int64_t, int64_t> stamp, int64_t vocab, bool loss_mask)
     : name_(path) {
   expect_.vocab = vocab;
   Shard s;
-  s.path = path, s.tokens = n_tokens, s.file = file;
+  s.path = path, s.tokens = n_tokens, s.file = file, s.loss_mask = loss_mask;
   s.set = H5Dopen2(file, "tokens", H5P_DEFAULT);
+  if (loss_mask) s.mask = H5Dopen2(file, "loss_mask", H5P_DEFAULT);
   s.size = stamp.first, s.mtime = stamp.second, s.checked = true;
   shards_.push_back(std::move(s));
   open_.push_back(0);
@@ -55,8 +56,9 @@ std::string ShardSet::where(size_t i) const {
 void ShardSet::close(size_t i) const {
   Shard& s = shards_[i];
   if (s.set >= 0) H5Dclose(s.set);
+  if (s.mask >= 0) H5Dclose(s.mask);
   if (s.file >= 0) H5Fclose(s.file);
-  s.set = s.file = -1;
+  s.set = s.mask = s.file = -1;
 }
 
 bool ShardSet::open(size_t i, std::string& fault) const {
@@ -100,6 +102,7 @@ bool ShardSet::open(size_t i, std::string& fault) const {
                            names_file_list(name_) ? cat("the first file of data.path '", name_, "'")
                                                   : cat("its index '", name_, "'"));
       const DatasetFileInfo info = check_dataset_file(s.file, s.path, expect_);
+      s.loss_mask = info.loss_mask;
       const auto first = layout_.doc_offsets.begin() + s.doc_begin;
       const bool same =
           info.n_tokens == s.tokens && int64_t(info.offsets.size()) == s.docs + 1 &&
@@ -116,14 +119,17 @@ bool ShardSet::open(size_t i, std::string& fault) const {
     s.checked = true, s.size = size, s.mtime = mtime;
   }
   s.set = H5Dopen2(s.file, "tokens", H5P_DEFAULT);
-  if (s.set < 0) return fail(cat("cannot open the tokens of data file '", s.path, "'"));
+  if (s.loss_mask) s.mask = H5Dopen2(s.file, "loss_mask", H5P_DEFAULT);
+  if (s.set < 0 || (s.loss_mask && s.mask < 0))
+    return fail(cat("cannot open the tokens of data file '", s.path, "'"));
   open_.push_back(i);
   ++opens_;
   most_open_ = std::max(most_open_, int(open_.size()));
   return true;
 }
 
-void ShardSet::read(int64_t begin, int64_t count, uint32_t* dst, std::string& fault) const {
+void ShardSet::read(int64_t begin, int64_t count, uint32_t* dst, uint8_t* mask,
+                    std::string& fault) const {
   // The shard holding begin, then on across shard boundaries.
   const auto holder = std::upper_bound(shards_.begin(), shards_.end(), begin,
                                        [](int64_t x, const Shard& s) { return x < s.begin; });
@@ -138,6 +144,10 @@ void ShardSet::read(int64_t begin, int64_t count, uint32_t* dst, std::string& fa
       H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &start, nullptr, &len, nullptr);
       const hid_t mspace = H5Screate_simple(1, &len, nullptr);
       st = H5Dread(s.set, H5T_NATIVE_UINT32, mspace, fspace, H5P_DEFAULT, dst);
+      if (mask && s.loss_mask && st >= 0)
+        st = H5Dread(s.mask, H5T_NATIVE_UINT8, mspace, fspace, H5P_DEFAULT, mask);
+      else if (mask)
+        std::fill(mask, mask + n, uint8_t(1));
       H5Sclose(mspace);
       H5Sclose(fspace);
       if (st < 0) {
@@ -148,6 +158,7 @@ void ShardSet::read(int64_t begin, int64_t count, uint32_t* dst, std::string& fa
       }
     }
     if (st < 0) std::fill(dst, dst + n, 0u);
+    if (st < 0 && mask) std::fill(mask, mask + n, uint8_t(0));
     // Every id must index the embedding table: one comparison per token copied.
     for (int64_t k = 0; k < n; ++k) {
       if (dst[k] >= uint64_t(expect_.vocab)) [[unlikely]] {
@@ -159,6 +170,7 @@ void ShardSet::read(int64_t begin, int64_t count, uint32_t* dst, std::string& fa
       }
     }
     dst += n, begin += n, count -= n;
+    if (mask) mask += n;
     ++i;
   }
 }

@@ -24,9 +24,10 @@ class ShardSet {
   static constexpr int kDefaultMaxOpen = 64;
 
   // One file, opened and checked by the caller: the set closes file at the end. stamp: the
-  // file's size and modification time when it was opened; vocab: model.vocab.
+  // file's size and modification time when it was opened; vocab: model.vocab; loss_mask: the
+  // file has one (version 2).
   ShardSet(const std::string& path, hid_t file, int64_t n_tokens, std::pair<int64_t, int64_t> stamp,
-           int64_t vocab);
+           int64_t vocab, bool loss_mask);
   // The shards of layout; name (data.path) and expect for messages and checks.
   ShardSet(ShardLayout layout, std::string name, const DatasetExpectation& expect,
            int max_open = kDefaultMaxOpen);
@@ -36,8 +37,13 @@ class ShardSet {
 
   // Tokens [begin, begin + count) of the stream into dst, each id checked against the
   // vocabulary as it is copied; a fault is recorded in fault (when empty, naming the file) and
-  // the faulty tokens read as 0, so that nothing indexes outside a table.
-  void read(int64_t begin, int64_t count, uint32_t* dst, std::string& fault) const;
+  // the faulty tokens read as 0, so that nothing indexes outside a table. mask (when not null)
+  // receives their loss mask: a file's /loss_mask, 1 for a file without one (a dataset may
+  // list files with and without), 0 for faulty tokens.
+  void read(int64_t begin, int64_t count, uint32_t* dst, uint8_t* mask, std::string& fault) const;
+  void read(int64_t begin, int64_t count, uint32_t* dst, std::string& fault) const {
+    read(begin, count, dst, nullptr, fault);
+  }
   // Records a fault when an open file's size or modification time differ from its first open.
   void check_unchanged(std::string& fault) const;
 
@@ -53,7 +59,8 @@ class ShardSet {
   struct Shard {
     std::string path;
     int64_t begin = 0, tokens = 0, doc_begin = 0, docs = 0, bytes = -1;
-    hid_t file = -1, set = -1;
+    hid_t file = -1, set = -1, mask = -1;  // mask: /loss_mask, when the file has one
+    bool loss_mask = false;
     int64_t size = -1, mtime = -1;  // at its first open
     int64_t last_read = 0;
     bool checked = false, failed = false;

@@ -10,10 +10,11 @@ namespace tessera {
 
 ShardedDatasetWriter::ShardedDatasetWriter(const std::string& index_path,
                                            const Tokenizer& tokenizer, bool split_lines,
-                                           int64_t shard_tokens)
+                                           int64_t shard_tokens, bool loss_mask)
     : path_(index_path),
       tokenizer_(tokenizer),
       split_lines_(split_lines),
+      loss_mask_(loss_mask),
       shard_tokens_(shard_tokens) {
   const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
   TESSERA_REQUIRE(parent.empty() || std::filesystem::is_directory(parent), "output directory '",
@@ -37,18 +38,18 @@ void ShardedDatasetWriter::begin_input(const std::string& input_path, uint64_t b
   if (shard_) shard_->begin_input(input_path, bytes);
 }
 
-void ShardedDatasetWriter::add_document(std::span<const uint32_t> ids) {
+void ShardedDatasetWriter::add_document(std::span<const uint32_t> ids, int64_t masked) {
   if (!shard_) {
     // HDF5 stores the last chunk whole: chunks of about a sixteenth of a shard, from 4096
     // tokens to the usual 2^20, keep a small shard a small file.
     const int64_t chunk =
         std::clamp<int64_t>(shard_tokens_ / 16, 4096, DatasetWriter::kChunkTokens);
     shard_ = std::make_unique<DatasetWriter>(shard_file_name(path_, int64_t(layout_.files.size())),
-                                             tokenizer_, split_lines_, chunk);
+                                             tokenizer_, split_lines_, chunk, loss_mask_);
     // The manifest of each shard names the input its documents come from.
     if (!inputs_.empty()) shard_->begin_input(inputs_.back().path, inputs_.back().bytes);
   }
-  shard_->add_document(ids);
+  shard_->add_document(ids, masked);
   const int64_t n = int64_t(ids.size()) + 1;  // EOS included
   layout_.doc_offsets.push_back(layout_.doc_offsets.back() + uint64_t(n));
   if (!inputs_.empty()) inputs_.back().documents += 1, inputs_.back().tokens += n;

@@ -21,13 +21,13 @@ namespace tessera {
 class ShardedDatasetWriter {
  public:
   ShardedDatasetWriter(const std::string& index_path, const Tokenizer& tokenizer, bool split_lines,
-                       int64_t shard_tokens);
+                       int64_t shard_tokens, bool loss_mask = false);
   ~ShardedDatasetWriter();  // unfinished: the shards it finished are removed
   ShardedDatasetWriter(const ShardedDatasetWriter&) = delete;
   ShardedDatasetWriter& operator=(const ShardedDatasetWriter&) = delete;
 
   void begin_input(const std::string& input_path, uint64_t bytes);
-  void add_document(std::span<const uint32_t> ids);
+  void add_document(std::span<const uint32_t> ids, int64_t masked = 0);  // as DatasetWriter's
   void finish();  // the last shard, then the index
 
   int64_t documents() const { return int64_t(layout_.doc_offsets.size()) - 1; }
@@ -44,7 +44,7 @@ class ShardedDatasetWriter {
 
   std::string path_;
   const Tokenizer& tokenizer_;
-  bool split_lines_;
+  bool split_lines_, loss_mask_;
   int64_t shard_tokens_;
   std::unique_ptr<DatasetWriter> shard_;  // the shard being written
   ShardLayout layout_;                    // of the shards finished

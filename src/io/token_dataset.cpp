@@ -98,7 +98,8 @@ TokenDataset::TokenDataset(const std::string& path, MPI_Comm comm, const Dataset
     try {
       DatasetFileInfo info = check_dataset_file(file, path, expect);
       off = std::move(info.offsets);
-      files_ = std::make_unique<ShardSet>(path, file, info.n_tokens, stamp, expect.vocab);
+      files_ = std::make_unique<ShardSet>(path, file, info.n_tokens, stamp, expect.vocab,
+                                          info.loss_mask);
     } catch (...) {
       H5Fclose(file);
       throw;
@@ -130,7 +131,7 @@ int64_t TokenDataset::tokens(Split s) const { return stream_tokens_[s]; }
 int64_t TokenDataset::documents(Split s) const { return docs_[s]; }
 
 void TokenDataset::read_window(const std::vector<Segment>& segments, int64_t stream_offset,
-                               int32_t* out) const {
+                               int32_t* out, uint8_t* mask) const {
   // First segment containing stream_offset, then copy across segment boundaries.
   auto it = std::upper_bound(segments.begin(), segments.end(), stream_offset,
                              [](int64_t x, const Segment& s) { return x < s.stream_begin; });
@@ -141,8 +142,9 @@ void TokenDataset::read_window(const std::vector<Segment>& segments, int64_t str
   while (need > 0) {
     const int64_t within = pos - it->stream_begin;
     const int64_t count = std::min(need, it->length - within);
-    files_->read(it->file_begin + within, count, dst, fault_);
+    files_->read(it->file_begin + within, count, dst, mask, fault_);
     dst += count, need -= count, pos += count;
+    if (mask) mask += count;
     ++it;
   }
   for (size_t i = 0; i < buf.size(); ++i) out[i] = int32_t(buf[i]);
@@ -152,14 +154,25 @@ void TokenDataset::check_unchanged() const {
   files_->check_unchanged(fault_);
 }
 
-void TokenDataset::train_sample(uint64_t seed, int64_t g, int32_t* out) const {
+void TokenDataset::train_sample(uint64_t seed, int64_t g, int32_t* out, uint8_t* mask) const {
   const int64_t n = samples(train);
   const SampleOrder order(uint64_t(n), seed, uint64_t(g / n));
-  read_window(segments_[train], int64_t(order(uint64_t(g % n))) * seq_len_, out);
+  const int64_t k = int64_t(order(uint64_t(g % n)));
+  read_window(segments_[train], k * seq_len_, out, mask);
+  // Every sample must have a target: a window inside one long prompt has none, and would
+  // train on nothing while counting as a sample (the same check on every layout: each rank
+  // reads whole windows).
+  if (mask && std::none_of(mask + 1, mask + seq_len_ + 1, [](uint8_t m) { return m != 0; }) &&
+      fault_.empty())
+    fault_ =
+        cat("data file '", path_, "': training sample ", k, " (tokens ", k * seq_len_, " to ",
+            (k + 1) * seq_len_, " of the training split) has no unmasked target: its ", seq_len_,
+            " targets (model.seq_len) are all masked (a prompt longer than the "
+            "sample); shorten the prompts, or raise model.seq_len");
 }
 
-void TokenDataset::validation_sample(int64_t k, int32_t* out) const {
-  read_window(segments_[validation], (k % samples(validation)) * seq_len_, out);
+void TokenDataset::validation_sample(int64_t k, int32_t* out, uint8_t* mask) const {
+  read_window(segments_[validation], (k % samples(validation)) * seq_len_, out, mask);
 }
 
 }  // namespace tessera

@@ -35,13 +35,17 @@ class TokenDataset {
   int64_t samples(Split s) const;  // windows per pass over the split
   int64_t tokens(Split s) const;
   int64_t documents(Split s) const;
-  // Global training sample g (counting from 0 across epochs): out[seq_len + 1].
-  void train_sample(uint64_t seed, int64_t g, int32_t* out) const;
+  // Global training sample g (counting from 0 across epochs): out[seq_len + 1], and, when mask
+  // is not null, mask[seq_len + 1] its loss mask (io/dataset_writer.hpp: 1 for a file without
+  // one). A training sample whose targets (tokens 1 .. seq_len) are all masked is a fault
+  // (below): it has nothing to learn (doc/data.md, "Loss masks").
+  void train_sample(uint64_t seed, int64_t g, int32_t* out, uint8_t* mask = nullptr) const;
   // Validation sample k (fixed order, k < samples(validation)).
-  void validation_sample(int64_t k, int32_t* out) const;
+  void validation_sample(int64_t k, int32_t* out, uint8_t* mask = nullptr) const;
 
   // Faults found while reading, on this rank only (a token id >= the vocabulary, a failed
-  // read, the file changed since it was opened): the first one's message, "" when none. A
+  // read, the file changed since it was opened, a training sample with no unmasked target):
+  // the first one's message, "" when none. A
   // faulty window reads as token 0 so that nothing indexes outside a table; the trainer
   // drops the step and the caller gathers the message to rank 0 (comm/agree.hpp).
   const std::string& fault() const { return fault_; }
@@ -54,7 +58,8 @@ class TokenDataset {
   struct Segment {
     int64_t stream_begin, file_begin, length;  // a run of consecutive documents of one split
   };
-  void read_window(const std::vector<Segment>& segments, int64_t stream_offset, int32_t* out) const;
+  void read_window(const std::vector<Segment>& segments, int64_t stream_offset, int32_t* out,
+                   uint8_t* mask) const;
 
   std::string path_;
   int64_t seq_len_;

@@ -238,6 +238,8 @@ void embedding_backward_range(const Tensor& ids, const Tensor& dout, const Tenso
 // probability 0 and gradient 0. losses[N] receives -log softmax[target] per row.
 // With dlogits (bf16 or f16, N x V) the gradient goes there instead, rounded as kernels::cast
 // would round it, and the logits are left as scratch: a 16-bit GEMM operand in one pass.
+// A negative target is masked (PyTorch's ignore_index): its row's loss is 0 and its gradient
+// row is 0 on every column; so in the vocabulary-parallel passes below.
 void cross_entropy_fused(const Tensor& logits, const Tensor& targets, const Tensor& losses,
                          int64_t N, int64_t V, int64_t V_valid, float grad_scale,
                          const Tensor& dlogits = {});

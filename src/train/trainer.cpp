@@ -126,6 +126,7 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid, const RankLayout& layo
   spike_.window = size_t(run.train.loss_spike_window);
   const int64_t T = cfg_.seq_local(), B = geo_.micro_batch;
   tokens_ = Buffer(alloc_.host(), Shape{B, cfg_.seq_len + 1}, DType::i32, Charge::workspace);
+  mask_.assign(size_t(B * (cfg_.seq_len + 1)), 1);
   inputs_ = Buffer(alloc_, Shape{B, T}, DType::i32, Charge::workspace);
   targets_ = Buffer(alloc_, Shape{B, T}, DType::i32, Charge::workspace);
   if (alloc_.space() != Space::host) {  // loaded on the host, then copied to the device
@@ -183,8 +184,8 @@ StepContext Trainer::context(bool training) {
   return ctx;
 }
 
-void Trainer::sample(int64_t step, int64_t g, int32_t* out) const {
-  data_.train_sample(seed_, (step - 1) * geo_.global_batch + g, out);
+void Trainer::sample(int64_t step, int64_t g, int32_t* out, uint8_t* mask) const {
+  data_.train_sample(seed_, (step - 1) * geo_.global_batch + g, out, mask);
 }
 
 void Trainer::set_trace(Trace* trace) {
@@ -200,44 +201,54 @@ std::vector<const Communicator*> Trainer::own_groups() const {
   return groups;
 }
 
-void Trainer::load_micro_batch(const std::function<void(int64_t, int32_t*)>& sample_row) {
+int64_t Trainer::load_micro_batch(
+    const std::function<void(int64_t, int32_t*, uint8_t*)>& sample_row) {
   const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
-  for (int64_t b = 0; b < B; ++b) sample_row(b, tokens_.i32() + b * (T + 1));
+  for (int64_t b = 0; b < B; ++b)
+    sample_row(b, tokens_.i32() + b * (T + 1), mask_.data() + b * (T + 1));
   // This rank's segments of each sequence (all of it without context parallelism), laid out
   // segment by segment: [segment][sequence][token of the segment].
   const bool staged = !host_inputs_.empty();
   int32_t* inputs = (staged ? host_inputs_ : inputs_).i32();
   int32_t* targets = (staged ? host_targets_ : targets_).i32();
-  int64_t n = 0;
+  // A masked target is -1, which the cross-entropy ignores (loss and gradient 0); the step's
+  // loss is divided by the unmasked targets of the global batch (Trainer::step).
+  int64_t n = 0, unmasked = 0;
   for (const ContextParallel::Segment& g : cfg_.cp.segments(T))
     for (int64_t b = 0; b < B; ++b) {
       const int32_t* row = tokens_.i32() + b * (T + 1) + g.pos0;
+      const uint8_t* mask = mask_.data() + b * (T + 1) + g.pos0;
       for (int64_t t = 0; t < g.len; ++t, ++n) {
         inputs[n] = row[t];
-        targets[n] = row[t + 1];
+        targets[n] = mask[t + 1] ? row[t + 1] : -1;
+        unmasked += mask[t + 1] ? 1 : 0;
       }
     }
   if (staged) {
     kernels::transfer(host_inputs_.view(), inputs_.view(), n);
     kernels::transfer(host_targets_.view(), targets_.view(), n);
   }
+  return unmasked;
 }
 
 bool Trainer::eval_due(int64_t step, int64_t last_step) const {
   return eval_every_ > 0 && (step % eval_every_ == 0 || step == last_step);
 }
 
-double Trainer::pipeline_step(int64_t s, StepContext& ctx) {
+double Trainer::pipeline_step(int64_t s, StepContext& ctx, double* targets) {
   const int64_t T = cfg_.seq_local(), B = geo_.micro_batch, n = B * T;
   Communicator& pp = grid_.group(Group::pp);
   const int stage = pp.rank(), last = pipeline_->shape().loss_stage();
   const bool serial = pp.size() == 1;  // one stage: each micro-batch loaded just before it runs
+  *targets = 0;
   auto load = [&](int64_t m) {
     timer_.enter(Phase::data);
     // Global sample order within a step: micro-batch m of data-parallel rank r holds samples
     // [(m * dp + r) * B, (m * dp + r + 1) * B).
     const int64_t first = (m * geo_.dp + grid_.dp().rank()) * B;
-    load_micro_batch([&](int64_t b, int32_t* row) { sample(s, first + b, row); });
+    const int64_t unmasked = load_micro_batch(
+        [&](int64_t b, int32_t* row, uint8_t* mask) { sample(s, first + b, row, mask); });
+    if (stage == last) *targets += double(unmasked);  // summed like the loss
   };
   // Stage 0 reads the inputs, the stage with the loss the targets.
   if (!serial && (stage == 0 || stage == last)) {
@@ -315,10 +326,15 @@ double Trainer::pipeline_evaluate(size_t dataset) {
   StepContext ctx = context(false);
   const int64_t R = tp::rows(ctx, B * T), n = R * cfg_.d_model;
   const Tensor x = C > 1 ? ctx.scratch.get(ScratchId::pipeline_input, {R, cfg_.d_model}) : Tensor{};
-  double loss_sum = 0;
+  double sums[2] = {0, 0};  // the loss, the unmasked targets (last stage)
+  double& loss_sum = sums[0];
   for (int64_t first = grid_.dp().rank() * B; first < eval_samples_; first += B * geo_.dp) {
-    if (stage == 0 || stage == shape.loss_stage())
-      load_micro_batch([&](int64_t b, int32_t* row) { data.validation_sample(first + b, row); });
+    if (stage == 0 || stage == shape.loss_stage()) {
+      const int64_t unmasked = load_micro_batch([&](int64_t b, int32_t* row, uint8_t* mask) {
+        data.validation_sample(first + b, row, mask);
+      });
+      if (stage == shape.loss_stage()) sums[1] += double(unmasked);
+    }
     for (int c = 0; c < C; ++c) {
       if (shape.stage_of(c) != stage) continue;
       // At the turn of a V the previous chunk ran here, and its output is already in x.
@@ -330,9 +346,11 @@ double Trainer::pipeline_evaluate(size_t dataset) {
       else kernels::copy(out, x, n);
     }
   }
-  grid_.group(Group::dp_cp).all_reduce(&loss_sum, 1);
-  pp.all_reduce(&loss_sum, 1);
-  return loss_sum / double(eval_samples_ * cfg_.seq_len);
+  grid_.group(Group::dp_cp).all_reduce(sums, 2);
+  pp.all_reduce(sums, 2);
+  // The mean over the unmasked targets (every target without a loss mask); NaN when the
+  // validation samples hold none.
+  return sums[1] > 0 ? loss_sum / sums[1] : std::nan("");
 }
 
 void Trainer::evaluate(StepResult& r) {
@@ -382,7 +400,11 @@ StepResult Trainer::step(int64_t s) {
   store_.zero_grads();
   dp_->begin_step();
   data_.check_unchanged();
-  double loss_sum = pipeline_step(s, ctx);
+  // sums: the summed token loss and the unmasked targets loaded, both non-zero on the last
+  // stage only, summed over dp x cp (and pp) in one all-reduce below.
+  double sums[2] = {0, 0};
+  double& loss_sum = sums[0];
+  loss_sum = pipeline_step(s, ctx, &sums[1]);
   // A data fault (a token id out of range, the file changed) on any rank makes the loss NaN
   // everywhere, so the update is dropped; the caller reports the fault (TokenDataset::fault).
   if (!data_.fault().empty() || injected_nonfinite(s)) loss_sum = std::nan("");
@@ -410,18 +432,26 @@ StepResult Trainer::step(int64_t s) {
   double squares = sq.split + sq.replicated;
   dp_->sum_over_shards(&squares, 1);
   squares += sq.expert;
-  grid_.group(Group::dp_cp).all_reduce(&loss_sum, 1);
+  grid_.group(Group::dp_cp).all_reduce(sums, 2);
   if (pipeline()) {  // the loss is the last stage's; the norm sums every stage's
-    double both[2] = {squares, loss_sum};
-    grid_.group(Group::pp).all_reduce(both, 2);
-    squares = both[0], loss_sum = both[1];
+    double all[3] = {squares, sums[0], sums[1]};
+    grid_.group(Group::pp).all_reduce(all, 3);
+    squares = all[0], sums[0] = all[1], sums[1] = all[2];
   }
   timer_.enter(Phase::optimizer);
   StepResult r;
   r.step = s;
-  r.loss = loss_sum / double(geo_.global_batch * T);
+  // Loss masks (doc/data.md, "Loss masks"): the loss is the mean over the global batch's
+  // unmasked targets, U of them. The head scaled every gradient by 1/(G T) (ctx.loss_scale:
+  // U is known only once every micro-batch is loaded, after the first backward), so the
+  // gradients are the true ones times U / (G T): the norm and the update take them times
+  // unmask = G T / U, one scalar each, with no pass over the gradients and no collective of
+  // its own (U rides on the loss's all-reduce). Without a mask U = G T and unmask is 1 exactly.
+  r.targets = int64_t(sums[1]);
+  const double unmask = double(geo_.global_batch * T) / sums[1];
+  r.loss = loss_sum / sums[1];
   r.loss_scale = scaler_.scale;
-  r.grad_norm = std::sqrt(squares) / scaler_.scale;
+  r.grad_norm = std::sqrt(squares) / scaler_.scale * unmask;
   r.lr = schedule_.at(s);
   // The loss and the norm are sums over every rank that contributes to them, so every rank
   // sees the same NaN or Inf and drops the same update. Under fp16 a non-finite norm with a
@@ -436,7 +466,7 @@ StepResult Trainer::step(int64_t s) {
     // and writes the 16-bit compute copy in the same pass where the strategy allows.
     const Tensor compute = dp_->optimizer_compute();
     optim_->step(r.lr, s, dp_->optimizer_values(), dp_->optimizer_index(), grads,
-                 float(clip_factor(r.grad_norm, grad_clip_) / r.loss_scale), compute);
+                 float(clip_factor(r.grad_norm, grad_clip_) / r.loss_scale * unmask), compute);
     if (dp_->gathers_after_optimizer()) {  // every rank needs the updated parameters
       timer_.enter(Phase::grad_sync);
       dp_->after_optimizer();

@@ -26,6 +26,9 @@ struct StepResult {
   int64_t step = 0;
   double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
   double val_loss = -1;  // negative: not evaluated this step
+  // The unmasked targets of the global batch: the loss's denominator (global_batch x seq_len
+  // without a loss mask; doc/data.md, "Loss masks").
+  int64_t targets = 0;
   // A blend of several datasets: each one's validation loss (negative: it has no validation
   // split); val_loss is their mean weighted by the blend's weights. Empty for one dataset.
   std::vector<double> val_losses;
@@ -92,8 +95,9 @@ class Trainer {
   // (r.val_loss, r.val_losses).
   void evaluate(StepResult& r);
   bool eval_due(int64_t step, int64_t last_step) const;
-  // The tokens of global sample g of step s: out[seq_len + 1].
-  void sample(int64_t step, int64_t g, int32_t* out) const;
+  // The tokens of global sample g of step s: out[seq_len + 1], and their loss mask when mask is
+  // not null (1 everywhere for a dataset without one).
+  void sample(int64_t step, int64_t g, int32_t* out, uint8_t* mask = nullptr) const;
 
   const RankLayout& layout() const { return layout_; }
   const ModelConfig& config() const { return cfg_; }
@@ -141,14 +145,17 @@ class Trainer {
   const std::vector<int64_t>& chunk_layers() const { return layout_.chunk_layers; }
 
  private:
-  // Fills tokens_ row by row (sample_row(b, row) writes seq_len + 1 tokens) and splits them
-  // into inputs_ and targets_.
-  void load_micro_batch(const std::function<void(int64_t, int32_t*)>& sample_row);
+  // Fills tokens_ row by row (sample_row(b, row, mask) writes seq_len + 1 tokens and their
+  // loss mask) and splits them into inputs_ and targets_, a masked target written as -1 (the
+  // cross-entropy's ignore index); returns the number of unmasked targets loaded (this rank's
+  // segments of the sequences under context parallelism).
+  int64_t load_micro_batch(const std::function<void(int64_t, int32_t*, uint8_t*)>& sample_row);
   // A warning when the tensor-parallel group spans nodes.
   void warn_tp_across_nodes();
   // One step's micro-batches through this stage's op list; returns the summed token loss
-  // (non-zero only on the last stage).
-  double pipeline_step(int64_t step, StepContext& ctx);
+  // (non-zero only on the last stage), and in *targets the unmasked targets it loaded (also
+  // counted on the last stage only).
+  double pipeline_step(int64_t step, StepContext& ctx, double* targets);
   double pipeline_evaluate(size_t dataset);
   // The checkpoint names and global shapes of the whole model, in registration order (a
   // stage holds only some of them; every rank passes all).
@@ -181,6 +188,9 @@ class Trainer {
   BlendedDataset data_;
   int64_t eval_every_ = 0, eval_samples_ = 0;
   Buffer tokens_, inputs_, targets_;   // one micro-batch (tokens_ in host memory)
+  // tokens_'s loss mask, B x (seq_len + 1) bytes sized once (host; not in the ledger, as the
+  // loader's own read buffer of io/token_dataset.cpp is not).
+  std::vector<uint8_t> mask_;
   Buffer host_inputs_, host_targets_;  // device run: inputs_ and targets_ as loaded, on the host
   struct Staged {  // device run: a host copy of a flat array the checkpoint reads or writes
     float* device = nullptr;

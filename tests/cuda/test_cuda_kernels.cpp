@@ -377,7 +377,8 @@ TEST_F(CudaKernels, VocabParallelEmbeddingMatchesCpuBitwise) {
 TEST_F(CudaKernels, CrossEntropyFusedMatchesCpu) {
   const int64_t N = 37, V = 50304, V_valid = 50257;
   const FVec logits = randn(N * V, 81, 3.0);
-  const IVec targets = random_ids(N, 0, int32_t(V_valid), 82);
+  IVec targets = random_ids(N, 0, int32_t(V_valid), 82);
+  targets[3] = targets[20] = -1;  // masked (doc/data.md, "Loss masks"): loss 0, gradient 0
   FVec grad = logits, losses(N);
   cross_entropy_fused(host(grad), host(targets), host(losses), N, V, V_valid, 0.01f);
   Dev<float> dL(logits), dLoss{size_t(N)};
@@ -393,7 +394,8 @@ TEST_F(CudaKernels, VocabParallelCrossEntropyMatchesCpu) {
   // the GPU then runs each shard's passes on the same inputs.
   const int64_t N = 29, V = 640, V_total = 1200;
   const FVec logits = randn(N * 2 * V, 91, 2.0);
-  const IVec targets = random_ids(N, 0, int32_t(V_total), 92);
+  IVec targets = random_ids(N, 0, int32_t(V_total), 92);
+  targets[5] = targets[28] = -1;  // masked
   struct Shard {
     int64_t v0, V_valid;
     FVec logits, row_max, target_logit, grad, losses;

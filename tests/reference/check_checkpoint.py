@@ -84,21 +84,28 @@ def main():
     with h5py.File(a.dataset, "r") as f:
         tokens = f["tokens"][()].astype(np.int64)
         off = f["doc_offsets"][()].astype(np.int64)
+        # A loss mask (doc/data.md, "Loss masks"): the mean over the unmasked targets only.
+        mask = f["loss_mask"][()] if "loss_mask" in f else np.ones(len(tokens), np.uint8)
     val = uniform(0, "data.split", np.arange(len(off) - 1)) < deck["data"]["val_fraction"]
     stream = np.concatenate([tokens[off[d]:off[d + 1]] for d in np.nonzero(val)[0]])
+    stream_mask = np.concatenate([mask[off[d]:off[d + 1]] for d in np.nonzero(val)[0]])
     per = deck["train"]["micro_batch"] * json.loads(f_layout(a.ckpt))["dp"]
     n = (deck["train"]["eval_samples"] + per - 1) // per * per
-    windows = np.stack([stream[(k % ((len(stream) - 1) // T)) * T:][:T + 1] for k in range(n)])
+    starts = [(k % ((len(stream) - 1) // T)) * T for k in range(n)]
+    windows = np.stack([stream[s:s + T + 1] for s in starts])
+    masks = np.stack([stream_mask[s:s + T + 1] for s in starts])
     model = Reference(cfg)
     model.load(weights)
     with torch.no_grad():
         ids = torch.from_numpy(windows)
-        loss = float(model.loss(ids[:, :-1], ids[:, 1:]))
+        targets = ids[:, 1:].clone()
+        targets[torch.from_numpy(masks[:, 1:] == 0)] = -100  # F.cross_entropy's ignore_index
+        loss = float(model.loss(ids[:, :-1], targets))
     reported = [json.loads(l) for l in open(a.metrics) if '"val_loss"' in l]
     reported = {r["step"]: r["val_loss"] for r in reported}[step]
     rel = abs(loss - reported) / abs(loss)
     print(f"checkpoint step {step}: {len(weights)} tensors via h5py; {int(val.sum())} validation "
-          f"documents, {n} samples")
+          f"documents, {n} samples, {int(masks[:, 1:].sum())} of {n * T} targets unmasked")
     print(f"validation loss: PyTorch {loss:.9f}, tessera {reported:.9f}, rel {rel:.2e} (tol {a.tol:.0e})")
     print("checkpoint-reference: " + ("PASS" if rel <= a.tol else "FAIL"))
     return 0 if rel <= a.tol else 1

@@ -86,17 +86,28 @@ def grad_norms(model):
 ZERO_GRAD = 1e-9
 
 
+def masked_targets(tokens, mask):
+    """tokens[:, 1:] as targets, -100 (F.cross_entropy's ignore_index: mean over the others)
+    where a loss mask is 0 (doc/data.md, "Loss masks"); mask None: every target counts."""
+    targets = torch.as_tensor(np.asarray(tokens), dtype=torch.long)[..., 1:].clone()
+    if mask is not None:
+        targets[torch.as_tensor(np.asarray(mask)[..., 1:] == 0)] = -100
+    return targets
+
+
 def check_batch(f, cfg, ck, tol):
     """(a) logits, loss and gradients on /check/tokens at the /init weights."""
     model = Reference(cfg, torch.float64)
     model.load(read_group(f["init"]))
     tokens = torch.as_tensor(f["check/tokens"][()].astype(np.int64))
-    loss = model.loss(tokens[:, :-1], tokens[:, 1:])
+    mask = f["check/mask"][()] if "check/mask" in f else None
+    loss = model.loss(tokens[:, :-1], masked_targets(tokens, mask))
     (loss + model.extra).backward()
     with torch.no_grad():
         logits = model(tokens[:, :-1])
     model.routed = {}
-    print(f"-- check batch: tokens {tuple(tokens.shape)}")
+    print(f"-- check batch: tokens {tuple(tokens.shape)}"
+          + ("" if mask is None else f", {int(mask[:, 1:].sum())} unmasked targets"))
     ck.tensor("logits", f["check/logits"][()], logits.numpy(), tol)
     ck.tensor("loss", f["check/loss"][()], loss.item(), tol)
     grads = f["check/grad"]
@@ -118,16 +129,19 @@ def check_training(f, cfg, ck, tol):
     opt = model.optimizer(cfg["lr"], cfg["beta1"], cfg["beta2"], cfg["eps"],
                           cfg["weight_decay"], cfg["decay_embeddings"])
     tokens = f["train/tokens"][()].astype(np.int64)
+    masks = f["train/mask"][()] if "train/mask" in f else None
     want_loss, want_lr, want_norm = (f["train/" + k][()] for k in ("loss", "lr", "grad_norm"))
     steps = tokens.shape[0]
-    print(f"-- training: {steps} steps, tokens {tokens.shape[1:]}")
+    print(f"-- training: {steps} steps, tokens {tokens.shape[1:]}"
+          + ("" if masks is None else f", {int(masks[:, :, 1:].sum())} unmasked targets"))
     init = {n: p.detach().clone().numpy() for n, p in model.named().items()}
     max_ratio = dict.fromkeys(init, 0.0)  # largest ||grad|| / global norm over the steps
     lr_sum = 0.0
     for s in range(steps):
         lr = lr_at(s + 1, cfg["lr"], cfg["min_lr"], cfg["warmup"], cfg["total_steps"])
         lr_sum += lr
-        loss, norm = model.train_step(opt, tokens[s], lr, cfg["grad_clip"])
+        loss, norm = model.train_step(opt, tokens[s], lr, cfg["grad_clip"],
+                                      None if masks is None else masked_targets(tokens[s], masks[s]))
         norms, total = grad_norms(model)
         for n, v in norms.items():
             max_ratio[n] = max(max_ratio[n], v / max(total, TINY))

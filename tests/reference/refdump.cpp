@@ -1,6 +1,7 @@
 // tessera-refdump: writes what the PyTorch reference needs to check tessera's serial model:
 // the initial weights, logits/loss/gradients on one batch, and train.steps AdamW steps with
-// their batches, losses, learning rates and gradient norms. Format: check_reference.py.
+// their batches, losses, learning rates and gradient norms. Format: check_reference.py. With a
+// loss mask (doc/data.md, "Loss masks") the batches' masks too (/check/mask, /train/mask).
 //   tessera-refdump OUT.h5 DECK.in [--section.key=value ...]
 #include <mpi.h>
 
@@ -80,39 +81,52 @@ void dump(const std::string& out, const std::vector<std::string>& deck_args) {
 
   // One batch at the initial weights: logits, mean loss, gradients.
   std::vector<int32_t> tokens(size_t(B * (T + 1))), ids(size_t(B * T)), targets(size_t(B * T));
+  std::vector<uint8_t> mask(tokens.size());
+  int64_t unmasked = 0;
   for (int64_t b = 0; b < B; ++b) {
-    trainer.sample(1, b, tokens.data() + b * (T + 1));
+    trainer.sample(1, b, tokens.data() + b * (T + 1), mask.data() + b * (T + 1));
     for (int64_t t = 0; t < T; ++t) {
+      const size_t at = size_t(b * (T + 1) + t + 1);
       ids[size_t(b * T + t)] = tokens[size_t(b * (T + 1) + t)];
-      targets[size_t(b * T + t)] = tokens[size_t(b * (T + 1) + t + 1)];
+      targets[size_t(b * T + t)] = mask[at] ? tokens[at] : -1;  // -1: masked
+      unmasked += mask[at] ? 1 : 0;
     }
   }
+  const bool masked = unmasked < B * T;
   StepContext ctx = trainer.context(true);
-  ctx.loss_scale = float(1.0 / double(B * T));
+  ctx.loss_scale = float(1.0 / double(unmasked));
   std::vector<float> logits(size_t(B * T * c.vocab));
   const Tensor tids = view_of(ids.data(), {B, T}), ttargets = view_of(targets.data(), {B, T});
   trainer.model().logits(ctx, tids, view_of(logits.data(), {B * T, c.vocab}));
   trainer.params().zero_grads();
-  const double loss = trainer.model().forward(ctx, tids, ttargets) / double(B * T);
+  const double loss = trainer.model().forward(ctx, tids, ttargets) / double(unmasked);
   trainer.model().backward(ctx);
   for (Moe* m : trainer.model().moe_layers()) m->end_step(grid.world(), false);  // not a step
   f.write("/check/tokens", {B, T + 1}, tokens.data());
+  if (masked)
+    f.write("/check/mask", {B, T + 1}, std::vector<int32_t>(mask.begin(), mask.end()).data());
   f.write("/check/logits", {B, T, c.vocab}, logits.data());
   f.write("/check/loss", {}, &loss);
   write_params(f, trainer.params(), "/check/grad", true);
 
   // S optimizer steps: the batches they saw and what they measured.
   std::vector<int32_t> step_tokens(size_t(S * G * (T + 1)));
+  std::vector<uint8_t> step_mask(step_tokens.size());
   std::vector<double> losses, lrs, norms;
   for (int64_t s = 1; s <= S; ++s) {
-    for (int64_t g = 0; g < G; ++g)
-      trainer.sample(s, g, step_tokens.data() + ((s - 1) * G + g) * (T + 1));
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t at = ((s - 1) * G + g) * (T + 1);
+      trainer.sample(s, g, step_tokens.data() + at, step_mask.data() + at);
+    }
     const StepResult r = trainer.step(s);
     losses.push_back(r.loss);
     lrs.push_back(r.lr);
     norms.push_back(r.grad_norm);
   }
   f.write("/train/tokens", {S, G, T + 1}, step_tokens.data());
+  if (masked)
+    f.write("/train/mask", {S, G, T + 1},
+            std::vector<int32_t>(step_mask.begin(), step_mask.end()).data());
   f.write("/train/loss", {S}, losses.data());
   f.write("/train/lr", {S}, lrs.data());
   f.write("/train/grad_norm", {S}, norms.data());

@@ -273,13 +273,14 @@ class Reference(torch.nn.Module):
                                   {"params": nodec, "weight_decay": 0.0}],
                                  lr=lr, betas=(beta1, beta2), eps=eps)
 
-    def train_step(self, opt, tokens, lr, grad_clip):
-        """One step on tokens [B, T+1]; returns (loss, pre-clip global grad norm)."""
+    def train_step(self, opt, tokens, lr, grad_clip, targets=None):
+        """One step on tokens [B, T+1] (targets: tokens[:, 1:] unless given, -100 where
+        masked); returns (loss, pre-clip global grad norm)."""
         tokens = torch.as_tensor(np.asarray(tokens), dtype=torch.long)
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
-        loss = self.loss(tokens[:, :-1], tokens[:, 1:])
+        loss = self.loss(tokens[:, :-1], tokens[:, 1:] if targets is None else targets)
         (loss + self.extra).backward()
         params = [p for p in self.named().values() if p.grad is not None]
         if grad_clip > 0:

@@ -4,6 +4,8 @@
 usage: compare_runs.py REFERENCE_DIR RUN_DIR [--rtol 1e-5] [--grad-rtol RTOL]
 Exit 0 and 'runs: MATCH' when every step's loss agrees to rtol and its gradient norm to
 grad-rtol (default: rtol; doc/testing.md lists the tolerances); 'runs: DIFFER' otherwise.
+Where both runs report them, the validation loss must agree to rtol too, and a loss mask's
+unmasked targets per step (loss_targets, doc/data.md "Loss masks") exactly.
 """
 import argparse
 import json
@@ -35,6 +37,16 @@ def main():
             bad += not ok
             print(f"{'ok  ' if ok else 'FAIL'} step {r['step']:3d} {key:9s} "
                   f"{r[key]:.9g} vs {s[key]:.9g} rel {rel:.2e} (tol {tol:.0e})")
+        if "val_loss" in r and "val_loss" in s:
+            rel = abs(r["val_loss"] - s["val_loss"]) / max(abs(r["val_loss"]), 1e-30)
+            ok = rel <= a.rtol
+            bad += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} step {r['step']:3d} val_loss  "
+                  f"{r['val_loss']:.9g} vs {s['val_loss']:.9g} rel {rel:.2e} (tol {a.rtol:.0e})")
+        if r.get("loss_targets") != s.get("loss_targets"):
+            bad += 1
+            print(f"FAIL step {r['step']:3d} loss_targets {r.get('loss_targets')} vs "
+                  f"{s.get('loss_targets')}")
     print("runs: MATCH" if bad == 0 else f"runs: DIFFER ({bad} values)")
     return 1 if bad else 0
 

@@ -482,6 +482,10 @@ CeRef cross_entropy_ref(const FVec& logits, const std::vector<int32_t>& targets,
   CeRef r{DVec(N), DVec(N * V, 0.0)};
   for (int64_t n = 0; n < N; ++n) {
     const float* row = logits.data() + n * V;
+    if (targets[n] < 0) {  // masked (ignore_index): loss 0, gradient 0
+      r.loss[n] = 0;
+      continue;
+    }
     double mx = -std::numeric_limits<double>::infinity();
     for (int64_t v = 0; v < V_valid; ++v) mx = std::max(mx, double(row[v]));
     double sum = 0;
@@ -596,6 +600,75 @@ TEST(KokkosCrossEntropy, HalfGradientIsTheRoundedFp32Gradient) {
                                                      : half::to_f16(rows32[size_t(i)]))
           << dtype_name(t) << " local element " << i;
   }
+}
+
+// A negative target is masked: its row's loss and gradient are 0 (doc/data.md, "Loss masks"),
+// the other rows are unchanged; a plain loop in double is the reference.
+TEST(KokkosCrossEntropy, MaskedTargetsHaveNoLossAndNoGradient) {
+  const int64_t N = 7, V = 13, V_valid = 11;
+  const FVec logits = randn(N * V, 65, 2.0);
+  const std::vector<int32_t> targets = {3, -1, 10, -1, -1, 0, 7};
+  check_cross_entropy(logits, targets, N, V, V_valid, 0.5f, "masked");
+  FVec g = logits, losses(N, kNaN);
+  cross_entropy_fused(host(g), host(targets), host(losses), N, V, V_valid, 0.5f);
+  for (int64_t n : {1, 3, 4}) {
+    EXPECT_EQ(losses[n], 0.0f) << n;
+    for (int64_t v = 0; v < V; ++v) ASSERT_EQ(g[n * V + v], 0.0f) << n << "," << v;
+  }
+  // Every row masked: nothing to learn, every loss and gradient 0 (16-bit gradient too).
+  const std::vector<int32_t> none(N, -1);
+  check_cross_entropy(logits, none, N, V, V_valid, 1.0f, "all masked");
+  FVec scratch = logits, loss2(N, kNaN);
+  std::vector<uint16_t> half(size_t(N * V), 0xffff);
+  cross_entropy_fused(host(scratch), host(none), host(loss2), N, V, V_valid, 1.0f,
+                      view_of(half.data(), DType::bf16, Shape{N, V}));
+  for (int64_t i = 0; i < N * V; ++i) ASSERT_EQ(half[size_t(i)], 0u) << i;
+  for (float l : loss2) EXPECT_EQ(l, 0.0f);
+}
+
+// The vocabulary-parallel passes with masked targets, the columns split over `parts` emulated
+// ranks (the all-reduces of OutputHead::parallel_cross_entropy done here by hand): the same
+// losses and gradient as the reference loop in double.
+TEST(KokkosCrossEntropy, VocabularyParallelMaskedMatchesReference) {
+  const int64_t N = 6, parts = 3, Vl = 5, V_valid = 13;  // 15 columns, the last 2 padding
+  const int64_t V = parts * Vl;
+  const FVec logits = randn(N * V, 66, 2.0);
+  const std::vector<int32_t> targets = {12, -1, 0, 6, -1, 9};
+  const CeRef ref = cross_entropy_ref(logits, targets, N, V, V_valid, 0.25);
+  std::vector<FVec> block(parts);
+  FVec mx(N, -std::numeric_limits<float>::infinity()), target(N, 0.0f), loss(N, kNaN);
+  std::vector<double> sum(N, 0.0);
+  for (int64_t p = 0; p < parts; ++p) {
+    for (int64_t n = 0; n < N; ++n)
+      block[p].insert(block[p].end(), logits.begin() + n * V + p * Vl,
+                      logits.begin() + n * V + (p + 1) * Vl);
+    FVec m(N);
+    cross_entropy_local_max(host(block[p]), host(m), N, Vl,
+                            std::clamp<int64_t>(V_valid - p * Vl, 0, Vl));
+    for (int64_t n = 0; n < N; ++n) mx[n] = std::max(mx[n], m[n]);
+  }
+  for (int64_t p = 0; p < parts; ++p) {
+    FVec t(N);
+    std::vector<double> s(N);
+    cross_entropy_local_exp(host(block[p]), host(targets), host(mx), view_of(s.data(), Shape{N}),
+                            host(t), N, Vl, std::clamp<int64_t>(V_valid - p * Vl, 0, Vl), p * Vl);
+    for (int64_t n = 0; n < N; ++n) sum[n] += s[n], target[n] += t[n];
+  }
+  for (int64_t p = 0; p < parts; ++p) {
+    cross_entropy_local_finish(host(block[p]), host(targets), view_of(sum.data(), Shape{N}),
+                               host(target), host(loss), N, Vl,
+                               std::clamp<int64_t>(V_valid - p * Vl, 0, Vl), p * Vl, 0.25f);
+    FVec got(N * Vl);
+    DVec want(N * Vl);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t v = 0; v < Vl; ++v) {
+        got[n * Vl + v] = block[p][n * Vl + v];
+        want[n * Vl + v] = ref.grad[n * V + p * Vl + v];
+      }
+    expect_close(got, want, kRel, 1e-7, "vocabulary block " + std::to_string(p) + " grad");
+    expect_close(loss, ref.loss, kRel, 1e-6, "vocabulary-parallel loss");
+  }
+  for (int64_t n : {1, 4}) EXPECT_EQ(loss[n], 0.0f);
 }
 
 // ---- AdamW -------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // Softmax cross-entropy fused with its backward (the logits become the gradient, or the
 // gradient goes rounded to a 16-bit buffer), whole or vocabulary-parallel; one team per row,
-// sums of exponentials in double.
+// sums of exponentials in double. A negative target (a masked one, doc/data.md "Loss masks")
+// gives its row the loss 0 and a zero gradient, as PyTorch's ignore_index.
 #include <cfloat>
 
 #include "kernels/kokkos/kokkos.hpp"
@@ -67,14 +68,26 @@ struct CrossEntropy {
     });
   }
 
+  // A masked row (negative target): loss 0 and a zero gradient on every column. The branch is
+  // the same for every thread of the team (one row per team).
+  template <class Out>
+  KOKKOS_INLINE_FUNCTION static void masked_row(const Team<E>& team, const Out& out, float* loss,
+                                                int64_t V) {
+    Kokkos::single(Kokkos::PerTeam(team), [&] { *loss = 0.0f; });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V), [&](int64_t v) { out(v, 0.0f); });
+  }
+
   static void fused(float* logits, const int32_t* targets, float* losses, int64_t N, int64_t V,
                     int64_t V_valid, float grad_scale, uint16_t* dlogits, bool f16) {
     Kokkos::parallel_for(
         "cross_entropy_fused", rows<E>(N), TESSERA_LAMBDA(E, (const Team<E>& team) {
           const int64_t n = team.league_rank();
           float* row = logits + n * V;
-          const float mx = row_max(team, row, V_valid);
           const int32_t t = targets[n];
+          if (t < 0)
+            return with_grad_row(logits, dlogits, f16, n, V,
+                                 [&](const auto& out) { masked_row(team, out, losses + n, V); });
+          const float mx = row_max(team, row, V_valid);
           const float target_logit = row[t] - mx;
           team.team_barrier();
           // The exponentials are computed twice (sum, then gradient) rather than stored: the
@@ -125,6 +138,9 @@ struct CrossEntropy {
     Kokkos::parallel_for(
         "cross_entropy_local_finish", rows<E>(N), TESSERA_LAMBDA(E, (const Team<E>& team) {
           const int64_t n = team.league_rank();
+          if (targets[n] < 0)
+            return with_grad_row(logits, dlogits, f16, n, V,
+                                 [&](const auto& out) { masked_row(team, out, losses + n, V); });
           Kokkos::single(Kokkos::PerTeam(team), [&] {
             losses[n] = float(Kokkos::log(sum_exp[n]) - double(target_logit[n]));
           });

@@ -1,7 +1,9 @@
 // Data: a blend of several datasets (doc/data.md, "Blends"): each dataset's validation loss in
 // metrics.jsonl, and in the summary what the run drew from each (samples, epochs, whether it
 // wrapped) with its last validation loss; for a sharded dataset, how often rank 0 opened its
-// shards. One dataset of one file reports nothing here.
+// shards; with a loss mask (doc/data.md, "Loss masks"), each step's unmasked targets in
+// metrics.jsonl and their share of the tokens in the summary. One dataset of one file without a
+// mask reports nothing here.
 #include <cmath>
 
 #include "io/dataset_writer.hpp"
@@ -18,11 +20,19 @@ class DataReport final : public ReportSection {
   void step(const StepResult& r, const double*) override {
     last_step_ = r.step;
     if (!r.val_losses.empty()) val_ = r.val_losses;
+    if (r.finite) {
+      tokens_ += tokens_per_step(), targets_ += r.targets;
+      masked_ = masked_ || r.targets != tokens_per_step();
+    }
   }
 
   std::string metrics(const StepResult& r) const override {
-    if (r.val_losses.empty()) return {};
-    std::string out = ", \"val_loss_by_dataset\": {";
+    // The loss's denominator, when a loss mask makes it other than every token.
+    std::string out = r.targets != tokens_per_step() && r.finite
+                          ? formatted(", \"loss_targets\": %lld", (long long)r.targets)
+                          : std::string();
+    if (r.val_losses.empty()) return out;
+    out += ", \"val_loss_by_dataset\": {";
     const BlendedDataset& data = trainer_.data();
     for (size_t d = 0; d < data.size(); ++d)
       out += formatted("%s%s: %s", d ? ", " : "", json_quote(data.part(d).path).c_str(),
@@ -34,6 +44,12 @@ class DataReport final : public ReportSection {
     const BlendedDataset& data = trainer_.data();
     if (part != SummaryPart::state) return {};
     std::string shards;
+    if (masked_)
+      shards += formatted(
+          "\ndata: a loss mask (doc/data.md, \"Loss masks\"): the loss is the mean over %lld "
+          "unmasked targets of the %lld tokens processed (%.1f%%); tok/s and MFU count every "
+          "token processed\n",
+          (long long)targets_, (long long)tokens_, 100.0 * double(targets_) / double(tokens_));
     for (size_t d = 0; d < data.size(); ++d) {
       const ShardSet& files = data.dataset(d).files();
       if (files.shards() > 1)
@@ -67,8 +83,13 @@ class DataReport final : public ReportSection {
   }
 
  private:
+  int64_t tokens_per_step() const {
+    return trainer_.batch().global_batch * trainer_.config().seq_len;
+  }
   const Trainer& trainer_;
   int64_t last_step_ = 0;
+  int64_t tokens_ = 0, targets_ = 0;  // over this run's steps with a finite loss
+  bool masked_ = false;
   std::vector<double> val_;  // the last evaluation's loss per dataset (-1: no split)
 };
 
