@@ -72,7 +72,9 @@ const char* to_string(CpKind k) {
   return k == CpKind::ulysses ? "ulysses" : "ring";
 }
 
-const char* to_string(EpDispatch d) { return d == EpDispatch::two_level ? "two_level" : "flat"; }
+const char* to_string(EpDispatch d) {
+  return d == EpDispatch::two_level ? "two_level" : "flat";
+}
 
 const char* to_string(DpProgress p) {
   return p == DpProgress::poll ? "poll" : "none";

@@ -233,10 +233,11 @@ void ModelConfig::dispatch_two_level(int ep, int placed) {
   TESSERA_REQUIRE(moe.enabled() && ep > 1, "parallel.ep_dispatch = two_level needs expert ",
                   "parallelism (model.experts > 0 and parallel.ep > 1; here experts = ",
                   moe.experts, ", ep = ", ep, "); set parallel.ep_dispatch = flat");
-  TESSERA_REQUIRE(placed > 0, "parallel.ep_dispatch = two_level: the expert-parallel groups do ",
-                  "not sit on their nodes in equal blocks of consecutive ep ranks (parallel.order, ",
-                  "hardware.ranks_per_node); change the order or the ranks per node, or set ",
-                  "parallel.ep_dispatch = flat");
+  TESSERA_REQUIRE(
+      placed > 0, "parallel.ep_dispatch = two_level: the expert-parallel groups do ",
+      "not sit on their nodes in equal blocks of consecutive ep ranks (parallel.order, ",
+      "hardware.ranks_per_node); change the order or the ranks per node, or set ",
+      "parallel.ep_dispatch = flat");
   TESSERA_REQUIRE(moe.nodes > 1, "parallel.ep_dispatch = two_level but the expert-parallel group ",
                   "spans one node: there is nothing to send once per node; spread it over nodes ",
                   "(hardware.ranks_per_node, or parallel.ep_nodes to route as on several) or set ",

@@ -183,8 +183,7 @@ void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T, int64_t r0, in
         const int64_t node = choice[n * K + j] / (E / ep) * placed / ep;
         if (node != my_node && !seen_[size_t(node)]) seen_[size_t(node)] = 1, ++once;
       }
-      for (int64_t j = 0; j < K; ++j)
-        seen_[size_t(choice[n * K + j] / (E / ep) * placed / ep)] = 0;
+      for (int64_t j = 0; j < K; ++j) seen_[size_t(choice[n * K + j] / (E / ep) * placed / ep)] = 0;
     }
     step_.cross_bytes_nodes += double(once) * row_bytes;
   }
@@ -258,8 +257,8 @@ void Moe::to_experts(StepContext& ctx, const Saved& s, const Tensor& packed, con
   if (ep_size(ctx) == 1) return;
   const int64_t C = cfg_.d_model;
   const Tensor stage = ctx.scratch.get(ScratchId::moe_a2a, {side.shape.dims[0], C});
-  expert_group(ctx, s).all_to_allv(packed.f32(), s.packed_count, s.packed_displ, stage.f32(), s.side_count,
-                          s.side_displ);
+  expert_group(ctx, s).all_to_allv(packed.f32(), s.packed_count, s.packed_displ, stage.f32(),
+                                   s.side_count, s.side_displ);
   for_each_chunk(s, [&](int64_t from, int64_t to, int64_t n) {
     if (n > 0) kernels::copy(rows(stage, from, n, C), rows(side, to, n, C), n * C);
   });
@@ -272,8 +271,8 @@ void Moe::from_experts(StepContext& ctx, const Saved& s, const Tensor& side, con
   for_each_chunk(s, [&](int64_t to, int64_t from, int64_t n) {
     if (n > 0) kernels::copy(rows(side, from, n, C), rows(stage, to, n, C), n * C);
   });
-  expert_group(ctx, s).all_to_allv(stage.f32(), s.side_count, s.side_displ, packed.f32(), s.packed_count,
-                          s.packed_displ);
+  expert_group(ctx, s).all_to_allv(stage.f32(), s.side_count, s.side_displ, packed.f32(),
+                                   s.packed_count, s.packed_displ);
 }
 
 // This rank's experts on the expert side's rows.
@@ -339,8 +338,8 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y) {
   if (gather) kernels::fill(routed, 0.0f, N * C);
   // routed holds the rows from token (gather ? 0 : r0) of the N.
   if (s.nodes > 0)  // y[n] += each node's weighted sum, nodes in order
-    kernels::moe_combine(partial, s.table.view(), Tensor{}, rows(routed, q0 - (gather ? 0 : r0), Q, C),
-                         0, Q, 0, s.nodes, C);
+    kernels::moe_combine(partial, s.table.view(), Tensor{},
+                         rows(routed, q0 - (gather ? 0 : r0), Q, C), 0, Q, 0, s.nodes, C);
   else
     kernels::moe_combine(s.out.view(), s.row.view(), s.weight.view(), routed, q0, Q,
                          gather ? 0 : r0, K, C);
@@ -360,8 +359,8 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   const Tensor d_out = ctx.scratch.get(ScratchId::moe_d_out, {N * K, C});
   const Tensor dw = ctx.scratch.get(ScratchId::moe_d_weight, {N, K});
   if (s.nodes == 0)
-    kernels::moe_combine_backward(dy, s.out.view(), s.row.view(), s.weight.view(), d_out, dw, q0,
-                                  Q, r0, K, C);
+    kernels::moe_combine_backward(dy, s.out.view(), s.row.view(), s.weight.view(), d_out, dw, q0, Q,
+                                  r0, K, C);
   // The routed experts, each on its rows of the expert side: d(expert input) there, then
   // back to the packed side (moe_d_in).
   const int64_t El = int64_t(s.eoffset.size()) - 1, Rx = s.xe.shape.dims[0];
@@ -449,9 +448,14 @@ const Moe::Stats& Moe::end_step(Communicator& dp, bool applied) {
   const size_t E = step_.load.size();
   std::vector<double>& v = sums_;  // sized once: E + 8
   std::copy(step_.load.begin(), step_.load.end(), v.begin());
-  const double tail[8] = {step_.dropped,     step_.aux,         step_.z,
-                          step_.sequences,   step_.tokens,      step_.cross_bytes,
-                          step_.cross_bytes_free, step_.cross_bytes_nodes};
+  const double tail[8] = {step_.dropped,
+                          step_.aux,
+                          step_.z,
+                          step_.sequences,
+                          step_.tokens,
+                          step_.cross_bytes,
+                          step_.cross_bytes_free,
+                          step_.cross_bytes_nodes};
   std::copy(tail, tail + 8, v.begin() + std::ptrdiff_t(E));
   if (dp.size() > 1) dp.all_reduce(v.data(), int64_t(v.size()));
   last_.load.assign(v.begin(), v.begin() + std::ptrdiff_t(E));

@@ -53,7 +53,8 @@ void Moe::kept_nodes(const StepContext& ctx, Saved& s) {
   src_meta_.assign(size_t(S * 2 * K), 0.0f), relay_meta_.assign(size_t(D * N * 2 * K), 0.0f);
   node_counts_.assign(size_t(E), 0.0f), cross_f_.assign(size_t(2 * D), 0.0f);
   next_.assign(size_t(En), 0);
-  for (int i = 0; i < 2; ++i) cross_count_[i].assign(size_t(D), 0), cross_displ_[i].assign(size_t(D), 0);
+  for (int i = 0; i < 2; ++i)
+    cross_count_[i].assign(size_t(D), 0), cross_displ_[i].assign(size_t(D), 0);
 }
 
 int64_t Moe::cross_rows(StepContext& ctx, const Saved& s, bool back, const float* from, float* to,
@@ -171,7 +172,8 @@ void Moe::nodes_dispatch(StepContext& ctx, Saved& s, const Tensor& x, int64_t q0
     s.packed_displ[i] = s.noff[size_t(l * El)] * C;
     s.packed_count[i] = s.noff[size_t((l + 1) * El)] * C - s.packed_displ[i];
     s.side_count[i] = 0;
-    for (int64_t k = 0; k < El * D; ++k) s.side_count[i] += int64_t(s.counts[size_t(l * El * D + k)]) * C;
+    for (int64_t k = 0; k < El * D; ++k)
+      s.side_count[i] += int64_t(s.counts[size_t(l * El * D + k)]) * C;
     s.side_displ[i] = l == 0 ? 0 : s.side_displ[i - 1] + s.side_count[i - 1];
   }
   to_experts(ctx, s, np_rows_.view(), s.xe);
@@ -197,8 +199,7 @@ void Moe::nodes_backward_dispatch(StepContext& ctx, Saved& s, const Tensor& dy_r
   // The relay does what the flat dispatch's source does: w dy for each choice on its node, and
   // dy . (expert output) for the weights' gradient.
   kernels::moe_combine_backward(relay_rows_.view(), s.np_out.view(), s.rrow.view(),
-                                s.rweight.view(), np_rows_.view(), relay_dw_.view(), 0, R, 0, K,
-                                C);
+                                s.rweight.view(), np_rows_.view(), relay_dw_.view(), 0, R, 0, K, C);
   to_experts(ctx, s, np_rows_.view(), d_oe);
   cross_rows(ctx, s, true, relay_dw_.f32(), src_dw_.f32(), K);
   // Each choice's weight gradient from the node that ran it (0 for a dropped choice).

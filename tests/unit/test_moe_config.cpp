@@ -126,8 +126,7 @@ TEST(MoeConfig, ErrorsNameTheFault) {
   EXPECT_TRUE(t.moe.two_level);
   EXPECT_NE(error_of([&] { t.dispatch_two_level(1, 2); }).find("needs expert parallelism"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { t.dispatch_two_level(4, 0); }).find("equal blocks"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { t.dispatch_two_level(4, 0); }).find("equal blocks"), std::string::npos);
   t.limit_nodes(0, 1, 0);  // one node
   EXPECT_NE(error_of([&] { t.dispatch_two_level(4, 1); }).find("spans one node"),
             std::string::npos);
