@@ -70,6 +70,23 @@ int ProcessGrid::blocked_nodes(Group g) const {
   return nodes < 0 ? 1 : nodes;
 }
 
+void ProcessGrid::split_ep_by_node(int nodes) {
+  if (ep_nodes_ > 0) return;
+  Communicator& ep = group(Group::ep);
+  const int per_node = ep.size() / nodes, me = world_.rank();
+  // Colours unique over the world: the ep group's index, then the block or the local index.
+  const int g = layout_.group_index(me, Group::ep), block = ep.rank() / per_node;
+  const int local = ep.rank() % per_node;
+  MPI_Comm intra, cross;
+  MPI_Comm_split(world_.raw(), g * nodes + block, ep.rank(), &intra);
+  MPI_Comm_split(world_.raw(), g * per_node + local, ep.rank(), &cross);
+  ep_intra_ = Communicator(intra, "ep_intra");
+  ep_cross_ = Communicator(cross, "ep_cross");
+  ep_intra_.set_trace(trace_);
+  ep_cross_.set_trace(trace_);
+  ep_nodes_ = nodes;
+}
+
 std::string ProcessGrid::describe() const {
   std::ostringstream os;
   os << "layout: " << layout_.describe() << " on " << nodes_ << " node(s)"
@@ -92,6 +109,8 @@ std::string ProcessGrid::describe() const {
 }
 
 void ProcessGrid::set_trace(Trace* trace) {
+  trace_ = trace;
+  if (ep_nodes_ > 0) ep_intra_.set_trace(trace), ep_cross_.set_trace(trace);
   world_.set_trace(trace);
   for (Communicator& g : groups_) g.set_trace(trace);
 }
@@ -111,12 +130,14 @@ std::string ProcessGrid::traffic_table(const std::vector<const Communicator*>& e
   };
   row(world_);
   for (const Communicator& c : groups_) row(c);
+  if (ep_nodes_ > 0) row(ep_intra_), row(ep_cross_);
   for (const Communicator* c : extra) row(*c);
   return os.str();
 }
 
 void ProcessGrid::attach_device(const DeviceLink& link) {
   world_.attach_device(link);
+  if (ep_nodes_ > 0) ep_intra_.attach_device(link), ep_cross_.attach_device(link);
   for (Communicator& c : groups_) c.attach_device(link);
 }
 
@@ -137,6 +158,7 @@ std::string ProcessGrid::traffic_json(const std::vector<const Communicator*>& ex
   };
   group(world_);
   for (const Communicator& c : groups_) group(c);
+  if (ep_nodes_ > 0) group(ep_intra_), group(ep_cross_);
   for (const Communicator* c : extra) group(*c);
   os << "\n}\n";
   return os.str();

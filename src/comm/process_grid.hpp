@@ -33,6 +33,14 @@ class ProcessGrid {
   // expert->node map of node-limited routing (doc/moe.md).
   int blocked_nodes(Group g) const;
 
+  // The two-level expert dispatch's pair of groups (doc/moe.md, "Two-level dispatch"), made
+  // once, collectively over the world, when the ep group is `nodes` blocks of consecutive ep
+  // ranks: ep_intra, the ep ranks of this rank's block (one node), and ep_cross, the ep ranks
+  // with this rank's local index in every block (one per node). Null until made.
+  void split_ep_by_node(int nodes);
+  Communicator* ep_intra() { return ep_nodes_ > 0 ? &ep_intra_ : nullptr; }
+  Communicator* ep_cross() { return ep_nodes_ > 0 ? &ep_cross_ : nullptr; }
+
   // Every group's collectives (the world's too) become spans of trace (null: none).
   void set_trace(Trace* trace);
 
@@ -53,6 +61,9 @@ class ProcessGrid {
   Communicator world_;
   GridLayout layout_;
   std::array<Communicator, kAllGroups.size()> groups_;
+  Communicator ep_intra_, ep_cross_;  // split_ep_by_node
+  int ep_nodes_ = 0;
+  Trace* trace_ = nullptr;
   std::vector<int> node_of_rank_;
   int nodes_ = 1;
   bool emulated_nodes_ = false;
@@ -75,6 +86,9 @@ struct ParallelContext {
   Communicator* cp = nullptr;  // context parallelism (null: none)
   OverlapTiming* cp_timing = nullptr;  // the ring's overlap, when someone keeps it
   Communicator* ep = nullptr;  // expert parallelism (null: none)
+  // The two-level dispatch's groups (ProcessGrid::split_ep_by_node; null: flat dispatch).
+  Communicator* ep_intra = nullptr;
+  Communicator* ep_cross = nullptr;
 };
 
 }  // namespace tessera

@@ -72,6 +72,10 @@ const char* to_string(CpKind k) {
   return k == CpKind::ulysses ? "ulysses" : "ring";
 }
 
+const char* to_string(EpDispatch d) {
+  return d == EpDispatch::two_level ? "two_level" : "flat";
+}
+
 const char* to_string(DpProgress p) {
   return p == DpProgress::poll ? "poll" : "none";
 }
@@ -129,6 +133,10 @@ PipeSchedule parse_pipe_schedule(std::string_view name) {
 
 CpKind parse_cp_kind(std::string_view name) {
   return parse_choice("parallel.cp_kind", name, {CpKind::ring, CpKind::ulysses});
+}
+
+EpDispatch parse_ep_dispatch(std::string_view name) {
+  return parse_choice("parallel.ep_dispatch", name, {EpDispatch::flat, EpDispatch::two_level});
 }
 
 DpProgress dp_progress_from(const std::string& name) {

@@ -26,6 +26,10 @@ enum class PipeSchedule { gpipe, one_f_one_b, interleaved, zb_h1, zb_v, dualpipe
 // (zigzag sequence chunks, K/V blocks passed around the cp ring) or ulysses (all-to-all from
 // sequence-sharded to head-sharded and back).
 enum class CpKind { ring, ulysses };
+// parallel.ep_dispatch: how expert parallelism moves tokens (doc/moe.md, "Two-level dispatch"):
+// flat (one all-to-allv over ep, a row per token and expert) or two_level (a row per token and
+// destination node across nodes, fanned out to the node's experts inside it).
+enum class EpDispatch { flat, two_level };
 // parallel.progress: how data-parallel buckets in flight are driven during backward.
 enum class DpProgress { poll, none };
 // hardware.device
@@ -53,6 +57,7 @@ const char* to_string(TokenizerKind t);
 const char* to_string(PipeSchedule s);  // "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v",
                                         // "dualpipev"
 const char* to_string(CpKind k);        // "ring", "ulysses"
+const char* to_string(EpDispatch d);    // "flat", "two_level"
 const char* to_string(DpProgress p);
 const char* to_string(DeviceKind d);
 const char* to_string(TrainPrecision p);  // "fp32", "bf16", "fp16"
@@ -69,6 +74,7 @@ Router parse_router(std::string_view name);
 TokenizerKind parse_tokenizer_kind(std::string_view name);
 PipeSchedule parse_pipe_schedule(std::string_view name);
 CpKind parse_cp_kind(std::string_view name);
+EpDispatch parse_ep_dispatch(std::string_view name);
 DpProgress dp_progress_from(const std::string& name);
 DeviceKind parse_device_kind(std::string_view name);
 TrainPrecision parse_precision(std::string_view name);

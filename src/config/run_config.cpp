@@ -123,6 +123,7 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   p.ep = r.narrow("parallel.ep");
   p.ep_max_nodes = r.integer("parallel.ep_max_nodes");
   p.ep_nodes = r.integer("parallel.ep_nodes");
+  p.ep_dispatch = parse_ep_dispatch(r.str("parallel.ep_dispatch"));
   p.order = r.str("parallel.order");
   p.zero = r.narrow("parallel.zero");
   p.zero_inflight = r.narrow("parallel.zero_inflight");

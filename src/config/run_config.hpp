@@ -77,6 +77,7 @@ struct ParallelSection {
   int dp = 0;             // 0: ranks / (tp x cp x pp)
   int ep = 1;
   int64_t ep_max_nodes = 0, ep_nodes = 0;  // node-limited routing (doc/moe.md)
+  EpDispatch ep_dispatch = EpDispatch::flat;
   std::string order;
   int zero = 0, zero_inflight = 2;
   int64_t shard_group = 0;  // 0: the whole data-parallel group

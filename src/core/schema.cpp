@@ -253,6 +253,13 @@ std::vector<KeySpec> build_schema() {
               "consecutive experts; 0 = the nodes the expert-parallel group spans "
               "(hardware.ranks_per_node). Set it on a run whose ep group spans one node (the "
               "serial run, a test) to route as a run spread over that many nodes (doc/moe.md)."),
+      choice("parallel", "ep_dispatch", "flat", {"flat", "two_level"},
+             "How expert parallelism moves tokens: flat (one all-to-allv over the ep group, a "
+             "row per token and chosen expert) or two_level (DeepSeek-V3/DeepEP: a row per token "
+             "and destination node across nodes, to the rank with the same local index there, "
+             "which fans it out to the node's experts; the combine returns one partial sum per "
+             "node). two_level needs an ep group over several nodes (hardware.ranks_per_node or "
+             "parallel.ep_nodes) in equal blocks (doc/moe.md)."),
       {"parallel",
        "order",
        KeyType::string,

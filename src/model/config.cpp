@@ -228,6 +228,26 @@ void ModelConfig::limit_nodes(int64_t ep_nodes, int placed, int64_t max_nodes) {
   moe.nodes = G, moe.max_nodes = max_nodes;
 }
 
+void ModelConfig::dispatch_two_level(int ep, int placed) {
+  moe.two_level = false;
+  TESSERA_REQUIRE(moe.enabled() && ep > 1, "parallel.ep_dispatch = two_level needs expert ",
+                  "parallelism (model.experts > 0 and parallel.ep > 1; here experts = ",
+                  moe.experts, ", ep = ", ep, "); set parallel.ep_dispatch = flat");
+  TESSERA_REQUIRE(
+      placed > 0, "parallel.ep_dispatch = two_level: the expert-parallel groups do ",
+      "not sit on their nodes in equal blocks of consecutive ep ranks (parallel.order, ",
+      "hardware.ranks_per_node); change the order or the ranks per node, or set ",
+      "parallel.ep_dispatch = flat");
+  TESSERA_REQUIRE(moe.nodes > 1, "parallel.ep_dispatch = two_level but the expert-parallel group ",
+                  "spans one node: there is nothing to send once per node; spread it over nodes ",
+                  "(hardware.ranks_per_node, or parallel.ep_nodes to route as on several) or set ",
+                  "parallel.ep_dispatch = flat");
+  TESSERA_REQUIRE(ep % moe.nodes == 0, "parallel.ep_dispatch = two_level: parallel.ep = ", ep,
+                  " does not divide over the ", moe.nodes, " nodes (parallel.ep_nodes); each node ",
+                  "must hold the same number of ep ranks");
+  moe.two_level = true;
+}
+
 int64_t ModelConfig::param_count() const {
   const int64_t C = d_model, F = ffn_hidden, qd = heads * head_dim, kvd = kv_heads * head_dim;
   const bool b = has_bias();

@@ -54,6 +54,9 @@ struct MoeConfig {
   // max_nodes >= nodes: unrestricted). placed_nodes: the nodes the ep group really spans (ep
   // rank d on node d x placed_nodes / ep), for counting the cross-node dispatch bytes.
   int64_t nodes = 1, max_nodes = 0, placed_nodes = 1;
+  // parallel.ep_dispatch = two_level (doc/moe.md, "Two-level dispatch"): tokens cross to each
+  // of the `nodes` nodes once, the ep group being `nodes` blocks of ep / nodes ranks.
+  bool two_level = false;
   bool node_limited() const { return max_nodes > 0 && max_nodes < nodes; }
   bool enabled() const { return experts > 0; }
   // Whether block `layer` (global index) is a mixture-of-experts block.
@@ -139,6 +142,9 @@ struct ModelConfig {
   // or else `placed` (ProcessGrid::blocked_nodes of the ep group, 0: not in equal blocks), and
   // at most max_nodes of them per token; checked, then kept in moe.
   void limit_nodes(int64_t ep_nodes, int placed, int64_t max_nodes);
+  // parallel.ep_dispatch = two_level at expert-parallel degree ep, after limit_nodes: checked
+  // (several nodes, ep a multiple of them, the ep group in blocks), then kept in moe.
+  void dispatch_two_level(int ep, int placed);
   // Tokens of one sequence this rank holds (seq_len without context parallelism).
   int64_t seq_local() const { return seq_len / cp.size; }
   // Global position of row n of a micro-batch of B sequences as this rank lays them out.

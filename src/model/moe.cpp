@@ -61,7 +61,7 @@ Moe::Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg)
   step_.load.assign(size_t(E), 0.0);
   last_.load.assign(size_t(E), 0.0);
   mine_.resize(size_t(E));
-  sums_.resize(size_t(E) + 7);
+  sums_.resize(size_t(E) + 8);
 }
 
 int Moe::ep_size(const StepContext& ctx) const {
@@ -101,6 +101,7 @@ Moe::Saved& Moe::kept(const StepContext& ctx) {
     s.eoffset.assign(size_t(E / ep) + 1, 0);
     for (auto* v : {&s.packed_count, &s.packed_displ, &s.side_count, &s.side_displ})
       v->assign(size_t(ep), 0);
+    if (cfg_.moe.two_level) kept_nodes(ctx, s);
   }
   return s;
 }
@@ -116,7 +117,9 @@ void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T, int64_t r0, in
   const bool training = ctx.training;
   // The cross-node dispatch bytes (doc/moe.md): the nodes the ep ranks really sit on; the
   // experts of this rank's node are [lo, hi).
-  const int64_t ep = ep_size(ctx), placed = cfg_.moe.placed_nodes;
+  // Under the two-level dispatch, the nodes it sends over (parallel.ep_nodes may emulate them).
+  const int64_t ep = ep_size(ctx);
+  const int64_t placed = cfg_.moe.two_level ? cfg_.moe.nodes : cfg_.moe.placed_nodes;
   const bool count_nodes = placed > 1 && training;
   const int64_t my_node = (ctx.par.ep ? ctx.par.ep->rank() : 0) * placed / ep;
   const double row_bytes = double(cfg_.d_model) * double(sizeof(float));
@@ -165,8 +168,24 @@ void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T, int64_t r0, in
     int64_t away = 0;  // dispatched rows (after capacity) for experts on other nodes
     for (int64_t e = 0; e < E; ++e)
       if (e < lo || e >= hi) away += s.offset[size_t(e) + 1] - s.offset[size_t(e)];
-    step_.cross_bytes += double(away) * row_bytes;
+    // The two-level dispatch measures what it sends (nodes_dispatch).
+    if (!cfg_.moe.two_level) step_.cross_bytes += double(away) * row_bytes;
     step_.cross_bytes_free += st[E + 3] * row_bytes;
+    // Once per node: each token's kept choices' distinct other nodes, read from the choices
+    // (independently of the two-level dispatch's own bookkeeping, which it checks).
+    const int32_t* choice = s.choice.view().i32();
+    const int32_t* row = s.row.view().i32();
+    seen_.assign(size_t(placed), 0);
+    int64_t once = 0;
+    for (int64_t n = r0; n < r0 + R; ++n) {
+      for (int64_t j = 0; j < K; ++j) {
+        if (row[n * K + j] < 0) continue;
+        const int64_t node = choice[n * K + j] / (E / ep) * placed / ep;
+        if (node != my_node && !seen_[size_t(node)]) seen_[size_t(node)] = 1, ++once;
+      }
+      for (int64_t j = 0; j < K; ++j) seen_[size_t(choice[n * K + j] / (E / ep) * placed / ep)] = 0;
+    }
+    step_.cross_bytes_nodes += double(once) * row_bytes;
   }
 }
 
@@ -174,6 +193,25 @@ template <class Fn>
 void Moe::for_each_chunk(const Saved& s, Fn&& fn) const {
   const int64_t El = int64_t(s.eoffset.size()) - 1, ep = int64_t(s.counts.size()) / El;
   int64_t packed = 0;
+  if (s.nodes > 0) {
+    // Two-level: relay l's rows arrive as [local expert][source node g] (the relay's
+    // node-packed order) and go where the flat dispatch puts source g L + l's rows, so the
+    // expert side is the same, row for row.
+    const int64_t D = s.nodes, L = ep / D;
+    auto count = [&](int64_t src, int64_t e) {
+      return int64_t(s.counts[size_t(((src % L) * El + e) * D + src / L)]);
+    };
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t e = 0; e < El; ++e)
+        for (int64_t g = 0; g < D; ++g) {
+          int64_t side = s.eoffset[size_t(e)];
+          for (int64_t q = 0; q < g * L + l; ++q) side += count(q, e);
+          const int64_t n = count(g * L + l, e);
+          fn(packed, side, n);
+          packed += n;
+        }
+    return;
+  }
   for (int64_t src = 0; src < ep; ++src)
     for (int64_t e = 0; e < El; ++e) {
       int64_t side = s.eoffset[size_t(e)];
@@ -211,12 +249,16 @@ void Moe::exchange_counts(StepContext& ctx, Saved& s) {
   }
 }
 
+Communicator& Moe::expert_group(const StepContext& ctx, const Saved& s) const {
+  return s.nodes > 0 ? *ctx.par.ep_intra : *ctx.par.ep;
+}
+
 void Moe::to_experts(StepContext& ctx, const Saved& s, const Tensor& packed, const Tensor& side) {
   if (ep_size(ctx) == 1) return;
   const int64_t C = cfg_.d_model;
   const Tensor stage = ctx.scratch.get(ScratchId::moe_a2a, {side.shape.dims[0], C});
-  ctx.par.ep->all_to_allv(packed.f32(), s.packed_count, s.packed_displ, stage.f32(), s.side_count,
-                          s.side_displ);
+  expert_group(ctx, s).all_to_allv(packed.f32(), s.packed_count, s.packed_displ, stage.f32(),
+                                   s.side_count, s.side_displ);
   for_each_chunk(s, [&](int64_t from, int64_t to, int64_t n) {
     if (n > 0) kernels::copy(rows(stage, from, n, C), rows(side, to, n, C), n * C);
   });
@@ -229,8 +271,8 @@ void Moe::from_experts(StepContext& ctx, const Saved& s, const Tensor& side, con
   for_each_chunk(s, [&](int64_t to, int64_t from, int64_t n) {
     if (n > 0) kernels::copy(rows(side, from, n, C), rows(stage, to, n, C), n * C);
   });
-  ctx.par.ep->all_to_allv(stage.f32(), s.side_count, s.side_displ, packed.f32(), s.packed_count,
-                          s.packed_displ);
+  expert_group(ctx, s).all_to_allv(stage.f32(), s.side_count, s.side_displ, packed.f32(),
+                                   s.packed_count, s.packed_displ);
 }
 
 // This rank's experts on the expert side's rows.
@@ -276,11 +318,18 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y) {
   Saved& s = kept(ctx);
   router_.forward(ctx, x, s.logits.view());
   route(ctx, s, B, T, q0, Q);
-  kernels::moe_gather(x, s.row.view(), s.xin.view(), q0, Q, K, C);
-  exchange_counts(ctx, s);
-  to_experts(ctx, s, s.xin.view(), s.xe);
-  run_experts(ctx, s);
-  from_experts(ctx, s, s.oe, s.out.view());
+  Tensor partial;  // two-level: the per-node sums of the rows this rank sent
+  if (s.nodes > 0) {
+    nodes_dispatch(ctx, s, x, q0, Q);
+    run_experts(ctx, s);
+    partial = nodes_combine(ctx, s);
+  } else {
+    kernels::moe_gather(x, s.row.view(), s.xin.view(), q0, Q, K, C);
+    exchange_counts(ctx, s);
+    to_experts(ctx, s, s.xin.view(), s.xe);
+    run_experts(ctx, s);
+    from_experts(ctx, s, s.oe, s.out.view());
+  }
   if (shared_) shared_->forward(ctx, x, y);
   // Without sequence parallelism every rank needs every row's routed output: each fills its
   // own rows of a zeroed N x C buffer and the buffers are summed over tp.
@@ -288,8 +337,12 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y) {
   const Tensor routed = gather ? ctx.scratch.get(ScratchId::moe_tp_rows, {N, C}) : y;
   if (gather) kernels::fill(routed, 0.0f, N * C);
   // routed holds the rows from token (gather ? 0 : r0) of the N.
-  kernels::moe_combine(s.out.view(), s.row.view(), s.weight.view(), routed, q0, Q, gather ? 0 : r0,
-                       K, C);
+  if (s.nodes > 0)  // y[n] += each node's weighted sum, nodes in order
+    kernels::moe_combine(partial, s.table.view(), Tensor{},
+                         rows(routed, q0 - (gather ? 0 : r0), Q, C), 0, Q, 0, s.nodes, C);
+  else
+    kernels::moe_combine(s.out.view(), s.row.view(), s.weight.view(), routed, q0, Q,
+                         gather ? 0 : r0, K, C);
   if (gather) {
     ctx.par.tp.all_reduce(routed);
     kernels::add_inplace(y, routed, N * C);
@@ -305,8 +358,9 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   // d(expert output) = w dy; d(w) = dy . expert output (this rank's rows; dy from token r0).
   const Tensor d_out = ctx.scratch.get(ScratchId::moe_d_out, {N * K, C});
   const Tensor dw = ctx.scratch.get(ScratchId::moe_d_weight, {N, K});
-  kernels::moe_combine_backward(dy, s.out.view(), s.row.view(), s.weight.view(), d_out, dw, q0, Q,
-                                r0, K, C);
+  if (s.nodes == 0)
+    kernels::moe_combine_backward(dy, s.out.view(), s.row.view(), s.weight.view(), d_out, dw, q0, Q,
+                                  r0, K, C);
   // The routed experts, each on its rows of the expert side: d(expert input) there, then
   // back to the packed side (moe_d_in).
   const int64_t El = int64_t(s.eoffset.size()) - 1, Rx = s.xe.shape.dims[0];
@@ -315,7 +369,10 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   const Tensor d_in = ctx.scratch.get(ScratchId::moe_d_in, {N * K, C});
   const Tensor d_oe = ep ? ctx.scratch.get(ScratchId::moe_d_side_out, {Rx, C}) : d_out;
   const Tensor d_xe = ep ? ctx.scratch.get(ScratchId::moe_d_side_in, {Rx, C}) : d_in;
-  to_experts(ctx, s, d_out, d_oe);
+  if (s.nodes > 0)
+    nodes_backward_dispatch(ctx, s, rows(dy, q0 - r0, Q, C), q0, Q, d_oe, dw);
+  else
+    to_experts(ctx, s, d_out, d_oe);
   const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {Rx, F});
   // The hidden gradients as the dense Mlp's: one fused pass writes them (in 16 bits only the
   // GEMMs' operands, at the start of the fp32 buffers) and adds the bias gradients.
@@ -345,7 +402,8 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
       ex.up.backward_gemms(ctx, xin, du, dxe);
     }
   }
-  from_experts(ctx, s, d_xe, d_in);
+  const Tensor partial = s.nodes > 0 ? nodes_backward_combine(ctx, s, d_xe) : Tensor{};
+  if (s.nodes == 0) from_experts(ctx, s, d_xe, d_in);
   // dx = shared experts' (reduced over tp) + router's + the routed experts' (each token's in
   // rank order), the last two on this rank's rows.
   const Tensor dl = ctx.scratch.get(ScratchId::moe_d_logits, {Q, E});
@@ -372,7 +430,11 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   router_.backward(ctx, x_rows.rows(gather ? q0 : 0, Q), dl, own.rows(o0, Q),
                    /*accumulate_dx=*/!gather && shared_ != nullptr);
   // own holds the rows from token (gather ? 0 : r0) of the N.
-  kernels::moe_combine(d_in, s.row.view(), Tensor{}, own, q0, Q, gather ? 0 : r0, K, C);
+  if (s.nodes > 0)
+    kernels::moe_combine(partial, s.table.view(), Tensor{}, rows(own, q0 - (gather ? 0 : r0), Q, C),
+                         0, Q, 0, s.nodes, C);
+  else
+    kernels::moe_combine(d_in, s.row.view(), Tensor{}, own, q0, Q, gather ? 0 : r0, K, C);
   if (gather) {
     ctx.par.tp.all_reduce(own);
     if (shared_)
@@ -384,21 +446,28 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
 
 const Moe::Stats& Moe::end_step(Communicator& dp, bool applied) {
   const size_t E = step_.load.size();
-  std::vector<double>& v = sums_;  // sized once: E + 7
+  std::vector<double>& v = sums_;  // sized once: E + 8
   std::copy(step_.load.begin(), step_.load.end(), v.begin());
-  const double tail[7] = {step_.dropped,         step_.aux,    step_.z,
-                          step_.sequences,       step_.tokens, step_.cross_bytes,
-                          step_.cross_bytes_free};
-  std::copy(tail, tail + 7, v.begin() + std::ptrdiff_t(E));
+  const double tail[8] = {step_.dropped,
+                          step_.aux,
+                          step_.z,
+                          step_.sequences,
+                          step_.tokens,
+                          step_.cross_bytes,
+                          step_.cross_bytes_free,
+                          step_.cross_bytes_nodes};
+  std::copy(tail, tail + 8, v.begin() + std::ptrdiff_t(E));
   if (dp.size() > 1) dp.all_reduce(v.data(), int64_t(v.size()));
   last_.load.assign(v.begin(), v.begin() + std::ptrdiff_t(E));
   last_.dropped = v[E], last_.aux = v[E + 1], last_.z = v[E + 2];
   last_.sequences = v[E + 3], last_.tokens = v[E + 4];
   last_.cross_bytes = v[E + 5], last_.cross_bytes_free = v[E + 6];
+  last_.cross_bytes_nodes = v[E + 7];
   last_.run_cross_bytes += last_.cross_bytes, last_.run_cross_bytes_free += last_.cross_bytes_free;
+  last_.run_cross_bytes_nodes += last_.cross_bytes_nodes;
   std::fill(step_.load.begin(), step_.load.end(), 0.0);
   step_.dropped = step_.aux = step_.z = step_.sequences = step_.tokens = 0;
-  step_.cross_bytes = step_.cross_bytes_free = 0;
+  step_.cross_bytes = step_.cross_bytes_free = step_.cross_bytes_nodes = 0;
   // Auxiliary-loss-free balancing: an expert above the mean load is selected less often.
   // Every rank computes the same update from the summed loads; under ZeRO-3, which holds the
   // bias only while its block runs, the trainer adds it to the shard (held_bias_update).

@@ -53,7 +53,13 @@ class Moe {
     // this tp rank: measured (after capacity), and what unrestricted top-k would have sent
     // (before capacity); both 0 when the ep group sits on one node.
     double cross_bytes = 0, cross_bytes_free = 0;
+    // What a dispatch sending each token once per destination node sends across nodes (the
+    // two-level dispatch's formula, for either dispatch): per token, its kept choices' distinct
+    // other nodes x d_model x 4 bytes. With parallel.ep_dispatch = two_level, cross_bytes is
+    // measured instead on ep_cross's byte counter (the forward dispatch's rows) and equals it.
+    double cross_bytes_nodes = 0;
     double run_cross_bytes = 0, run_cross_bytes_free = 0;  // the same summed over the run
+    double run_cross_bytes_nodes = 0;
   };
 
   Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg);
@@ -101,7 +107,19 @@ class Moe {
     std::vector<int64_t> eoffset;  // [E/ep + 1]: each local expert's first row
     // The all-to-allv's elements per peer and their offsets: packed side (rows for peer d's
     // experts) and expert side (rows from peer d).
+    // (With the two-level dispatch these are over ep_intra, the relay's node-packed rows being
+    // the packed side, and counts is [relay l][local expert][source node]: for_each_chunk.)
     std::vector<int64_t> packed_count, packed_displ, side_count, side_displ;
+    // The two-level dispatch (moe_two_level.cpp, doc/moe.md "Two-level dispatch"). As a
+    // source: table[n - first, g] is token n's row among the rows sent to node g over ep_cross
+    // (nodes in order), or -1. As the relay of its node: each received row's choices on this
+    // node (rrow: the node-packed row, -1 elsewhere; rweight: the combine weight) and the
+    // node's expert outputs in node-packed order ([node expert][received row]).
+    Buffer table, rrow, rweight, np_out;
+    std::vector<int64_t> send, recv;  // rows sent to / received from each node over ep_cross
+    std::vector<int64_t> noff;        // [E/nodes + 1]: each node expert's first node-packed row
+    int64_t nodes = 0;                // 0: flat dispatch
+    int64_t received = 0;             // rows received as relay
   };
 
   Saved& kept(const StepContext& ctx);
@@ -119,6 +137,25 @@ class Moe {
   // The (source, local expert) chunks: their offsets on the packed and expert sides.
   template <class Fn>
   void for_each_chunk(const Saved& s, Fn&& fn) const;
+  Communicator& expert_group(const StepContext& ctx, const Saved& s) const;
+
+  // The two-level dispatch (moe_two_level.cpp). Forward: each token of rows [q0, q0 + Q) of x
+  // once to every node holding one of its kept experts (ep_cross), fanned out there to the
+  // experts' ranks (ep_intra) onto the expert side. Then back: the node's weighted sum per
+  // token (ep_intra, then ep_cross) into `partial` (the source's rows sent, for the combine
+  // over `table`). Backward: dy's rows the same way to the experts' output gradients d_oe,
+  // the combine weights' gradient into dw[N, K]; then the experts' input gradients d_xe back,
+  // summed per node, into `partial`.
+  void nodes_dispatch(StepContext& ctx, Saved& s, const Tensor& x, int64_t q0, int64_t Q);
+  Tensor nodes_combine(StepContext& ctx, Saved& s);
+  void nodes_backward_dispatch(StepContext& ctx, Saved& s, const Tensor& dy_rows, int64_t q0,
+                               int64_t Q, const Tensor& d_oe, const Tensor& dw);
+  Tensor nodes_backward_combine(StepContext& ctx, Saved& s, const Tensor& d_xe);
+  // Rows of width W between the sources and the relays over ep_cross (back: relay -> source);
+  // the own node's block is copied, not sent. Returns the bytes the call counted.
+  int64_t cross_rows(StepContext& ctx, const Saved& s, bool back, const float* from, float* to,
+                     int64_t W);
+  void kept_nodes(const StepContext& ctx, Saved& s);
 
   const ModelConfig& cfg_;
   std::string name_;
@@ -134,9 +171,17 @@ class Moe {
   Slots<Saved> slots_;
   Stats step_, last_;
   // Host work space, sized once: each expert's packed rows ([E], for the count exchange) and
-  // the step's statistics for the sum over dp ([E + 7]).
+  // the step's statistics for the sum over dp ([E + 8]).
   std::vector<float> mine_;
   std::vector<double> sums_;
+  // The two-level dispatch's work space, shared by the slots (forward or backward only):
+  // rows sent by this source and received by this relay, node-packed rows, the routing slots
+  // (expert on the node, weight) that travel with the rows, the combine weights' gradients.
+  Buffer src_rows_, relay_rows_, np_rows_, relay_dw_, src_dw_;
+  std::vector<float> src_meta_, relay_meta_, node_counts_, cross_f_;
+  std::vector<int64_t> next_;
+  std::vector<int64_t> cross_count_[2], cross_displ_[2];
+  std::vector<char> seen_;  // per node: a token's nodes already counted (route)
 };
 
 }  // namespace tessera

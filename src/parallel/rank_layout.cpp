@@ -138,6 +138,7 @@ RankLayout RankLayout::make(const ModelConfig& whole, const ParallelSection& p,
   // ZeRO-sharded) over edp.
   c.check_experts(d.ep, d.tp, d.cp);
   c.limit_nodes(p.ep_nodes, ep_placed_nodes, p.ep_max_nodes);
+  if (p.ep_dispatch == EpDispatch::two_level) c.dispatch_two_level(d.ep, ep_placed_nodes);
   if (c.moe.enabled()) c.experts_held = {d.ep, r.coord.ep};
 
   // The pipeline: its schedule and cut. The micro-batches of a step are those one

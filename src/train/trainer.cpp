@@ -85,6 +85,10 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid, const RankLayout& layo
                   "train.eval_every = 0");
   par_.cp_timing = &cp_timing_;
   par_.ep = &grid.group(Group::ep);
+  if (cfg_.moe.two_level) {  // doc/moe.md, "Two-level dispatch"
+    grid.split_ep_by_node(int(cfg_.moe.nodes));
+    par_.ep_intra = grid.ep_intra(), par_.ep_cross = grid.ep_cross();
+  }
   warn_tp_across_nodes();
   const int stages = layout_.stages();
   if (stages > 1) {

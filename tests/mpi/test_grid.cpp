@@ -164,6 +164,37 @@ TEST_P(Grid, EveryRankAgreesOnEveryGroup) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, Grid, ::testing::ValuesIn(kCases), case_name);
 
+// The two-level dispatch's groups (ProcessGrid::split_ep_by_node): with the whole world one ep
+// group of 2 blocks (nodes), ep_intra holds this rank's block in ep order and ep_cross the
+// ranks with this rank's index in every block, one per block, in block order; both appear in
+// the traffic table.
+TEST(GridEpNodes, IntraAndCrossGroupsSplitTheEpGroupByNode) {
+  const int n = world_size();
+  if (n % 2 != 0) GTEST_SKIP() << "needs an even world";
+  ProcessGrid grid(MPI_COMM_WORLD, {1, 1, n, n, 1}, "tp-cp-ep-dp-pp");
+  EXPECT_EQ(grid.ep_intra(), nullptr);
+  grid.split_ep_by_node(2);
+  Communicator& ep = grid.group(Group::ep);
+  Communicator& intra = *grid.ep_intra();
+  Communicator& cross = *grid.ep_cross();
+  const int per_node = n / 2;
+  EXPECT_EQ(intra.size(), per_node);
+  EXPECT_EQ(intra.rank(), ep.rank() % per_node);
+  EXPECT_EQ(cross.size(), 2);
+  EXPECT_EQ(cross.rank(), ep.rank() / per_node);
+  std::vector<float> mine{float(ep.rank())}, cross_all(2);
+  std::vector<float> intra_all = std::vector<float>(static_cast<size_t>(per_node));
+  intra.all_gather(mine.data(), intra_all.data(), 1);
+  cross.all_gather(mine.data(), cross_all.data(), 1);
+  for (int i = 0; i < per_node; ++i)
+    EXPECT_EQ(intra_all[size_t(i)], float(ep.rank() / per_node * per_node + i));
+  for (int g = 0; g < 2; ++g)
+    EXPECT_EQ(cross_all[size_t(g)], float(g * per_node + ep.rank() % per_node));
+  const std::string table = grid.traffic_table();
+  EXPECT_NE(table.find("ep_cross"), std::string::npos);
+  if (per_node > 1) EXPECT_NE(table.find("ep_intra"), std::string::npos);
+}
+
 // Degrees that cannot fit: the same collective Error on every rank, naming the numbers, and
 // the world still works afterwards (nobody is left waiting in a split).
 TEST(GridErrors, BadDegreesRaiseTheSameErrorOnEveryRank) {

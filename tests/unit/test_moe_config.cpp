@@ -119,6 +119,24 @@ TEST(MoeConfig, ErrorsNameTheFault) {
               model({}).check_experts(2, 1, 1);
             }).find("parallel.ep = 2 but the model has no experts"),
             std::string::npos);
+  // The two-level dispatch (parallel.ep_dispatch = two_level): 8 experts, ep 4.
+  ModelConfig t = model({"--model.experts=8"});
+  t.limit_nodes(0, 2, 0);  // the ep group spans 2 nodes
+  EXPECT_EQ(error_of([&] { t.dispatch_two_level(4, 2); }), "");
+  EXPECT_TRUE(t.moe.two_level);
+  EXPECT_NE(error_of([&] { t.dispatch_two_level(1, 2); }).find("needs expert parallelism"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { t.dispatch_two_level(4, 0); }).find("equal blocks"), std::string::npos);
+  t.limit_nodes(0, 1, 0);  // one node
+  EXPECT_NE(error_of([&] { t.dispatch_two_level(4, 1); }).find("spans one node"),
+            std::string::npos);
+  t.limit_nodes(2, 1, 0);  // two nodes emulated by parallel.ep_nodes
+  EXPECT_EQ(error_of([&] { t.dispatch_two_level(4, 1); }), "");
+  EXPECT_EQ(t.moe.nodes, 2);
+  ModelConfig u = model({"--model.experts=12"});
+  u.limit_nodes(4, 1, 0);
+  EXPECT_NE(error_of([&] { u.dispatch_two_level(6, 1); }).find("parallel.ep = 6 does not divide"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -73,6 +73,8 @@ TEST(RunConfig, EveryChoiceOfTheSchemaParses) {
        [](const RunConfig& c) { return to_string(c.parallel.pp_schedule); }},
       {"parallel.progress", [](const RunConfig& c) { return to_string(c.parallel.progress); }},
       {"parallel.cp_kind", [](const RunConfig& c) { return to_string(c.parallel.cp_kind); }},
+      {"parallel.ep_dispatch",
+       [](const RunConfig& c) { return to_string(c.parallel.ep_dispatch); }},
       {"hardware.device", [](const RunConfig& c) { return to_string(c.hardware.device); }},
       {"train.precision", [](const RunConfig& c) { return to_string(c.train.precision); }},
       {"parallel.grad_reduce_dtype",

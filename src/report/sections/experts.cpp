@@ -21,7 +21,7 @@ class ExpertsReport final : public ReportSection {
   struct Row {
     std::string name;
     double imbalance, dropped, routed, aux, z, bias_min, bias_max, cross, cross_free, run_cross,
-        run_cross_free;
+        run_cross_free, cross_nodes, run_cross_nodes;
   };
   ProcessGrid& grid_;
   Trainer& trainer_;
@@ -33,7 +33,7 @@ void ExpertsReport::step(const StepResult&, const double*) {
   if (!c.moe.enabled()) return;
   // One row of K numbers per layer: whether this stage holds its MoE block, then its figures.
   // Each block sits on one stage, so the sum over the pp group is that stage's row.
-  constexpr int K = 12;
+  constexpr int K = 14;
   std::vector<double> rows(size_t(c.layers * K), 0.0);
   for (int64_t layer = 0; layer < c.layers; ++layer) {
     const Moe* m = trainer_.model().moe_at(layer);
@@ -51,7 +51,9 @@ void ExpertsReport::step(const StepResult&, const double*) {
                          s.cross_bytes,
                          s.cross_bytes_free,
                          s.run_cross_bytes,
-                         s.run_cross_bytes_free};
+                         s.run_cross_bytes_free,
+                         s.cross_bytes_nodes,
+                         s.run_cross_bytes_nodes};
     std::copy(v, v + K, r);
   }
   grid_.group(Group::pp).all_reduce(rows.data(), int64_t(rows.size()));
@@ -60,7 +62,7 @@ void ExpertsReport::step(const StepResult&, const double*) {
     const double* r = rows.data() + layer * K;
     if (r[0] == 0) continue;
     rows_.push_back({"layers." + std::to_string(layer) + ".moe", r[1], r[2], r[3], r[4], r[5], r[6],
-                     r[7], r[8], r[9], r[10], r[11]});
+                     r[7], r[8], r[9], r[10], r[11], r[12], r[13]});
   }
 }
 
@@ -72,9 +74,9 @@ std::string ExpertsReport::metrics(const StepResult&) const {
         "%s{\"layer\": \"%s\", \"max_over_mean\": %.6g, \"dropped\": %.0f, "
         "\"routed\": %.0f, \"aux\": %.6g, \"z\": %.6g, \"bias_min\": %.6g, "
         "\"bias_max\": %.6g, \"cross_node_bytes\": %.0f, "
-        "\"cross_node_bytes_unrestricted\": %.0f}",
+        "\"cross_node_bytes_unrestricted\": %.0f, \"cross_node_bytes_once_per_node\": %.0f}",
         out.empty() ? "" : ", ", m.name.c_str(), m.imbalance, m.dropped, m.routed, m.aux, m.z,
-        m.bias_min, m.bias_max, m.cross, m.cross_free);
+        m.bias_min, m.bias_max, m.cross, m.cross_free, m.cross_nodes);
   return out.empty() ? out : ", \"moe\": [" + out + "]";
 }
 
@@ -93,14 +95,16 @@ std::string ExpertsReport::summary(SummaryPart part) const {
         "  %-16s tokens per expert max/mean %.3f, dropped %.0f of %.0f, balancing "
         "loss %.4g, z %.4g, selection bias [%.4g, %.4g]   (last step)\n",
         m.name.c_str(), m.imbalance, m.dropped, m.routed, m.aux, m.z, m.bias_min, m.bias_max);
-  if (c.moe.placed_nodes <= 1) return out;
-  double sent = 0, unrestricted = 0;
-  for (const Row& m : rows_) sent += m.run_cross, unrestricted += m.run_cross_free;
+  if (c.moe.placed_nodes <= 1 && !c.moe.two_level) return out;
+  double sent = 0, unrestricted = 0, once = 0;
+  for (const Row& m : rows_)
+    sent += m.run_cross, unrestricted += m.run_cross_free, once += m.run_cross_nodes;
   return out + formatted(
-                   "  cross-node dispatch %.4g MB, unrestricted routing would send %.4g MB (%.3f "
-                   "of it; ep_max_nodes %lld of %lld nodes; the whole run, this tp rank's "
-                   "tokens)\n",
-                   sent / 1e6, unrestricted / 1e6, unrestricted > 0 ? sent / unrestricted : 0.0,
+                   "  cross-node dispatch %.4g MB (%s), unrestricted routing would send %.4g MB "
+                   "(%.3f of it), once per node %.4g MB; ep_max_nodes %lld of %lld nodes; the "
+                   "whole run, this tp rank's tokens\n",
+                   sent / 1e6, c.moe.two_level ? "two_level" : "flat", unrestricted / 1e6,
+                   unrestricted > 0 ? sent / unrestricted : 0.0, once / 1e6,
                    (long long)c.moe.max_nodes, (long long)c.moe.nodes);
 }
 
