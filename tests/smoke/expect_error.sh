@@ -11,5 +11,6 @@ count=$(printf '%s\n' "$out" | grep -cE -e "$regex")
 printf '%s\n' "$out" | head -n 40
 if [ "$status" -eq 124 ]; then echo "smoke: FAIL: hung (killed after ${limit}s)"; exit 1; fi
 if [ "$status" -eq 0 ]; then echo "smoke: FAIL: exit status 0"; exit 1; fi
+case $count in ''|*[!0-9]*) echo "smoke: FAIL: could not count the message (pattern '$regex')"; exit 1 ;; esac
 if [ "$count" -ne 1 ]; then echo "smoke: FAIL: message printed $count times, expected once"; exit 1; fi
 echo "smoke: pass (exit status $status): $(printf '%s\n' "$out" | grep -E -e "$regex")"
