@@ -126,7 +126,10 @@ case $case in
     ;;
   stale)
     OUT=out
-    start holder.log --output.dir=out --checkpoint.dir=ck --checkpoint.resume=latest --train.steps=100000
+    # No checkpoint from the holder (checkpoint.every = 0): however far it gets before it is
+    # stopped, the next run resumes from the base's step 6 and writes step 12.
+    start holder.log --output.dir=out --checkpoint.dir=ck --checkpoint.resume=latest \
+      --train.steps=100000 --checkpoint.every=0
     pid=$holder
     kill -KILL "$holder"
     wait "$holder" 2>/dev/null
