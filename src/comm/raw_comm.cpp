@@ -10,6 +10,16 @@ int rank(MPI_Comm comm) {
   return r;
 }
 
+int size(MPI_Comm comm) {
+  int n = 1;
+  MPI_Comm_size(comm, &n);
+  return n;
+}
+
+void all_reduce_min(MPI_Comm comm, int64_t* value) {
+  MPI_Allreduce(MPI_IN_PLACE, value, 1, MPI_INT64_T, MPI_MIN, comm);
+}
+
 void broadcast(MPI_Comm comm, void* data, int64_t bytes, int root) {
   constexpr int64_t kPiece = int64_t(1) << 30;
   char* p = static_cast<char*>(data);

@@ -10,6 +10,9 @@
 namespace tessera::mpi {
 
 int rank(MPI_Comm comm);
+int size(MPI_Comm comm);
+// value becomes the minimum over the ranks.
+void all_reduce_min(MPI_Comm comm, int64_t* value);
 // bytes from root's data to every rank's (in pieces, so that any size fits MPI's int counts).
 void broadcast(MPI_Comm comm, void* data, int64_t bytes, int root);
 

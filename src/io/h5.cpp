@@ -172,6 +172,8 @@ int64_t H5File::attr_int(const std::string& name) const {
   return read_int_attr(id_, name, "'" + path_ + "'");
 }
 
+bool H5File::has_attr(const std::string& name) const { return H5Aexists(id_, name.c_str()) > 0; }
+
 std::string H5File::attr_string(const std::string& name) const {
   return read_string_attr(id_, name, "'" + path_ + "'");
 }

@@ -49,6 +49,7 @@ class H5File {
   void read(const std::string& name, uint64_t* data) const;
   // Root attributes: an integer, and a string (fixed or variable length).
   int64_t attr_int(const std::string& name) const;
+  bool has_attr(const std::string& name) const;
   std::string attr_string(const std::string& name) const;
 
  private:

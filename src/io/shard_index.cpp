@@ -102,6 +102,7 @@ ShardLayout read_shard_index(const std::string& path, const DatasetExpectation& 
                   " but model.vocab = ", expect.vocab, "; set model.vocab = ", L.vocab);
   L.eos = f.attr_int("eos_id");
   L.vocab_hash = f.attr_string("vocab_hash");
+  L.loss_mask = f.has_attr("loss_mask") && f.attr_int("loss_mask") != 0;
   const int64_t n_shards = f.attr_int("n_shards"), n_docs = f.attr_int("n_docs"),
                 n_tokens = f.attr_int("n_tokens");
   std::vector<std::string> names;
@@ -180,6 +181,7 @@ ShardLayout scan_file_list(const std::vector<std::string>& files, const std::str
     L.tokens.push_back(info.n_tokens);
     L.docs.push_back(int64_t(info.offsets.size()) - 1);
     L.bytes.push_back(file_stamp(p).first);
+    L.loss_mask = L.loss_mask || info.loss_mask;
   }
   return L;
 }
@@ -231,6 +233,7 @@ void write_shard_index(const std::string& path, const ShardLayout& layout,
     f.attr("n_shards", n);
     f.attr("shards", names);
     f.attr("manifest", manifest);
+    if (layout.loss_mask) f.attr("loss_mask", int64_t(1));  // absent: no shard has one
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);

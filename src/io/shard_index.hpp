@@ -35,6 +35,7 @@ struct ShardLayout {
   std::vector<std::string> files;            // as the loader opens them
   std::vector<int64_t> tokens, docs, bytes;  // per shard
   std::vector<uint64_t> doc_offsets;         // of the concatenation: n_docs + 1 entries
+  bool loss_mask = false;  // some file holds a loss mask (an index says so in its attribute)
 };
 
 // data.path names several files (a comma or a pattern character in it).

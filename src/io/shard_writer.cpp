@@ -24,6 +24,7 @@ ShardedDatasetWriter::ShardedDatasetWriter(const std::string& index_path,
   layout_.eos = tokenizer.eos_id();
   layout_.vocab_hash = tokenizer.vocab_hash();
   layout_.doc_offsets = {0};
+  layout_.loss_mask = loss_mask;
 }
 
 ShardedDatasetWriter::~ShardedDatasetWriter() {

@@ -70,6 +70,7 @@ std::optional<ShardLayout> shard_layout(const std::string& path, MPI_Comm comm,
   broadcast(comm, layout.docs);
   broadcast(comm, layout.bytes);
   broadcast(comm, layout.doc_offsets);
+  mpi::broadcast(comm, &layout.loss_mask, sizeof layout.loss_mask, 0);
   return layout;
 }
 
@@ -81,9 +82,11 @@ TokenDataset::TokenDataset(const std::string& path, MPI_Comm comm, const Dataset
   // HDF5 errors reach the user as one line of ours, never as HDF5's error stack.
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   std::vector<uint64_t> off;
+  bool loss_mask = false;
   if (std::optional<ShardLayout> layout = shard_layout(path, comm, expect)) {
     off = std::move(layout->doc_offsets);
-    layout->doc_offsets = off;  // the shards' offsets are checked against them at first open
+    layout->doc_offsets = off;
+    loss_mask = layout->loss_mask;  // the shards' offsets are checked against them at first open
     files_ = std::make_unique<ShardSet>(std::move(*layout), path, expect, max_open);
   } else {
     // Every rank opens and checks the same file, so every fault below is seen by all ranks.
@@ -98,6 +101,7 @@ TokenDataset::TokenDataset(const std::string& path, MPI_Comm comm, const Dataset
     try {
       DatasetFileInfo info = check_dataset_file(file, path, expect);
       off = std::move(info.offsets);
+      loss_mask = info.loss_mask;
       files_ = std::make_unique<ShardSet>(path, file, info.n_tokens, stamp, expect.vocab,
                                           info.loss_mask);
     } catch (...) {
@@ -122,6 +126,35 @@ TokenDataset::TokenDataset(const std::string& path, MPI_Comm comm, const Dataset
                   stream_tokens_[train], " training tokens, ", samples(train),
                   " samples of model.seq_len + 1 = ", seq_len_ + 1, " tokens: fewer than one "
                   "global batch (", expect.global_batch, " sequences)");
+  if (loss_mask) require_targets(comm);
+}
+
+void TokenDataset::require_targets(MPI_Comm comm) const {
+  // Rank r scans windows [n r / R, n (r + 1) / R) of the training split, reading their targets'
+  // mask (stream tokens k S + 1 .. k S + S of window k) in blocks of whole windows; the
+  // lowest window without a target anywhere is reported by every rank.
+  const int64_t n = samples(train), S = seq_len_;
+  const int ranks = mpi::size(comm), rank = mpi::rank(comm);
+  const int64_t first = n * rank / ranks, last = n * (rank + 1) / ranks;
+  const int64_t per_block = std::max<int64_t>(1, (int64_t(1) << 20) / S);
+  std::vector<uint32_t> ids;
+  std::vector<uint8_t> mask;
+  int64_t found = n;  // none
+  for (int64_t k0 = first; k0 < last && found == n; k0 += per_block) {
+    const int64_t k1 = std::min(last, k0 + per_block), count = (k1 - k0) * S;
+    ids.resize(size_t(count)), mask.resize(size_t(count));
+    read_stream(segments_[train], k0 * S + 1, count, ids.data(), mask.data());
+    for (int64_t k = k0; k < k1 && found == n; ++k) {
+      const uint8_t* m = mask.data() + (k - k0) * S;
+      if (std::none_of(m, m + S, [](uint8_t v) { return v != 0; })) found = k;
+    }
+  }
+  mpi::all_reduce_min(comm, &found);
+  TESSERA_REQUIRE(
+      found == n, "data file '", path_, "': training sample ", found, " (tokens ", found * S,
+      " to ", (found + 1) * S, " of the training split) has no unmasked target: its ", S,
+      " targets (model.seq_len) are all masked (a prompt longer than the sample); shorten the "
+      "prompts, or raise model.seq_len");
 }
 
 int64_t TokenDataset::samples(Split s) const {
@@ -132,13 +165,18 @@ int64_t TokenDataset::documents(Split s) const { return docs_[s]; }
 
 void TokenDataset::read_window(const std::vector<Segment>& segments, int64_t stream_offset,
                                int32_t* out, uint8_t* mask) const {
+  std::vector<uint32_t> buf(static_cast<size_t>(seq_len_ + 1));
+  read_stream(segments, stream_offset, seq_len_ + 1, buf.data(), mask);
+  for (size_t i = 0; i < buf.size(); ++i) out[i] = int32_t(buf[i]);
+}
+
+void TokenDataset::read_stream(const std::vector<Segment>& segments, int64_t stream_offset,
+                               int64_t count, uint32_t* dst, uint8_t* mask) const {
   // First segment containing stream_offset, then copy across segment boundaries.
   auto it = std::upper_bound(segments.begin(), segments.end(), stream_offset,
                              [](int64_t x, const Segment& s) { return x < s.stream_begin; });
   --it;
-  int64_t need = seq_len_ + 1, pos = stream_offset;
-  std::vector<uint32_t> buf(static_cast<size_t>(need));
-  uint32_t* dst = buf.data();
+  int64_t need = count, pos = stream_offset;
   while (need > 0) {
     const int64_t within = pos - it->stream_begin;
     const int64_t count = std::min(need, it->length - within);
@@ -147,7 +185,6 @@ void TokenDataset::read_window(const std::vector<Segment>& segments, int64_t str
     if (mask) mask += count;
     ++it;
   }
-  for (size_t i = 0; i < buf.size(); ++i) out[i] = int32_t(buf[i]);
 }
 
 void TokenDataset::check_unchanged() const {

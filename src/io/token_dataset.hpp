@@ -60,6 +60,12 @@ class TokenDataset {
   };
   void read_window(const std::vector<Segment>& segments, int64_t stream_offset, int32_t* out,
                    uint8_t* mask) const;
+  void read_stream(const std::vector<Segment>& segments, int64_t stream_offset, int64_t count,
+                   uint32_t* dst, uint8_t* mask) const;
+  // A dataset with a loss mask: every training sample has an unmasked target, or a collective
+  // Error names the first that has none (reads the training split's mask once, split over
+  // the ranks of comm).
+  void require_targets(MPI_Comm comm) const;
 
   std::string path_;
   int64_t seq_len_;

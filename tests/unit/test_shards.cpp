@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -227,6 +228,69 @@ TEST(Shards, ListOfFilesWithAnotherVocabularyIsRefused) {
               TokenDataset((p.dir / "nothing-*.h5").string(), MPI_COMM_SELF, expect(8), 0);
             }).find("matches no file"),
             std::string::npos);
+}
+
+// A dataset with a loss mask is scanned at start: the first training sample whose targets are
+// all masked is one error, found exactly (a prompt as long as a sample is refused only when it
+// covers a sample's targets), for one file and for shards alike.
+TEST(Shards, SampleWithoutTargetIsRefusedAtStartExactly) {
+  test::require_mpi();
+  constexpr int64_t S = 8;  // model.seq_len
+  const fs::path dir =
+      fs::temp_directory_path() / ("tessera-shards-targets-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto tok = make_tokenizer("byte", "");
+  // Documents of (masked prompt, response) lengths; the stream is their tokens and EOS each.
+  // Returns the error of opening it as one file and as shards ("" when accepted), after
+  // checking that both say the same, and the first sample without a target by brute force.
+  const auto open = [&](const std::vector<std::pair<int64_t, int64_t>>& docs, int64_t* want) {
+    const std::string one = (dir / "one.h5").string(), index = (dir / "index.h5").string();
+    {
+      DatasetWriter single(one, *tok, false, DatasetWriter::kChunkTokens, true);
+      ShardedDatasetWriter sharded(index, *tok, false, 20, true);
+      std::vector<uint8_t> mask;
+      for (const auto& [prompt, response] : docs) {
+        const std::vector<uint32_t> ids(size_t(prompt + response), 65);
+        single.add_document(ids, prompt), sharded.add_document(ids, prompt);
+        mask.insert(mask.end(), size_t(prompt), 0);
+        mask.insert(mask.end(), size_t(response) + 1, 1);
+      }
+      single.finish(), sharded.finish();
+      *want = -1;
+      for (int64_t k = 0; *want < 0 && (k + 1) * S < int64_t(mask.size()); ++k)
+        if (std::none_of(mask.begin() + k * S + 1, mask.begin() + k * S + S + 1,
+                         [](uint8_t m) { return m != 0; }))
+          *want = k;
+    }
+    const std::string e1 = error_of([&] { TokenDataset(one, MPI_COMM_SELF, expect(S), 0); });
+    const std::string e2 = error_of([&] { TokenDataset(index, MPI_COMM_SELF, expect(S), 0); });
+    EXPECT_EQ(e1.substr(e1.find(':') + 1), e2.substr(e2.find(':') + 1));
+    fs::remove_all(dir), fs::create_directories(dir);
+    return e1;
+  };
+  int64_t want = 0;
+  // Short prompts: accepted.
+  EXPECT_EQ(open({{2, 3}, {7, 1}, {0, 4}, {5, 9}, {3, 3}, {6, 6}}, &want), "");
+  EXPECT_EQ(want, -1);
+  // A prompt of 9 >= S tokens at stream tokens 3 .. 11: sample 1's targets (9 .. 16) include
+  // unmasked tokens 12 .., sample 0's (1 .. 8) the first document's: accepted.
+  EXPECT_EQ(open({{0, 2}, {9, 20}, {1, 30}}, &want), "");
+  EXPECT_EQ(want, -1);
+  // Sample k's targets are stream tokens k S + 1 .. k S + S, not k S .. k S + S - 1: a prompt
+  // at 16 .. 23 leaves sample 2 its target 24; one at 17 .. 24 leaves it none.
+  EXPECT_EQ(open({{0, 15}, {8, 5}}, &want), "");
+  EXPECT_EQ(want, -1);
+  EXPECT_NE(open({{0, 16}, {8, 5}}, &want).find("training sample 2 "), std::string::npos);
+  EXPECT_EQ(want, 2);
+  // A prompt of 20 at stream tokens 30 .. 49 covers sample 4's targets (33 .. 40).
+  std::string e = open({{0, 29}, {20, 30}, {1, 30}}, &want);
+  EXPECT_EQ(want, 4);
+  EXPECT_NE(e.find("training sample 4 (tokens 32 to 40 of the training split) has no unmasked "
+                   "target"),
+            std::string::npos)
+      << e;
+  fs::remove_all(dir);
 }
 
 }  // namespace
