@@ -279,6 +279,17 @@ void Moe::from_experts(StepContext& ctx, const Saved& s, const Tensor& side, con
 void Moe::run_experts(StepContext& ctx, Saved& s) {
   const int64_t C = cfg_.d_model, F = cfg_.moe.ffn, El = int64_t(s.eoffset.size()) - 1;
   const int64_t first_expert = (ctx.par.ep ? ctx.par.ep->rank() : 0) * El;
+  // In 16 bits each expert's GEMM operands are cast into scratch (x: its rows of the expert
+  // side, then its activation; dy in backward: its output gradients), as many rows as the
+  // routing gave it. The buffers are taken for the worst case, every row of the expert side
+  // to one expert, so that the workspace does not depend on the routing (and the planner
+  // predicts it to the byte, as it does the experts' other scratch).
+  if (const DType t = experts_.empty() ? DType::f32 : experts_.front().up.compute_dtype();
+      t != DType::f32) {
+    const int64_t Rx = s.xe.shape.dims[0];
+    ctx.scratch.get(ScratchId::gemm_x, {Rx, std::max(C, F)}, t);
+    ctx.scratch.get(ScratchId::gemm_dy, {Rx, C}, t);
+  }
   for (int64_t e = 0; e < El; ++e) {
     const int64_t first = s.eoffset[size_t(e)], n = s.eoffset[size_t(e) + 1] - first;
     if (n == 0) continue;

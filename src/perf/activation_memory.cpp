@@ -1,6 +1,7 @@
 #include "perf/activation_memory.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace tessera {
 
@@ -55,7 +56,8 @@ double inflight_layer_equivalents(const Layout& l, int64_t layers, int64_t m) {
   return L / p * in_flight * (1 + (p - 1) / (p * l.vpp));
 }
 
-double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool half) {
+double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool half,
+                               const std::vector<int64_t>& blocks, bool head) {
   const double t = double(c.tp.size), B = double(micro_batch), N = B * double(c.seq_local());
   const double C = double(c.d_model), D = double(c.head_dim);
   const bool sp = c.tp.sequence_parallel && c.tp.size > 1, split = c.tp.size > 1;
@@ -82,7 +84,9 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
       for (int i = 0; i < 3; ++i)
         if (want[i] > size[i]) replaced = std::max(replaced, size[i]), size[i] = want[i];
     };
-    for (int64_t b = c.layers - 1; b >= 0; --b) {
+    std::vector<int64_t> order = blocks;
+    for (int64_t b = c.layers - 1; blocks.empty() && b >= 0; --b) order.push_back(b);
+    for (const int64_t b : order) {
       if (!c.moe.is_moe(b)) {
         need(N * F, mats == 3 ? N * F : 0);
         continue;
@@ -91,18 +95,23 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
       if (c.moe.shared > 0) need(N * Fs, mats == 3 ? N * Fs : 0);
     }
     f += size[0] + size[1] + size[2] + replaced;
-    f += 2 * N * K * C + N * K + R * E;  // d_out, d_in; d_weight; d_logits
+    // d_out, d_in; d_weight; d_logits of the N / t rows a tp rank dispatches (Moe::routed_rows).
+    f += 2 * N * K * C + N * K + std::ceil(N / t) * E;
+    // Without sequence parallelism a tp rank's routed rows go into a zeroed N x C buffer summed
+    // over tp (moe_tp_rows).
+    if (split && !sp) f += N * C;
     // The routing's work space (forward): f64 [2, N]; i32 [2 B E + E + 1 + N K]; f64 [B E + E + 4].
     f += 4 * N + (2 * B * E + E + 1 + N * K) + 2 * (B * E + E + 4);
     if (ep > 1) f += 3 * Rx * C;         // the all-to-all's stage, d_oe, d_xe
   }
-  f += 3 * R * C;                                 // d_norm, dh; normed head input
+  f += 2 * R * C;                                 // d_norm, dh
   // The head computes its logits chunk by chunk (ModelConfig::head_rows): one chunk of H rows.
-  const double H = double(c.head_rows(int64_t(N)));
-  f += H * Vl + N;                                // one chunk's logits, the losses
+  // A pipeline stage without the head has none of its buffers.
+  const double H = head ? double(c.head_rows(int64_t(N))) : 0;
+  if (head) f += R * C + H * Vl + N;              // normed head input; a chunk's logits, losses
   f += 2 * R * C;                                 // the two gradient streams
   f += 2 * (sp ? N * C : 1);                      // gathered rows and gradients
-  f += R == N ? 1 : N * C;                        // the head's gathered rows
+  if (head) f += R == N ? 1 : N * C;              // the head's gathered rows
   if (split) f += N * C + R * C + H + 2 * H + H;  // partial, sum; a chunk's CE max, sum, target
   // Context parallelism's buffers (model/context_parallel.cpp).
   if (c.cp.size > 1 && c.cp.kind == CpKind::ring)
@@ -117,11 +126,16 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
   // attention output) and the widest output gradient (of q/k/v, o: N rows; of a chunk of the
   // logits). The norms' outputs and a dense MLP's activation are kept in 16 bits (model/block.cpp,
   // mlp.cpp) and its hidden gradients written in 16 bits by its fused epilogue into the start of
-  // their own fp32 buffers (d_up, d_gate above): none of them is cast. Mixture-of-experts models
-  // keep the F-wide terms of before (not validated in 16 bits).
-  const double mlp_dy16 = c.moe.enabled() ? F : 0;
-  const double x16 = N * std::max({C, Hq * D, mlp_dy16});
-  const double dy16 = std::max(N * std::max({C, Hq * D, Hkv * D, mlp_dy16}), H * Vl);
+  // their own fp32 buffers (d_up, d_gate above): none of them is cast. A mixture of experts casts
+  // each expert's rows and activation (x) and output gradients (dy), its buffers taken for the
+  // worst case, the expert side's Rx rows (Moe::run_experts).
+  double x16 = N * std::max({C, Hq * D});
+  double dy16 = std::max(N * std::max({C, Hq * D, Hkv * D}), H * Vl);
+  if (c.moe.enabled()) {
+    const double Rx = double(c.experts_held.size) * N * double(c.moe.top_k);
+    x16 = std::max(x16, Rx * std::max(C, double(c.moe.ffn)));
+    dy16 = std::max(dy16, Rx * C);
+  }
   return 4 * (f + tokens) + (half ? 2 * (x16 + dy16) : 0);
 }
 

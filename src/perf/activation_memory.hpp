@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "perf/layout.hpp"
 
@@ -60,7 +61,11 @@ double inflight_layer_equivalents(const Layout& l, int64_t layers, int64_t m);
 // stream, the logits; with tensor parallelism the partial sums, reduce-scatter targets,
 // gathered rows and cross-entropy statistics) plus the token buffers of one micro-batch.
 // c.tp gives the tensor-parallel split. half: train.precision bf16 / fp16 adds the GEMM
-// operand buffers (ScratchId::gemm_x, gemm_dy; 2 bytes per element).
-double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool half = false);
+// operand buffers (ScratchId::gemm_x, gemm_dy; 2 bytes per element). blocks: the blocks this
+// rank holds in the order its backward passes visit them (a pipeline stage's; empty: every
+// block, last to first), which decide a mixture of experts' gradient scratch; head: the rank
+// holds the output head (a pipeline stage may not).
+double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool half = false,
+                               const std::vector<int64_t>& blocks = {}, bool head = true);
 
 }  // namespace tessera

@@ -157,11 +157,10 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
   if (l.vpp > 1 && m % l.pp != 0)
     return cat("interleaving needs micro-batches (", m, ") to be a multiple of pp = ", l.pp);
   if (rt == Runtime::tessera) {
-    if (c.moe.enabled() && (l.tp > 1 || l.cp > 1 || l.pp > 1 || l.recompute != Recompute::none ||
-                            l.precision != ComputeType::fp32))
-      return "the planner costs tessera's mixture of experts with dp, ep and ZeRO/HSDP only "
-             "(fp32, no recompute; doc/planning.md); tp, cp, pp, recompute and bf16 with "
-             "experts are not modelled yet";
+    if (c.moe.enabled() && (l.cp > 1 || l.recompute != Recompute::none))
+      return "the planner costs tessera's mixture of experts with dp, ep, ZeRO/HSDP, tp, pp and "
+             "16-bit precision (doc/planning.md); cp and recompute with experts are not "
+             "modelled yet";
     if (l.precision == ComputeType::fp8) return "tessera trains in fp32, bf16 or fp16";
     // Every check tessera makes of a run's layout (RankLayout::make; the same on every rank).
     try {
@@ -339,16 +338,30 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
     // loads each expert gets s top_k / E rows of a sequence, at most its capacity
     // ceil(capacity_factor s top_k / E) (model.capacity_factor > 0), so B E min(...) rows
     // (B s top_k when dropless); tessera's count exchange adds E floats.
-    const double blocks = c.moe.enabled() ? double(c.moe_blocks()) / p : Ls;
+    // Per stage: its MoE blocks (a deck's moe_layers; every block of a --experts workload).
+    std::vector<double> blocks(size_t(l.pp), Ls);
+    if (c.moe.enabled()) {
+      const std::vector<int64_t> sizes = pp::split_layers(c, l.pp * l.vpp, w.pp_layers);
+      const pp::ScheduleShape shape{l.pp, 1, l.vpp, l.run_schedule()};
+      for (int stage = 0; stage < l.pp; ++stage) {
+        blocks[size_t(stage)] = 0;
+        for (const ChunkLayers& ch : pp::stage_layers(sizes, shape, stage))
+          for (int64_t b = ch.first; b < ch.last; ++b) blocks[size_t(stage)] += c.moe.is_moe(b);
+      }
+    }
     const double calls = 4 + (l.recompute == Recompute::full ? 2 : 0);
     const double row = C * (rt == Runtime::tessera ? 4 : a);  // tessera sends fp32 rows
     const double s = double(c.seq_len) / l.cp, E = w.moe.experts, k = w.moe.top_k;
     double per_expert = s * k / E;  // of one sequence
     if (c.moe.enabled() && c.moe.capacity_factor > 0)
       per_expert = std::min(per_expert, std::ceil(double(c.moe.capacity_factor) * s * k / E));
-    const double rows = double(l.micro_batch) * E * per_expert;
+    // A tp rank dispatches its share of the rows (model/moe.cpp, Moe::routed_rows).
+    const double rows = double(l.micro_batch) * E * per_expert / l.tp;
     const double counts = rt == Runtime::tessera ? 4 * E : 0;
-    e.ep_bytes_per_step = blocks * M * (calls * rows * row + counts);
+    for (const double b : blocks) {
+      e.ep_bytes_by_stage.push_back(b * M * (calls * rows * row + counts));
+      e.ep_bytes_per_step = std::max(e.ep_bytes_per_step, e.ep_bytes_by_stage.back());
+    }
   }
   t.pp_p2p = M * pp_seconds_per_microbatch(w, l, e.links.pp);
   if (pp::splits_backward(l.schedule) && l.pp > 1) {

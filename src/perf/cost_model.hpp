@@ -99,7 +99,8 @@ struct Estimate {
   // MoE (ep > 1): the bytes of the token all-to-alls a rank sends per step, its own rows
   // included (dispatch and combine, forward and backward), assuming balanced loads; (ep - 1)
   // / ep of them leave the rank.
-  double ep_bytes_per_step = 0;
+  double ep_bytes_per_step = 0;     // the stage with the most MoE blocks
+  std::vector<double> ep_bytes_by_stage;  // pipeline stage by stage
   std::vector<std::string> warnings;
   bool fits() const { return memory.total() <= capacity; }
 };

@@ -82,7 +82,8 @@ double moe_block_extra_bytes(const ModelConfig& cfg, int64_t batch) {
   // No dense MLP ((gate,) up fp32, act in the operand dtype), and n2 in fp32 (the router's input).
   double e = -(mats - 1 + ob / 4) * double(cfg.ffn_hidden) / t * N +
              (4 - ob) / 4 * residual_rows(cfg, batch) * C;
-  e += mats * double(cfg.moe.shared) * Fe / t * N;    // the shared experts' MLP
+  // The shared experts' MLP: (gate,) up in fp32, the activation in the operand dtype.
+  e += (mats - 1 + ob / 4) * double(cfg.moe.shared) * Fe / t * N;
   e += 2 * N * E + 3 * N * K + double(batch) * E;     // logits, scores; choice, row,
                                                       // weight; load fractions
   e += 2 * N * K * C;                                 // packed rows in and out

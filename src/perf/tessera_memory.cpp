@@ -236,6 +236,13 @@ TesseraStageMemory tessera_pipeline_memory(const Workload& w, const Layout& l, i
     const std::vector<pp::ChunkLayers>& chunks = r.chunks;
     ZeroSteps z;
     z.size = r.part_elements;
+    // A rank's piece of each part it holds: size / K, but a mixture-of-experts block's experts
+    // are sharded over their own shard ranks (ParamSections::piece).
+    const double K = zero_replay(l, w.zero_inflight).K;
+    for (int q = 0; q <= head; ++q)
+      z.piece.push_back(q >= 1 && q <= int(c.layers) && c.moe.enabled() && z.size[size_t(q)] > 0
+                            ? r.sections.piece(c, q, K)
+                            : z.size[size_t(q)] / K);
     z.tied = c.tie_embeddings;
     z.defer0 = c.tie_embeddings;  // the tied table's gradients summed over the pipeline first
     const double psi = r.params;
@@ -296,8 +303,11 @@ TesseraStageMemory tessera_pipeline_memory(const Workload& w, const Layout& l, i
     for (size_t k = 0; k < chunks.size(); ++k) {
       const pp::ChunkLayers& ch = chunks[k];
       blocks |= ch.last > ch.first;
+      double moe_blocks = 0;  // a mixture-of-experts block keeps its routing and experts' rows
+      for (int64_t b = ch.first; b < ch.last; ++b) moe_blocks += c.moe.is_moe(b) ? 1 : 0;
       mb.activations += double(slots[k].size()) *
                         (chunk_kept_bytes(c, l.micro_batch, ch.last - ch.first) +
+                         moe_blocks * moe_block_extra_bytes(c, l.micro_batch) +
                          (ch.embedding ? embed_act : 0) + (ch.head ? head_act : 0));
       // Received and sent copies per direction; at a V's turn the tensor is copied into the
       // other chunk's receive buffer, and nothing is sent.
@@ -312,7 +322,14 @@ TesseraStageMemory tessera_pipeline_memory(const Workload& w, const Layout& l, i
               tessera_grad_staging_bytes(l, psi);
     // Scratch as the whole model's (the last stage runs blocks and the head), plus every
     // micro-batch's inputs and targets (int32) held for the step.
-    mb.workspace = tessera_workspace_bytes(c, l.micro_batch, tessera_half(l)) +
+    // The blocks in the order this stage's backward passes visit them.
+    std::vector<int64_t> backward_blocks;
+    const bool has_head = std::any_of(chunks.begin(), chunks.end(),
+                                      [](const pp::ChunkLayers& ch) { return ch.head; });
+    for (const auto& [q, pass] : z.passes)
+      if (pass == Pass::backward && q >= 1 && q <= int(c.layers)) backward_blocks.push_back(q - 1);
+    mb.workspace = tessera_workspace_bytes(c, l.micro_batch, tessera_half(l), backward_blocks,
+                                          has_head) +
                    4 * 2 * double(m) * double(l.micro_batch * c.seq_local());
     peak.params = std::max(peak.params, mb.params);
     peak.grads = std::max(peak.grads, mb.grads);

@@ -228,7 +228,10 @@ std::string estimate_json(const Estimate& e) {
      << ", \"hardware_tflops_per_accelerator\": " << num(e.hardware_tflops)
      << ", \"mfu\": " << num(e.mfu) << ", \"mfu_causal\": " << num(e.mfu_causal)
      << ", \"hfu\": " << num(e.hfu) << ", \"bubble_fraction\": " << num(e.bubble_fraction)
-     << ", \"ep_bytes_per_step\": " << num(e.ep_bytes_per_step)
+     << ", \"ep_bytes_per_step\": " << num(e.ep_bytes_per_step) << ", \"ep_bytes_by_stage\": [";
+  for (size_t i = 0; i < e.ep_bytes_by_stage.size(); ++i)
+    os << (i ? ", " : "") << num(e.ep_bytes_by_stage[i]);
+  os << "]"
      << ", \"params_per_rank\": " << num(e.params_per_rank)
      << ", \"fits\": " << (e.fits() ? "true" : "false") << ", \"links\": {";
   const std::pair<const char*, const GroupLink*> links[] = {{"tp", &e.links.tp},

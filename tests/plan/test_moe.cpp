@@ -87,12 +87,19 @@ TEST(PlanMoe, AllToAllBytesPerStep) {
 TEST(PlanMoe, TesseraRuntimeRefusesWhatItDoesNotModel) {
   const Workload w = moe();
   const Cluster c = Cluster::from_text(test::kPlanCluster);
-  EXPECT_NE(layout_problem(w, parse_layout("dp=2 tp=2 ep=2 prec=fp32"), c, Runtime::tessera, 4),
+  // tp, pp and bf16 are modelled (plan_validate_tessera's moe_tp2*, moe_pp2*, moe_bf16_ep2);
+  // cp and recompute with experts are not.
+  EXPECT_EQ(layout_problem(w, parse_layout("dp=2 tp=2 ep=2 prec=fp32"), c, Runtime::tessera, 4),
             "");
-  EXPECT_NE(layout_problem(w, parse_layout("dp=2 pp=2 ep=2 prec=fp32"), c, Runtime::tessera, 4),
+  EXPECT_EQ(layout_problem(w, parse_layout("dp=2 pp=2 ep=2 prec=fp32"), c, Runtime::tessera, 4),
             "");
-  EXPECT_NE(layout_problem(w, parse_layout("dp=4 ep=2 prec=bf16"), c, Runtime::tessera, 4), "");
+  EXPECT_EQ(layout_problem(w, parse_layout("dp=4 ep=2 prec=bf16"), c, Runtime::tessera, 4), "");
   EXPECT_EQ(layout_problem(w, parse_layout("dp=4 ep=2 prec=fp32"), c, Runtime::tessera, 4), "");
+  EXPECT_NE(layout_problem(w, parse_layout("dp=2 cp=2 ep=2 prec=fp32"), c, Runtime::tessera, 4),
+            "");
+  EXPECT_NE(
+      layout_problem(w, parse_layout("dp=4 ep=2 prec=fp32 rc=selective"), c, Runtime::tessera, 4),
+      "");
 }
 
 }  // namespace
