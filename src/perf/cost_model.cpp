@@ -94,8 +94,21 @@ StageParams stage_params(const Workload& w, const Layout& l, const StageLayers& 
   return s;
 }
 
-std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl, Runtime rt,
-                           int accelerators) {
+// Runtime tessera with node-limited routing or the two-level dispatch: the nodes the ep group
+// spans on the cluster stand in for parallel.ep_nodes when the deck leaves it 0 (as
+// ProcessGrid::blocked_nodes finds them at run time; 0 when the group is not in equal blocks,
+// which tessera refuses).
+Workload placed_workload(const Workload& w, const GroupLinks& links) {
+  if (w.ep_nodes > 0 || (w.ep_dispatch != EpDispatch::two_level && w.ep_max_nodes == 0)) return w;
+  Workload p = w;
+  const GroupPlacement& g = links.ep.place;
+  p.ep_nodes = g.per_node_max == g.per_node_min ? g.nodes : 0;
+  return p;
+}
+
+std::string layout_problem(const Workload& given, const Layout& l, const Cluster& cl,
+                           Runtime rt, int accelerators) {
+  const Workload w = placed_workload(given, group_links(l, cl));
   const ModelConfig& c = w.cfg;
   if (l.accelerators() != accelerators)
     return cat("dp x tp x pp x cp = ", l.accelerators(), " is not the ", accelerators,
@@ -176,15 +189,16 @@ std::string layout_problem(const Workload& w, const Layout& l, const Cluster& cl
   return {};
 }
 
-Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime rt,
+Estimate estimate(const Workload& given, const Layout& l, const Cluster& cl, Runtime rt,
                   const GroupLinks* links, const StageLayers* cut) {
-  const ModelConfig& c = w.cfg;
   Estimate e;
+  e.links = links ? *links : group_links(l, cl);
+  const Workload w = placed_workload(given, e.links);
+  const ModelConfig& c = w.cfg;
   e.layout = l;
   e.runtime = rt;
   e.microbatches = microbatches(w, l);
   e.capacity = cl.memory;
-  e.links = links ? *links : group_links(l, cl);
   const int64_t m = e.microbatches;
   e.stage_layers = cut ? *cut : stage_layer_counts(w, l);
   // Ls: layers of the fullest stage, which sets the pipeline's pace.
@@ -223,7 +237,8 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
     e.memory.activations = activation_bytes(tc, l.micro_batch);
     e.memory.workspace = tessera_workspace_bytes(tc, l.micro_batch, tessera_half(l));
     e.memory.comm = tessera_comm_bytes(r, l, m, w.zero_inflight) +
-                    tessera_grad_staging_bytes(l, psi);
+                    tessera_grad_staging_bytes(l, psi) +
+                    double(tc.moe_blocks()) * moe_two_level_comm_bytes(tc, l.micro_batch);
   } else {
     auto stage_memory = [&](bool first, bool last, double psi) {
       MemoryBreakdown mb;
@@ -358,8 +373,29 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& cl, Runtime
     // A tp rank dispatches its share of the rows (model/moe.cpp, Moe::routed_rows).
     const double rows = double(l.micro_batch) * E * per_expert / l.tp;
     const double counts = rt == Runtime::tessera ? 4 * E : 0;
+    // The two-level dispatch (doc/moe.md): inside the node the relays move the flat
+    // dispatch's rows over fewer ranks; across nodes each token goes once to every other node
+    // holding one of its experts, with its 2 k routing slots, and comes back summed, forward
+    // and backward (the weights' k gradients with it). With uniform routing a token's k
+    // experts (of E, E / n per node) touch n (1 - q) of the n nodes, q = C(E - E/n, k) /
+    // C(E, k), at most ep_max_nodes; (n - 1) / n of them are not its own.
+    double cross = 0;  // bytes a rank sends across nodes per MoE block and micro-batch
+    const double n = double(w.ep_nodes);
+    if (rt == Runtime::tessera && w.ep_dispatch == EpDispatch::two_level && n > 1) {
+      double q = 1;
+      for (int i = 0; i < int(k); ++i) q *= (E - E / n - i) / (E - i);
+      double nodes = n * (1 - q);
+      if (w.ep_max_nodes > 0) nodes = std::min(nodes, double(w.ep_max_nodes));
+      const double tokens = double(l.micro_batch) * s / l.tp;
+      cross = tokens * nodes * (n - 1) / n * ((calls * C + 3 * k) * 4) + calls * 4 * n;
+    }
     for (const double b : blocks) {
       e.ep_bytes_by_stage.push_back(b * M * (calls * rows * row + counts));
+      if (cross > 0) {
+        e.ep_intra_bytes_by_stage.push_back(e.ep_bytes_by_stage.back());
+        e.ep_cross_bytes_by_stage.push_back(b * M * cross);
+        e.ep_bytes_by_stage.back() += e.ep_cross_bytes_by_stage.back();
+      }
       e.ep_bytes_per_step = std::max(e.ep_bytes_per_step, e.ep_bytes_by_stage.back());
     }
   }

@@ -101,6 +101,8 @@ struct Estimate {
   // / ep of them leave the rank.
   double ep_bytes_per_step = 0;     // the stage with the most MoE blocks
   std::vector<double> ep_bytes_by_stage;  // pipeline stage by stage
+  // parallel.ep_dispatch = two_level: of those, inside the node and across nodes (by stage).
+  std::vector<double> ep_intra_bytes_by_stage, ep_cross_bytes_by_stage;
   std::vector<std::string> warnings;
   bool fits() const { return memory.total() <= capacity; }
 };

@@ -88,6 +88,10 @@ struct Workload {
   int zero_inflight = 2;               // runtime tessera: parallel.zero_inflight
   std::string pp_layers = "balanced";  // runtime tessera: parallel.pp_layers
   CpKind cp_kind = CpKind::ring;       // runtime tessera: parallel.cp_kind
+  // Runtime tessera, a deck's mixture of experts: parallel.ep_dispatch, parallel.ep_nodes (0:
+  // the nodes the ep group spans on the cluster) and parallel.ep_max_nodes.
+  EpDispatch ep_dispatch = EpDispatch::flat;
+  int64_t ep_nodes = 0, ep_max_nodes = 0;
 };
 
 // Sequences per model replica per step and micro-batches per step for a layout; 0 when the

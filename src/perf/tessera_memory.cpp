@@ -167,6 +167,7 @@ RankLayout tessera_rank_layout(const Workload& w, const Layout& l, int stage) {
   p.pp = l.pp, p.pp_virtual = l.vpp, p.pp_layers = w.pp_layers;
   p.pp_schedule = l.run_schedule();
   p.dp = l.dp, p.ep = l.ep, p.order = l.order;
+  p.ep_dispatch = w.ep_dispatch, p.ep_nodes = w.ep_nodes, p.ep_max_nodes = w.ep_max_nodes;
   p.zero = l.zero, p.zero_inflight = w.zero_inflight, p.shard_group = l.shard_group;
   const GridLayout grid({l.tp, l.cp, l.ep, l.dp, l.pp}, l.order, l.accelerators());
   GridLayout::Coord at;
@@ -190,6 +191,13 @@ Layout tessera_layout(const RankLayout& r) {
   l.recompute = c.recompute;
   l.precision = precision_names(c.compute).planner;
   return l;
+}
+
+double moe_two_level_comm_bytes(const ModelConfig& c, int64_t micro_batch) {
+  if (!c.moe.enabled() || !c.moe.two_level) return 0;
+  const double N = double(micro_batch * c.seq_local()), D = double(c.moe.nodes);
+  const double K = double(c.moe.top_k), C = double(c.d_model);
+  return 4 * (2 * N * D * C + N * D * K * C + 2 * N * D * K);
 }
 
 bool tessera_half(const Layout& l) {
@@ -317,7 +325,11 @@ TesseraStageMemory tessera_pipeline_memory(const Workload& w, const Layout& l, i
     }
     if (blocks) mb.activations += rebuilt_bytes(c, l.micro_batch);
     mb.activations += weight_copies * (tessera_half(l) ? 2 : 4);
+    double moe_blocks = 0;  // held on this stage, each with its own relay buffers
+    for (const pp::ChunkLayers& ch : chunks)
+      for (int64_t b = ch.first; b < ch.last; ++b) moe_blocks += c.moe.is_moe(b) ? 1 : 0;
     mb.comm = 4 * message * double(m) * messages +
+              moe_blocks * moe_two_level_comm_bytes(c, l.micro_batch) +
               replay_zero(z, zero_replay(l, w.zero_inflight)) +
               tessera_grad_staging_bytes(l, psi);
     // Scratch as the whole model's (the last stage runs blocks and the head), plus every

@@ -36,6 +36,12 @@ Layout tessera_layout(const RankLayout& r);
 // reduces through 16-bit staging buffers (stage 1 too, and HSDP's all-reduce of the shard).
 double tessera_comm_bytes(const RankLayout& r, const Layout& l, int64_t accum, int inflight);
 
+// The two-level dispatch's relay buffers of one mixture-of-experts block (model/moe_two_level.cpp,
+// charged to communication): the rows a source sends (one per token and node), the rows a relay
+// receives, their node-packed copies by choice, and the weights' gradients both ways. 0 with
+// the flat dispatch.
+double moe_two_level_comm_bytes(const ModelConfig& c, int64_t micro_batch);
+
 // Whether the layout trains with a 16-bit compute copy (prec=bf16 or fp16), and that copy's
 // bytes for psi parameters: 2 psi held for the run below ZeRO-3, the 16-bit copy of the
 // parameter shard (2 psi / N) under ZeRO-3 (charged to params); ZeRO-3 also gathers each

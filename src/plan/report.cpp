@@ -167,6 +167,9 @@ std::string format_explain(const Workload& w, const Estimate& e, const Cluster& 
         "    all-to-all bytes sent per step: %.4g MB (4 per MoE block and micro-batch, "
         "balanced loads, own rows included)\n",
         e.ep_bytes_per_step / 1e6);
+  if (!e.ep_cross_bytes_by_stage.empty())
+    os << fmt("    two-level dispatch: %.4g MB inside the node, %.4g MB across nodes (first stage)\n",
+              e.ep_intra_bytes_by_stage.front() / 1e6, e.ep_cross_bytes_by_stage.front() / 1e6);
   os << fmt("  PP send/recv                              %9.3f  %5.1f%%\n", t.pp_p2p,
             pct(t.pp_p2p));
   // The split-backward kinds' formulas at F = B = W (pp::bubble_formula, doc/pipeline.md).
@@ -231,6 +234,12 @@ std::string estimate_json(const Estimate& e) {
      << ", \"ep_bytes_per_step\": " << num(e.ep_bytes_per_step) << ", \"ep_bytes_by_stage\": [";
   for (size_t i = 0; i < e.ep_bytes_by_stage.size(); ++i)
     os << (i ? ", " : "") << num(e.ep_bytes_by_stage[i]);
+  os << "], \"ep_intra_bytes_by_stage\": [";
+  for (size_t i = 0; i < e.ep_intra_bytes_by_stage.size(); ++i)
+    os << (i ? ", " : "") << num(e.ep_intra_bytes_by_stage[i]);
+  os << "], \"ep_cross_bytes_by_stage\": [";
+  for (size_t i = 0; i < e.ep_cross_bytes_by_stage.size(); ++i)
+    os << (i ? ", " : "") << num(e.ep_cross_bytes_by_stage[i]);
   os << "]"
      << ", \"params_per_rank\": " << num(e.params_per_rank)
      << ", \"fits\": " << (e.fits() ? "true" : "false") << ", \"links\": {";

@@ -31,6 +31,9 @@ Workload workload_from(const RunConfig& run) {
   w.zero_inflight = run.parallel.zero_inflight;
   w.pp_layers = run.parallel.pp_layers;
   w.cp_kind = run.parallel.cp_kind;
+  w.ep_dispatch = run.parallel.ep_dispatch;
+  w.ep_nodes = run.parallel.ep_nodes;
+  w.ep_max_nodes = run.parallel.ep_max_nodes;
   // A mixture of experts in the deck (model.experts, ...): tessera's runtime model reads all
   // of w.cfg.moe; the Megatron-style runtime its routed experts, top-k and expert width.
   if (w.cfg.moe.enabled()) {
