@@ -84,6 +84,33 @@ TEST(PlanMoe, AllToAllBytesPerStep) {
   EXPECT_DOUBLE_EQ(one.ep_bytes_per_step, 0);
 }
 
+// The two-level dispatch (ep 4 on 2 nodes of parallel.ep_nodes): inside the node the flat
+// dispatch's rows, across nodes one row per token and other node it routes to, 4 times (with
+// 2 k slots and k weight gradients), and tensor parallelism's share of the rows.
+TEST(PlanMoe, TwoLevelBytesPerLinkLevel) {
+  const Cluster c = Cluster::from_text(test::kPlanCluster);
+  const std::vector<std::string> two{"--parallel.ep_dispatch=two_level", "--parallel.ep_nodes=2"};
+  const Layout l = parse_layout("dp=4 ep=4 mb=2 prec=fp32");
+  const Estimate flat = estimate(moe(), l, c, Runtime::tessera);
+  const Estimate e = estimate(moe(two), l, c, Runtime::tessera);
+  ASSERT_EQ(e.ep_cross_bytes_by_stage.size(), 1u);
+  EXPECT_DOUBLE_EQ(e.ep_intra_bytes_by_stage[0], flat.ep_bytes_by_stage[0]);
+  // Of 8 experts, 4 per node, top 2: a token misses a node with q = C(4,2)/C(8,2) = 6/28, so
+  // it touches 2 (1 - q) nodes, half of them not its own: 11/14 rows per token.
+  const double tokens = 2 * 256, m = 2, blocks = 4;
+  const double per_row = (4 * 512 + 3 * 2) * 4;  // 4 rows, 2 k slots and k weight gradients
+  EXPECT_DOUBLE_EQ(e.ep_cross_bytes_by_stage[0],
+                   blocks * m * (tokens * (2 * (1 - 6.0 / 28)) * 0.5 * per_row + 4 * 4 * 2));
+  EXPECT_DOUBLE_EQ(e.ep_bytes_per_step, e.ep_intra_bytes_by_stage[0] + e.ep_cross_bytes_by_stage[0]);
+  // ep_max_nodes = 1: one node per token, half the time another.
+  std::vector<std::string> one = two;
+  one.push_back("--parallel.ep_max_nodes=1");
+  const Estimate limited = estimate(moe(one), l, c, Runtime::tessera);
+  EXPECT_DOUBLE_EQ(limited.ep_cross_bytes_by_stage[0],
+                   blocks * m * (tokens * 1 * 0.5 * per_row + 4 * 4 * 2));
+  EXPECT_TRUE(flat.ep_cross_bytes_by_stage.empty());
+}
+
 TEST(PlanMoe, TesseraRuntimeRefusesWhatItDoesNotModel) {
   const Workload w = moe();
   const Cluster c = Cluster::from_text(test::kPlanCluster);
