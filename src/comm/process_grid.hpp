@@ -89,6 +89,7 @@ struct ParallelContext {
   // The two-level dispatch's groups (ProcessGrid::split_ep_by_node; null: flat dispatch).
   Communicator* ep_intra = nullptr;
   Communicator* ep_cross = nullptr;
+  OverlapTiming* ep_timing = nullptr;  // the experts' overlapped all-to-alls (model/moe.cpp)
 };
 
 }  // namespace tessera

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/kernels.hpp"
+#include "model/transfers.hpp"
 
 namespace tessera::cp {
 namespace {
@@ -50,42 +51,6 @@ struct Ring {
 Tensor flat(const Tensor& t, int64_t begin, int64_t n) {
   return t.slice(begin, n);
 }
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// The transfers of one ring step, posted before its blocks are attended to: poll() between
-// blocks lets MPI progress them and notes when they are all complete; finish() waits for
-// them after the compute and adds in-flight and exposed time to the layer's OverlapTiming.
-class StepTransfers {
- public:
-  explicit StepTransfers(OverlapTiming* timing) : timing_(timing), posted_(now()) {}
-  void add(Request r) { reqs_.push_back(std::move(r)); }
-  void poll() {
-    if (done_ > 0 || reqs_.empty()) return;
-    bool all = true;
-    for (Request& r : reqs_) all = r.test() && all;
-    if (all) done_ = now();
-  }
-  void finish() {
-    if (reqs_.empty()) return;
-    const double t0 = now();
-    for (Request& r : reqs_) r.wait();
-    const double t1 = now();
-    if (timing_) {
-      timing_->in_flight += (done_ > 0 ? done_ : t1) - posted_;
-      timing_->exposed += t1 - t0;
-      timing_->transfers += int64_t(reqs_.size());
-    }
-    reqs_.clear();
-  }
-
- private:
-  OverlapTiming* timing_;
-  double posted_, done_ = 0;
-  std::vector<Request> reqs_;
-};
 
 void ring_forward(StepContext& ctx, const ModelConfig& cfg, const Tensor& q, const Tensor& k,
                   const Tensor& v, const Tensor& att, const Tensor& lse, DType compute) {

@@ -5,6 +5,7 @@
 
 #include "kernels/kernels.hpp"
 #include "model/tensor_parallel.hpp"
+#include "model/transfers.hpp"
 
 namespace tessera {
 namespace {
@@ -254,25 +255,51 @@ Communicator& Moe::expert_group(const StepContext& ctx, const Saved& s) const {
 }
 
 void Moe::to_experts(StepContext& ctx, const Saved& s, const Tensor& packed, const Tensor& side) {
+  StepTransfers blocking(nullptr);
+  post_to_experts(ctx, s, packed, blocking);
+  finish_to_experts(ctx, s, side, blocking);
+}
+
+void Moe::from_experts(StepContext& ctx, const Saved& s, const Tensor& side, const Tensor& packed) {
+  StepTransfers blocking(nullptr);
+  post_from_experts(ctx, s, side, packed, blocking);
+  blocking.finish();
+}
+
+// The all-to-alls go through the scratch stage (moe_a2a, the expert side's rows), which the
+// dispatch fills and the expert side's chunks are copied from (and the combine the other way):
+// one of them in flight at a time.
+void Moe::post_to_experts(StepContext& ctx, const Saved& s, const Tensor& packed,
+                          StepTransfers& transfers) {
   if (ep_size(ctx) == 1) return;
+  const Tensor stage = ctx.scratch.get(ScratchId::moe_a2a, {s.xe.shape.dims[0], cfg_.d_model});
+  transfers.add(expert_group(ctx, s).all_to_allv_async(packed.f32(), s.packed_count,
+                                                       s.packed_displ, stage.f32(), s.side_count,
+                                                       s.side_displ));
+}
+
+void Moe::finish_to_experts(StepContext& ctx, const Saved& s, const Tensor& side,
+                            StepTransfers& transfers) {
+  if (ep_size(ctx) == 1) return;
+  transfers.finish();
   const int64_t C = cfg_.d_model;
   const Tensor stage = ctx.scratch.get(ScratchId::moe_a2a, {side.shape.dims[0], C});
-  expert_group(ctx, s).all_to_allv(packed.f32(), s.packed_count, s.packed_displ, stage.f32(),
-                                   s.side_count, s.side_displ);
   for_each_chunk(s, [&](int64_t from, int64_t to, int64_t n) {
     if (n > 0) kernels::copy(rows(stage, from, n, C), rows(side, to, n, C), n * C);
   });
 }
 
-void Moe::from_experts(StepContext& ctx, const Saved& s, const Tensor& side, const Tensor& packed) {
+void Moe::post_from_experts(StepContext& ctx, const Saved& s, const Tensor& side,
+                            const Tensor& packed, StepTransfers& transfers) {
   if (ep_size(ctx) == 1) return;
   const int64_t C = cfg_.d_model;
   const Tensor stage = ctx.scratch.get(ScratchId::moe_a2a, {side.shape.dims[0], C});
   for_each_chunk(s, [&](int64_t to, int64_t from, int64_t n) {
     if (n > 0) kernels::copy(rows(side, from, n, C), rows(stage, to, n, C), n * C);
   });
-  expert_group(ctx, s).all_to_allv(stage.f32(), s.side_count, s.side_displ, packed.f32(),
-                                   s.packed_count, s.packed_displ);
+  transfers.add(expert_group(ctx, s).all_to_allv_async(stage.f32(), s.side_count, s.side_displ,
+                                                       packed.f32(), s.packed_count,
+                                                       s.packed_displ));
 }
 
 // This rank's experts on the expert side's rows.
@@ -330,18 +357,28 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y) {
   router_.forward(ctx, x, s.logits.view());
   route(ctx, s, B, T, q0, Q);
   Tensor partial;  // two-level: the per-node sums of the rows this rank sent
+  // y += the shared experts' output first, then the routed experts' (the order of the sums).
+  // With the flat dispatch the shared experts run while the dispatch is in flight (doc/moe.md,
+  // "Overlapped all-to-alls"); the two-level dispatch stays blocking.
   if (s.nodes > 0) {
+    if (shared_) shared_->forward(ctx, x, y);
     nodes_dispatch(ctx, s, x, q0, Q);
     run_experts(ctx, s);
     partial = nodes_combine(ctx, s);
   } else {
     kernels::moe_gather(x, s.row.view(), s.xin.view(), q0, Q, K, C);
     exchange_counts(ctx, s);
-    to_experts(ctx, s, s.xin.view(), s.xe);
+    StepTransfers dispatch(ctx.par.ep_timing);
+    post_to_experts(ctx, s, s.xin.view(), dispatch);
+    if (shared_) {
+      ctx.in_flight = &dispatch;
+      shared_->forward(ctx, x, y);
+      ctx.in_flight = nullptr;
+    }
+    finish_to_experts(ctx, s, s.xe, dispatch);
     run_experts(ctx, s);
     from_experts(ctx, s, s.oe, s.out.view());
   }
-  if (shared_) shared_->forward(ctx, x, y);
   // Without sequence parallelism every rank needs every row's routed output: each fills its
   // own rows of a zeroed N x C buffer and the buffers are summed over tp.
   const bool gather = Q != tp::rows(ctx, N);
@@ -380,15 +417,34 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   const Tensor d_in = ctx.scratch.get(ScratchId::moe_d_in, {N * K, C});
   const Tensor d_oe = ep ? ctx.scratch.get(ScratchId::moe_d_side_out, {Rx, C}) : d_out;
   const Tensor d_xe = ep ? ctx.scratch.get(ScratchId::moe_d_side_in, {Rx, C}) : d_in;
+  // dx = the shared experts' (reduced over tp), then the router's and the routed experts' (each
+  // token's in rank order), the last two on this rank's rows. With the flat dispatch the shared
+  // experts' backward runs while the output gradients travel to the experts.
+  // The routed experts' hidden gradients first: their scratch is the widest, and taking it
+  // before the shared experts' (which share it) allocates each buffer once.
+  const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {Rx, F});
+  const DType t = experts_.empty() ? DType::f32 : experts_.front().up.compute_dtype();
+  const bool half = t != DType::f32;
+  hidden_grad(ctx, ScratchId::mlp_d_up, Rx, F, t);
+  hidden_grad(ctx, ScratchId::mlp_d_gate, swiglu_ ? Rx : 1, F, t);
+  StepTransfers dispatch(ctx.par.ep_timing);
   if (s.nodes > 0)
     nodes_backward_dispatch(ctx, s, rows(dy, q0 - r0, Q, C), q0, Q, d_oe, dw);
   else
-    to_experts(ctx, s, d_out, d_oe);
-  const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {Rx, F});
+    post_to_experts(ctx, s, d_out, dispatch);
+  if (shared_) {
+    const bool sp = tp::sequence_parallel(ctx);
+    const Tensor x =
+        tp::gather(ctx, x_rows, ctx.scratch.get(ScratchId::sp_gathered, {sp ? N * C : 1}));
+    const Tensor dyg =
+        tp::gather(ctx, dy, ctx.scratch.get(ScratchId::sp_gathered_grad, {sp ? N * C : 1}));
+    ctx.in_flight = &dispatch;
+    shared_->backward(ctx, x, dyg, dx);
+    ctx.in_flight = nullptr;
+  }
+  if (s.nodes == 0) finish_to_experts(ctx, s, d_oe, dispatch);
   // The hidden gradients as the dense Mlp's: one fused pass writes them (in 16 bits only the
   // GEMMs' operands, at the start of the fp32 buffers) and adds the bias gradients.
-  const DType t = experts_.empty() ? DType::f32 : experts_.front().up.compute_dtype();
-  const bool half = t != DType::f32;
   const Tensor d_up = hidden_grad(ctx, ScratchId::mlp_d_up, Rx, F, t);
   const Tensor d_gate = hidden_grad(ctx, ScratchId::mlp_d_gate, swiglu_ ? Rx : 1, F, t);
   const Tensor none;
@@ -413,10 +469,10 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
       ex.up.backward_gemms(ctx, xin, du, dxe);
     }
   }
+  // The input gradients go back to the sources while the router's backward runs.
+  StepTransfers back(ctx.par.ep_timing);
   const Tensor partial = s.nodes > 0 ? nodes_backward_combine(ctx, s, d_xe) : Tensor{};
-  if (s.nodes == 0) from_experts(ctx, s, d_xe, d_in);
-  // dx = shared experts' (reduced over tp) + router's + the routed experts' (each token's in
-  // rank order), the last two on this rank's rows.
+  if (s.nodes == 0) post_from_experts(ctx, s, d_xe, d_in, back);
   const Tensor dl = ctx.scratch.get(ScratchId::moe_d_logits, {Q, E});
   // d(objective)/d(router logits): the combine weights, the balancing loss, the z-loss.
   const double aux = double(cfg_.moe.aux_loss) * double(ctx.loss_scale);
@@ -424,22 +480,17 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   kernels::moe_router_backward(s.logits.view(), s.scores.view(), s.choice.view(), s.weight.view(),
                                dw, s.f.view(), dl, q0, Q, T, E, K,
                                cfg_.moe.router == Router::sigmoid, aux, zc);
-  if (shared_) {
-    const bool sp = tp::sequence_parallel(ctx);
-    const Tensor x =
-        tp::gather(ctx, x_rows, ctx.scratch.get(ScratchId::sp_gathered, {sp ? N * C : 1}));
-    const Tensor dyg =
-        tp::gather(ctx, dy, ctx.scratch.get(ScratchId::sp_gathered_grad, {sp ? N * C : 1}));
-    shared_->backward(ctx, x, dyg, dx);
-  }
   // Without sequence parallelism the router's and the routed experts' input gradients of this
   // rank's rows go into a zeroed N x C buffer, summed over tp, then added to every row of dx.
   const bool gather = Q != tp::rows(ctx, N);
   const Tensor own = gather ? ctx.scratch.get(ScratchId::moe_tp_rows, {N, C}) : dx;
   if (gather) kernels::fill(own, 0.0f, N * C);
   const int64_t o0 = gather ? q0 : 0;  // the first of this rank's rows in `own`
+  ctx.in_flight = &back;
   router_.backward(ctx, x_rows.rows(gather ? q0 : 0, Q), dl, own.rows(o0, Q),
                    /*accumulate_dx=*/!gather && shared_ != nullptr);
+  ctx.in_flight = nullptr;
+  back.finish();
   // own holds the rows from token (gather ? 0 : r0) of the N.
   if (s.nodes > 0)
     kernels::moe_combine(partial, s.table.view(), Tensor{}, rows(own, q0 - (gather ? 0 : r0), Q, C),

@@ -134,6 +134,15 @@ class Moe {
   void exchange_counts(StepContext& ctx, Saved& s);
   void to_experts(StepContext& ctx, const Saved& s, const Tensor& packed, const Tensor& side);
   void from_experts(StepContext& ctx, const Saved& s, const Tensor& side, const Tensor& packed);
+  // The same all-to-alls split around compute (doc/moe.md, "Overlapped all-to-alls"): post_*
+  // starts one into `transfers` (nothing with ep 1), finish_* waits and, for the dispatch,
+  // places the rows on the expert side.
+  void post_to_experts(StepContext& ctx, const Saved& s, const Tensor& packed,
+                       StepTransfers& transfers);
+  void finish_to_experts(StepContext& ctx, const Saved& s, const Tensor& side,
+                         StepTransfers& transfers);
+  void post_from_experts(StepContext& ctx, const Saved& s, const Tensor& side,
+                         const Tensor& packed, StepTransfers& transfers);
   // The (source, local expert) chunks: their offsets on the packed and expert sides.
   template <class Fn>
   void for_each_chunk(const Saved& s, Fn&& fn) const;

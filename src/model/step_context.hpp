@@ -14,6 +14,7 @@
 namespace tessera {
 
 class WeightGrads;
+class StepTransfers;
 
 // Told before and after each part of the model (embedding, block, head; ParamStore::parts())
 // runs a forward or backward pass, so data parallelism can reduce a part's gradients as soon
@@ -41,6 +42,9 @@ struct StepContext {
   // Set during a split backward's backward_input pass: Linear queues its weight-gradient GEMMs
   // there instead of running them (model/weight_grads.hpp).
   WeightGrads* weight_grads = nullptr;
+  // Transfers in flight behind the compute now running (model/transfers.hpp): every GEMM
+  // (Linear) polls them, so that MPI progresses them. Null: none.
+  StepTransfers* in_flight = nullptr;
 };
 
 // The rows of t, an activation or gradient that must be [rows, cols]: layers take their sizes

@@ -75,7 +75,7 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
     const double K = double(c.moe.top_k), Fe = double(c.moe.ffn), E = double(c.moe.experts);
     const double ep = double(c.experts_held.size), Rx = ep * N * K;
     // Replayed over one backward pass (blocks last to first; in a MoE block the routed
-    // experts, then the shared ones): a scratch buffer that grows is allocated before the old
+    // experts' buffers are taken first, then the shared experts run): a scratch buffer that grows is allocated before the old
     // one is freed (model/step_context.cpp), so the largest buffer so replaced adds to the peak.
     const double Fs = double(c.moe.shared) * Fe / t;
     double size[3] = {0, 0, 0}, replaced = 0;  // d_act, d_up, d_gate

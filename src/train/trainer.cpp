@@ -84,6 +84,7 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid, const RankLayout& layo
                   "' is empty; raise data.val_fraction or set "
                   "train.eval_every = 0");
   par_.cp_timing = &cp_timing_;
+  par_.ep_timing = &ep_timing_;
   par_.ep = &grid.group(Group::ep);
   if (cfg_.moe.two_level) {  // doc/moe.md, "Two-level dispatch"
     grid.split_ep_by_node(int(cfg_.moe.nodes));

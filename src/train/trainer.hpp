@@ -141,6 +141,7 @@ class Trainer {
   int64_t steps() const { return steps_; }
   // Context parallelism's ring: how much of its K/V (and dK/dV) traffic attention hid.
   const OverlapTiming& cp_timing() const { return cp_timing_; }
+  const OverlapTiming& ep_timing() const { return ep_timing_; }
   // Blocks per model chunk of the pipeline (parallel.pp_layers; empty with one stage).
   const std::vector<int64_t>& chunk_layers() const { return layout_.chunk_layers; }
 
@@ -218,7 +219,7 @@ class Trainer {
   std::vector<WholeParam> whole_model_;
   PhaseTimer timer_;
   Trace* trace_ = nullptr;
-  OverlapTiming cp_timing_;
+  OverlapTiming cp_timing_, ep_timing_;
 };
 
 }  // namespace tessera

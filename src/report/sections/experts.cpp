@@ -83,6 +83,18 @@ std::string ExpertsReport::metrics(const StepResult&) const {
 // Total and active parameters, and the last step's routing per block.
 std::string ExpertsReport::summary(SummaryPart part) const {
   const ModelConfig& c = trainer_.config();
+  if (part == SummaryPart::communication && c.moe.enabled() && !c.moe.two_level &&
+      grid_.group(Group::ep).size() > 1) {
+    // doc/moe.md, "Overlapped all-to-alls".
+    const OverlapTiming& t = trainer_.ep_timing();
+    return formatted(
+        "ep all-to-alls: %lld overlapped (each block's dispatch, forward and backward, behind "
+        "the shared experts; the input gradients' return behind the router's backward), in "
+        "flight %.1f ms, exposed %.1f ms (hidden %.0f%%; rank 0, all steps); the forward "
+        "combine is blocking\n",
+        (long long)t.transfers, 1e3 * t.in_flight, 1e3 * t.exposed,
+        100 * std::max(0.0, 1 - t.exposed / std::max(t.in_flight, 1e-12)));
+  }
   if (part != SummaryPart::state || !c.moe.enabled()) return {};
   std::string out = formatted(
       "mixture of experts: %lld parameters, %lld active per token (%lld blocks of %lld "
