@@ -108,8 +108,8 @@ TokenDataset::TokenDataset(const std::string& path, MPI_Comm comm, const Dataset
 
   // Document masking needs documents: a dataset of one (doc_offsets = [0, n_tokens], say a
   // text without blank lines prepared without --split-lines) has no boundary to mask.
-  TESSERA_REQUIRE(!expect.document_mask || off.size() > 2, "data.document_mask = true but '",
-                  path, "' holds ", off.size() > 0 ? off.size() - 1 : 0,
+  TESSERA_REQUIRE(!expect.document_mask || off.size() > 2, "data.document_mask = true but '", path,
+                  "' holds ", off.size() > 0 ? off.size() - 1 : 0,
                   " document (doc_offsets [0, n_tokens]): it has no document boundaries; "
                   "prepare it with its documents separated (blank lines, --split-lines, JSONL "
                   "records) or set data.document_mask = false");

@@ -240,10 +240,11 @@ void RunLog::finish() {
   if (times_.steady_steps > 0) {
     const double mean = times_.steady_seconds / double(times_.steady_steps);
     const double tokens = double(trainer_.batch().global_batch * trainer_.config().seq_len);
-    std::printf("steady state (steps %lld..%lld): %.1f ms/step, %.0f tokens/s, MFU %.1f%% of %s%s\n",
-                (long long)times_.steps_done + 2, (long long)last_step_, 1e3 * mean, tokens / mean,
-                100 * flops_per_step_ / (mean * peak_total_), peak_source_.c_str(),
-                run_.data.document_mask ? kDocumentFlops : "");
+    std::printf(
+        "steady state (steps %lld..%lld): %.1f ms/step, %.0f tokens/s, MFU %.1f%% of %s%s\n",
+        (long long)times_.steps_done + 2, (long long)last_step_, 1e3 * mean, tokens / mean,
+        100 * flops_per_step_ / (mean * peak_total_), peak_source_.c_str(),
+        run_.data.document_mask ? kDocumentFlops : "");
     if (hardware_flops_per_step_ > flops_per_step_)
       std::printf(
           "HFU %.1f%% (recompute %s reruns forward work: %.3f hardware vs %.3f model "

@@ -51,9 +51,8 @@ DocumentRows DocumentBatch::rows(int slot) const {
   if (!on()) return {};
   const int64_t T = cfg_.seq_len, rows = B_ * cfg_.seq_local();
   const Buffer& host_position = host_position_.empty() ? position_ : host_position_;
-  return {start_.view().slice(slot * rows, rows),
-          start_seq_.view().slice(slot * B_ * T, B_ * T), position_.view().slice(slot * rows, rows),
-          host_position.i32() + slot * rows};
+  return {start_.view().slice(slot * rows, rows), start_seq_.view().slice(slot * B_ * T, B_ * T),
+          position_.view().slice(slot * rows, rows), host_position.i32() + slot * rows};
 }
 
 }  // namespace tessera

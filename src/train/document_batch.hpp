@@ -39,7 +39,7 @@ class DocumentBatch {
  private:
   ModelConfig cfg_;
   int64_t B_ = 0;
-  Buffer window_;                       // host [B, seq_len + 1]
+  Buffer window_;                        // host [B, seq_len + 1]
   Buffer start_, start_seq_, position_;  // [slots, B x seq_local], [slots, B, seq_len], as start_
   Buffer host_start_, host_start_seq_, host_position_;  // their host copies (device run)
 };

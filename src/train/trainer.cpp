@@ -256,11 +256,10 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx, double* targets) {
     // Global sample order within a step: micro-batch m of data-parallel rank r holds samples
     // [(m * dp + r) * B, (m * dp + r + 1) * B).
     const int64_t first = (m * geo_.dp + grid_.dp().rank()) * B;
-    const int64_t unmasked = load_micro_batch(
-        [&](int64_t b, int32_t* row, uint8_t* mask, int32_t* doc) {
-          sample(s, first + b, row, mask, doc);
-        },
-        serial ? 0 : int(m));
+    const int64_t unmasked =
+        load_micro_batch([&](int64_t b, int32_t* row, uint8_t* mask,
+                             int32_t* doc) { sample(s, first + b, row, mask, doc); },
+                         serial ? 0 : int(m));
     if (stage == last) *targets += double(unmasked);  // summed like the loss
   };
   // Stage 0 reads the inputs, the stage with the loss the targets; with document masking every
@@ -347,11 +346,10 @@ double Trainer::pipeline_evaluate(size_t dataset) {
   double& loss_sum = sums[0];
   for (int64_t first = grid_.dp().rank() * B; first < eval_samples_; first += B * geo_.dp) {
     if (stage == 0 || stage == shape.loss_stage() || docs_.on()) {
-      const int64_t unmasked = load_micro_batch(
-          [&](int64_t b, int32_t* row, uint8_t* mask, int32_t* doc) {
-            data.validation_sample(first + b, row, mask, doc);
-          },
-          0);
+      const int64_t unmasked =
+          load_micro_batch([&](int64_t b, int32_t* row, uint8_t* mask,
+                               int32_t* doc) { data.validation_sample(first + b, row, mask, doc); },
+                           0);
       if (stage == shape.loss_stage()) sums[1] += double(unmasked);
       ctx.docs = docs_.rows(0);
     }

@@ -100,9 +100,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{Shape{1, 260, 2, 1, 8, 1.0, 2.0}, {{0, 9, 20, 33, 60, 66, 90, 131, 140, 192, 250}}},
         // Largest D, GQA.
         Case{Shape{1, 130, 4, 2, 256, 0.3}, {{0, 64, 100}}}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      return "case" + std::to_string(info.index);
-    });
+    [](const ::testing::TestParamInfo<Case>& info) { return "case" + std::to_string(info.index); });
 
 #ifdef _OPENMP
 // The backward's fused (one thread) and split (two threads) schedules, both with skipped tiles.
@@ -184,7 +182,8 @@ TEST(DocumentMaskSkip, BlockBeforeTheDocumentsIsEmpty) {
   const int64_t B = 1, T = 5, H = 2, D = 4;
   std::vector<float> q(B * T * H * D, 0.5f), k(q), v(q), out(q.size(), kGarbage),
       lse(B * H * T, kGarbage);
-  const std::vector<int32_t> doc(static_cast<size_t>(T), 7);  // rows at 10..14, documents from 7; keys 0..4
+  const std::vector<int32_t> doc(static_cast<size_t>(T),
+                                 7);  // rows at 10..14, documents from 7; keys 0..4
   const AttnShape s{B, T, H, H, D, 0.5f, T, 10, 0};
   attention_forward(host(q), host(k), host(v), host(out), host(lse), s, host(doc));
   for (float x : out) EXPECT_EQ(x, 0.0f);
@@ -219,7 +218,8 @@ void check_blocks(const Shape& shape, const std::vector<std::vector<int32_t>>& s
   auto rows = [&](const DVec& x, int64_t w, int64_t start, int64_t len) {
     std::vector<float> y(size_t(B * len * w));
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < len * w; ++i) y[size_t(b * len * w + i)] = float(x[size_t((b * T + start) * w + i)]);
+      for (int64_t i = 0; i < len * w; ++i)
+        y[size_t(b * len * w + i)] = float(x[size_t((b * T + start) * w + i)]);
     return y;
   };
   auto docs_of = [&](int64_t start, int64_t len) {
@@ -230,7 +230,8 @@ void check_blocks(const Shape& shape, const std::vector<std::vector<int32_t>>& s
   };
   auto add_rows = [&](const std::vector<float>& y, int64_t w, int64_t start, int64_t len, DVec& x) {
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < len * w; ++i) x[size_t((b * T + start) * w + i)] += y[size_t(b * len * w + i)];
+      for (int64_t i = 0; i < len * w; ++i)
+        x[size_t((b * T + start) * w + i)] += y[size_t(b * len * w + i)];
   };
   DVec out_all(q.size(), 0.0), dq(q.size(), 0.0), dk(k.size(), 0.0), dv(v.size(), 0.0);
   for (const auto& [qs, ql] : chunks) {

@@ -339,8 +339,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int j = 0; j < 4; ++j) {
           const int r = tx() + 16 * j;
           const int64_t qr = q0 + r;
-          const bool keep =
-              kc <= qr + G.shift && qr < G.T && kc < G.Tk && kc >= G.first_key(b, qr);
+          const bool keep = kc <= qr + G.shift && qr < G.T && kc < G.Tk && kc >= G.first_key(b, qr);
           p[i][j] = keep ? expf(p[i][j] - lse_s[r]) : 0.0f;
           ds[i][j] = p[i][j] * (ds[i][j] - dvec_s[r]);
         }
@@ -438,8 +437,8 @@ Geometry geometry(const AttnShape& s, const int32_t* doc_start) {
                         " is not supported by the CUDA kernel (1..128)");
   TESSERA_REQUIRE_LOCAL(s.B * s.Hq <= 65535, "attention: B * Hq = ", s.B * s.Hq,
                         " exceeds the grid limit 65535");
-  return Geometry{s.T,           s.keys(),         s.Hq,    s.Hkv,    s.D,
-                  s.Hq / s.Hkv, s.q_pos0 - s.k_pos0, s.k_pos0, doc_start};
+  return Geometry{s.T,      s.keys(), s.Hq, s.Hkv, s.D, s.Hq / s.Hkv, s.q_pos0 - s.k_pos0,
+                  s.k_pos0, doc_start};
 }
 
 int64_t num_tiles(int64_t T) {

@@ -2,8 +2,8 @@
 // metrics.jsonl, and in the summary what the run drew from each (samples, epochs, whether it
 // wrapped) with its last validation loss; for a sharded dataset, how often rank 0 opened its
 // shards; with a loss mask (doc/data.md, "Loss masks") or document masks ("Document masks"),
-// each step's unmasked targets in metrics.jsonl and their share of the tokens in the summary. One dataset of one file without a
-// mask reports nothing here.
+// each step's unmasked targets in metrics.jsonl and their share of the tokens in the summary. One
+// dataset of one file without a mask reports nothing here.
 #include <cmath>
 
 #include "io/dataset_writer.hpp"
