@@ -88,6 +88,7 @@ struct Workload {
   int zero_inflight = 2;               // runtime tessera: parallel.zero_inflight
   std::string pp_layers = "balanced";  // runtime tessera: parallel.pp_layers
   CpKind cp_kind = CpKind::ring;       // runtime tessera: parallel.cp_kind
+  bool document_mask = false;          // runtime tessera: data.document_mask
 };
 
 // Sequences per model replica per step and micro-batches per step for a layout; 0 when the

@@ -31,6 +31,7 @@ Workload workload_from(const RunConfig& run) {
   w.zero_inflight = run.parallel.zero_inflight;
   w.pp_layers = run.parallel.pp_layers;
   w.cp_kind = run.parallel.cp_kind;
+  w.document_mask = run.data.document_mask;
   // A mixture of experts in the deck (model.experts, ...): tessera's runtime model reads all
   // of w.cfg.moe; the Megatron-style runtime its routed experts, top-k and expert width.
   if (w.cfg.moe.enabled()) {

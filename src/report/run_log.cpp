@@ -275,6 +275,7 @@ RunFacts RunLog::run_facts(const double* phase_sum, const double* mem, int n) co
   f.zero_inflight = run_.parallel.zero_inflight;
   f.pp_layers = run_.parallel.pp_layers;
   f.grad_reduce = run_.parallel.grad_reduce_dtype;
+  f.document_mask = run_.data.document_mask;
   for (size_t p = 0; p < f.phase_seconds.size(); ++p) f.phase_seconds[p] = phase_sum[p] / n;
   for (size_t c = 0; c < f.memory_peak.size(); ++c) f.memory_peak[c] = mem[c];
   return f;
