@@ -72,6 +72,7 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   d.path = r.str("data.path");
   d.tokenizer = parse_tokenizer_kind(r.str("data.tokenizer"));
   d.val_fraction = r.real("data.val_fraction");
+  d.document_mask = r.boolean("data.document_mask");
 
   TrainSection& t = c.train;
   t.steps = r.integer("train.steps");

@@ -37,6 +37,7 @@ struct DataSection {
   std::string path;
   TokenizerKind tokenizer = TokenizerKind::byte;
   double val_fraction = 0;
+  bool document_mask = false;  // doc/data.md, "Document masks"
 };
 
 struct TrainSection {

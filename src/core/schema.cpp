@@ -116,6 +116,12 @@ std::vector<KeySpec> build_schema() {
       real("data", "val_fraction", "0.01", 0, 0.5,
            "Fraction of documents held out for validation (chosen by a hash of the document "
            "index, the same on every layout)."),
+      boolean("data", "document_mask", "false",
+              "Mask attention at document boundaries inside a sample: a token sees only earlier "
+              "tokens of its own document, positions (RoPE, gpt2's table) restart at each "
+              "document, and the target after a document's last token is not predicted "
+              "(doc/data.md, \"Document masks\"). The dataset must hold more than one "
+              "document."),
       // [train]
       integer("train", "steps", "100", 1, kMaxInt, "Optimizer steps to run."),
       integer("train", "micro_batch", "4", 1, 1 << 20,

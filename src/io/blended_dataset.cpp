@@ -103,10 +103,11 @@ BlendedDataset::BlendedDataset(const std::string& spec, MPI_Comm comm,
   order_ = BlendOrder(weights);
 }
 
-void BlendedDataset::train_sample(uint64_t seed, int64_t g, int32_t* out, uint8_t* mask) const {
+void BlendedDataset::train_sample(uint64_t seed, int64_t g, int32_t* out, uint8_t* mask,
+                                  int32_t* doc) const {
   const BlendOrder::Pick p = order_(g);
   // Each dataset its own order: dataset 0 the run's seed (a blend of one is that dataset).
-  sets_[size_t(p.dataset)]->train_sample(seed + uint64_t(p.dataset), p.index, out, mask);
+  sets_[size_t(p.dataset)]->train_sample(seed + uint64_t(p.dataset), p.index, out, mask, doc);
 }
 
 const std::string& BlendedDataset::fault() const {

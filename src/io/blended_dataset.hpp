@@ -59,8 +59,10 @@ class BlendedDataset {
   const BlendPart& part(size_t i) const { return parts_[i]; }
   const TokenDataset& dataset(size_t i) const { return *sets_[i]; }
   // Global training sample g of the blend (counting from 0 across epochs): out[seq_len + 1],
-  // and its loss mask when mask is not null (TokenDataset::train_sample).
-  void train_sample(uint64_t seed, int64_t g, int32_t* out, uint8_t* mask = nullptr) const;
+  // and its loss mask and document starts when mask and doc are not null
+  // (TokenDataset::train_sample).
+  void train_sample(uint64_t seed, int64_t g, int32_t* out, uint8_t* mask = nullptr,
+                    int32_t* doc = nullptr) const;
   // Which dataset sample g comes from, and where in its order.
   BlendOrder::Pick pick(int64_t g) const { return order_(g); }
   // Training samples drawn from each dataset by the first n samples of the blend.

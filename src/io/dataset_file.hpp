@@ -18,6 +18,9 @@ struct DatasetExpectation {
   int64_t vocab = 0;      // model.vocab
   int64_t seq_len = 0;
   int64_t global_batch = 0;
+  // data.document_mask: the dataset must hold more than one document, and samples report
+  // where their documents start (TokenDataset::train_sample).
+  bool document_mask = false;
 };
 
 // What the checks of a file found.

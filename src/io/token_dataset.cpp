@@ -110,10 +110,18 @@ TokenDataset::TokenDataset(const std::string& path, MPI_Comm comm, const Dataset
     }
   }
 
+  // Document masking needs documents: a dataset of one (doc_offsets = [0, n_tokens], say a
+  // text without blank lines prepared without --split-lines) has no boundary to mask.
+  TESSERA_REQUIRE(!expect.document_mask || off.size() > 2, "data.document_mask = true but '", path,
+                  "' holds ", off.size() > 0 ? off.size() - 1 : 0,
+                  " document (doc_offsets [0, n_tokens]): it has no document boundaries; "
+                  "prepare it with its documents separated (blank lines, --split-lines, JSONL "
+                  "records) or set data.document_mask = false");
   // Runs of consecutive documents of the same split become segments of that split's stream.
   for (size_t d = 0; d + 1 < off.size(); ++d) {
     const int s = is_validation(int64_t(d), val_fraction) ? validation : train;
     const int64_t begin = int64_t(off[d]), len = int64_t(off[d + 1] - off[d]);
+    if (expect.document_mask) doc_starts_[s].push_back(stream_tokens_[s]);
     ++docs_[s];
     std::vector<Segment>& segs = segments_[s];
     if (!segs.empty() && segs.back().file_begin + segs.back().length == begin)
@@ -187,15 +195,28 @@ void TokenDataset::read_stream(const std::vector<Segment>& segments, int64_t str
   }
 }
 
+void TokenDataset::window_documents(const std::vector<int64_t>& starts, int64_t stream_offset,
+                                    int32_t* doc) const {
+  // The last document starting at or before the window's first token, then each later start.
+  auto it = std::upper_bound(starts.begin(), starts.end(), stream_offset);
+  int32_t current = 0;
+  for (int64_t i = 0; i <= seq_len_; ++i) {
+    while (it != starts.end() && *it <= stream_offset + i) current = int32_t(*it++ - stream_offset);
+    doc[i] = current;
+  }
+}
+
 void TokenDataset::check_unchanged() const {
   files_->check_unchanged(fault_);
 }
 
-void TokenDataset::train_sample(uint64_t seed, int64_t g, int32_t* out, uint8_t* mask) const {
+void TokenDataset::train_sample(uint64_t seed, int64_t g, int32_t* out, uint8_t* mask,
+                                int32_t* doc) const {
   const int64_t n = samples(train);
   const SampleOrder order(uint64_t(n), seed, uint64_t(g / n));
   const int64_t k = int64_t(order(uint64_t(g % n)));
   read_window(segments_[train], k * seq_len_, out, mask);
+  if (doc) window_documents(doc_starts_[train], k * seq_len_, doc);
   // Every sample must have a target: a window inside one long prompt has none, and would
   // train on nothing while counting as a sample (the same check on every layout: each rank
   // reads whole windows).
@@ -208,8 +229,10 @@ void TokenDataset::train_sample(uint64_t seed, int64_t g, int32_t* out, uint8_t*
             "sample); shorten the prompts, or raise model.seq_len");
 }
 
-void TokenDataset::validation_sample(int64_t k, int32_t* out, uint8_t* mask) const {
-  read_window(segments_[validation], (k % samples(validation)) * seq_len_, out, mask);
+void TokenDataset::validation_sample(int64_t k, int32_t* out, uint8_t* mask, int32_t* doc) const {
+  const int64_t offset = (k % samples(validation)) * seq_len_;
+  read_window(segments_[validation], offset, out, mask);
+  if (doc) window_documents(doc_starts_[validation], offset, doc);
 }
 
 }  // namespace tessera

@@ -39,9 +39,14 @@ class TokenDataset {
   // is not null, mask[seq_len + 1] its loss mask (io/dataset_writer.hpp: 1 for a file without
   // one). A training sample whose targets (tokens 1 .. seq_len) are all masked is a fault
   // (below): it has nothing to learn (doc/data.md, "Loss masks").
-  void train_sample(uint64_t seed, int64_t g, int32_t* out, uint8_t* mask = nullptr) const;
+  // With doc (document masking, DatasetExpectation::document_mask), doc[seq_len + 1] receives
+  // for each token of the window where its document starts, counted from the window's first
+  // token (0 for a document that began before the window).
+  void train_sample(uint64_t seed, int64_t g, int32_t* out, uint8_t* mask = nullptr,
+                    int32_t* doc = nullptr) const;
   // Validation sample k (fixed order, k < samples(validation)).
-  void validation_sample(int64_t k, int32_t* out, uint8_t* mask = nullptr) const;
+  void validation_sample(int64_t k, int32_t* out, uint8_t* mask = nullptr,
+                         int32_t* doc = nullptr) const;
 
   // Faults found while reading, on this rank only (a token id >= the vocabulary, a failed
   // read, the file changed since it was opened, a training sample with no unmasked target):
@@ -66,6 +71,9 @@ class TokenDataset {
   // Error names the first that has none (reads the training split's mask once, split over
   // the ranks of comm).
   void require_targets(MPI_Comm comm) const;
+  // The window's document starts (train_sample's doc) from a split's starts.
+  void window_documents(const std::vector<int64_t>& starts, int64_t stream_offset,
+                        int32_t* doc) const;
 
   std::string path_;
   int64_t seq_len_;
@@ -73,6 +81,7 @@ class TokenDataset {
   std::unique_ptr<ShardSet> files_;  // file_begin of a segment is an offset of its stream
   std::vector<Segment> segments_[2];
   int64_t stream_tokens_[2] = {0, 0}, docs_[2] = {0, 0};
+  std::vector<int64_t> doc_starts_[2];  // stream offset of each document (document masking)
 };
 
 }  // namespace tessera

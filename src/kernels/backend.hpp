@@ -93,13 +93,15 @@ struct Backend {
   // rotary position embedding
   void (*rope)(float* x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t pos0, float theta,
                bool inverse) = nullptr;
+  void (*rope_at)(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta,
+                  bool inverse) = nullptr;
 
-  // causal attention
+  // causal attention; doc_start: [B, T] document starts (kernels.hpp), or null
   void (*attention_forward)(const float* q, const float* k, const float* v, float* out, float* lse,
-                            const AttnShape& s) = nullptr;
+                            const AttnShape& s, const int32_t* doc_start) = nullptr;
   void (*attention_backward)(const float* dout, const float* q, const float* k, const float* v,
                              const float* out, const float* lse, float* dq, float* dk, float* dv,
-                             const AttnShape& s) = nullptr;
+                             const AttnShape& s, const int32_t* doc_start) = nullptr;
   void (*attention_merge)(float* out, float* lse, const float* out_part, const float* lse_part,
                           int64_t B, int64_t T, int64_t H, int64_t D) = nullptr;
 

@@ -255,6 +255,12 @@ void rope(const Tensor& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t p
   TESSERA_KERNEL(b, rope)(f(x), B, T, H, D, pos0, theta, inverse);
 }
 
+void rope_at(const Tensor& x, const Tensor& pos, int64_t N, int64_t H, int64_t D, float theta,
+             bool inverse) {
+  const Backend& b = check("rope_at", {{"x", x, N * H * D}, {"pos", pos, N, DType::i32}});
+  TESSERA_KERNEL(b, rope_at)(f(x), i(pos), N, H, D, theta, inverse);
+}
+
 namespace {
 void check_attention_compute(const char* kernel, const AttnShape& s) {
   TESSERA_REQUIRE_LOCAL(s.compute == DType::f32 || s.compute == DType::bf16, "kernels::", kernel,
@@ -264,22 +270,26 @@ void check_attention_compute(const char* kernel, const AttnShape& s) {
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                       const Tensor& lse, const AttnShape& s) {
+                       const Tensor& lse, const AttnShape& s, const Tensor& doc_start) {
   check_attention_compute("attention_forward", s);
   const int64_t nq = s.B * s.T * s.Hq * s.D, nkv = s.B * s.keys() * s.Hkv * s.D;
+  const int64_t nd = doc_start.data ? s.B * s.T : 0;
   const Backend& b = check("attention_forward", {{"q", q, nq},
                                                  {"k", k, nkv},
                                                  {"v", v, nkv},
                                                  {"out", out, nq},
-                                                 {"lse", lse, s.B * s.Hq * s.T}});
-  TESSERA_KERNEL(b, attention_forward)(f(q), f(k), f(v), f(out), f(lse), s);
+                                                 {"lse", lse, s.B * s.Hq * s.T},
+                                                 {"doc_start", doc_start, nd, DType::i32}});
+  TESSERA_KERNEL(b, attention_forward)
+  (f(q), f(k), f(v), f(out), f(lse), s, nd > 0 ? i(doc_start) : nullptr);
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, const AttnShape& s) {
+                        const Tensor& dv, const AttnShape& s, const Tensor& doc_start) {
   check_attention_compute("attention_backward", s);
   const int64_t nq = s.B * s.T * s.Hq * s.D, nkv = s.B * s.keys() * s.Hkv * s.D;
+  const int64_t nd = doc_start.data ? s.B * s.T : 0;
   const Backend& b = check("attention_backward", {{"dout", dout, nq},
                                                   {"q", q, nq},
                                                   {"k", k, nkv},
@@ -288,9 +298,11 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                                                   {"lse", lse, s.B * s.Hq * s.T},
                                                   {"dq", dq, nq},
                                                   {"dk", dk, nkv},
-                                                  {"dv", dv, nkv}});
+                                                  {"dv", dv, nkv},
+                                                  {"doc_start", doc_start, nd, DType::i32}});
   TESSERA_KERNEL(b, attention_backward)
-  (f(dout), f(q), f(k), f(v), f(out), f(lse), f(dq), f(dk), f(dv), s);
+  (f(dout), f(q), f(k), f(v), f(out), f(lse), f(dq), f(dk), f(dv), s,
+   nd > 0 ? i(doc_start) : nullptr);
 }
 
 void attention_merge(const Tensor& out, const Tensor& lse, const Tensor& out_part,

@@ -175,6 +175,10 @@ void swiglu_bias_backward(const Tensor& dact, const Tensor& gate, const Tensor& 
 // inverse = true applies the transpose rotation (used by backward).
 void rope(const Tensor& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t pos0, float theta,
           bool inverse);
+// The same rotation of x[N,H,D] with token n at position pos[n] (i32): document masking's
+// positions, which restart at each document (doc/data.md, "Document masks").
+void rope_at(const Tensor& x, const Tensor& pos, int64_t N, int64_t H, int64_t D, float theta,
+             bool inverse);
 
 // ---- causal attention -----------------------------------------------------------------
 // q[B,T,Hq,D], k,v[B,Tk,Hkv,D], out[B,T,Hq,D], lse[B,Hq,T] (log-sum-exp of the scaled
@@ -185,6 +189,11 @@ void rope(const Tensor& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t p
 // With the defaults (Tk = T, both offsets 0) this is plain causal self-attention; with other
 // offsets it is one block of a longer sequence (context parallelism): a query row that sees
 // no key of the block gets out = 0 and lse = -inf, and blocks combine with attention_merge.
+// Document masking: with doc_start (i32 [B, T], the global position where query row i's
+// document starts) query i also needs k_pos0 + j >= doc_start[b, i]: it sees the keys of
+// [doc_start, q_pos0 + i] only. Keys need no metadata, so a block of a ring works unchanged;
+// key tiles that no query row of a tile sees are skipped (the work falls with short
+// documents). An empty doc_start is plain causal attention.
 // The cuda backend takes D <= 128.
 // Precision (compute): the tensors are f32 either way. f32 multiplies in fp32. bf16 rounds the
 // operands of the tile products to bf16 (scale q, k, v, dout) and multiplies them with fp32
@@ -202,13 +211,13 @@ struct AttnShape {
   int64_t keys() const { return Tk > 0 ? Tk : T; }
 };
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                       const Tensor& lse, const AttnShape& s);
+                       const Tensor& lse, const AttnShape& s, const Tensor& doc_start = {});
 // dq, dk, dv are overwritten. out and lse are those of the whole attention the block is part
 // of (the merged result), so the backward of each block uses the final softmax
 // normalisation; the blocks' dq (and, per key block, dk and dv) contributions add up.
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, const AttnShape& s);
+                        const Tensor& dv, const AttnShape& s, const Tensor& doc_start = {});
 // Online-softmax merge of one block's partial result into a running one, both over the
 // same query rows: out[B,T,H,D], lse[B,H,T] become those of the union of the keys,
 //   lse' = log(exp(lse) + exp(lse_part)),

@@ -10,8 +10,13 @@ namespace tessera {
 namespace {
 
 // RoPE at each token's global position: this rank's tokens are segments of [B, len] rows
-// with contiguous positions (ContextParallel::segments).
-void rope_global(const ModelConfig& cfg, const Tensor& x, int64_t B, int64_t H, bool inverse) {
+// with contiguous positions (ContextParallel::segments); with document masking at each token's
+// position in its document.
+void rope_global(const StepContext& ctx, const ModelConfig& cfg, const Tensor& x, int64_t B,
+                 int64_t H, bool inverse) {
+  if (ctx.docs.on())
+    return kernels::rope_at(x, ctx.docs.position, B * cfg.seq_local(), H, cfg.head_dim,
+                            cfg.rope_theta, inverse);
   int64_t row = 0;
   for (const ContextParallel::Segment& g : cfg.cp.segments(cfg.seq_len)) {
     kernels::rope(x.rows(row, B * g.len), B, g.len, H, cfg.head_dim, g.pos0, cfg.rope_theta,
@@ -70,7 +75,7 @@ void Attention::attend(StepContext& ctx, Saved& qkv, Saved& out) {
   const kernels::AttnShape shape{B, T, Hq, Hkv,         D, 1.0f / std::sqrt(float(D)),
                                  0, 0, 0,  core_dtype()};
   kernels::attention_forward(qkv.q.view(), qkv.k.view(), qkv.v.view(), out.att.view(),
-                             out.lse.view(), shape);
+                             out.lse.view(), shape, ctx.docs.start);
 }
 
 void Attention::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
@@ -83,8 +88,8 @@ void Attention::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
   k_.forward(ctx, xc, s.k.view());
   v_.forward(ctx, xc, s.v.view());
   if (cfg_.arch == Arch::llama) {
-    rope_global(cfg_, s.q.view(), B, Hq, false);
-    rope_global(cfg_, s.k.view(), B, Hkv, false);
+    rope_global(ctx, cfg_, s.q.view(), B, Hq, false);
+    rope_global(ctx, cfg_, s.k.view(), B, Hkv, false);
   }
   attend(ctx, s, c);
   if (tp::size(ctx) == 1) return o_.forward(ctx, c.att.view(), y, /*accumulate=*/true);
@@ -114,11 +119,11 @@ void Attention::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, co
     const kernels::AttnShape shape{B, T, Hq, Hkv,         D, 1.0f / std::sqrt(float(D)),
                                    0, 0, 0,  core_dtype()};
     kernels::attention_backward(d_att, s.q.view(), s.k.view(), s.v.view(), c.att.view(),
-                                c.lse.view(), dq, dk, dv, shape);
+                                c.lse.view(), dq, dk, dv, shape, ctx.docs.start);
   }
   if (cfg_.arch == Arch::llama) {
-    rope_global(cfg_, dq, B, Hq, true);
-    rope_global(cfg_, dk, B, Hkv, true);
+    rope_global(ctx, cfg_, dq, B, Hq, true);
+    rope_global(ctx, cfg_, dk, B, Hkv, true);
   }
   // The input gradient sums over the ranks' heads.
   const Tensor dxp =

@@ -46,6 +46,11 @@ struct Ring {
   int64_t block() const { return 4 * nkv; }
   int64_t k_at(int j) const { return j * nkv; }
   int64_t v_at(int j) const { return (2 + j) * nkv; }
+  // Document starts of local chunk j's query rows, [B, c] (empty without document masking):
+  // keys need none, so the blocks that travel carry nothing more.
+  Tensor docs(const StepContext& ctx, int j) const {
+    return ctx.docs.on() ? ctx.docs.start.slice(j * B * c, B * c) : Tensor{};
+  }
 };
 
 Tensor flat(const Tensor& t, int64_t begin, int64_t n) {
@@ -78,11 +83,12 @@ void ring_forward(StepContext& ctx, const ModelConfig& cfg, const Tensor& q, con
         const Tensor qc = flat(q, qj * R.nq, R.nq), oc = flat(att, qj * R.nq, R.nq);
         const Tensor lc = flat(lse, qj * R.nlse, R.nlse);
         const Tensor kc = flat(cur, R.k_at(kj), R.nkv), vc = flat(cur, R.v_at(kj), R.nkv);
+        const Tensor dc = R.docs(ctx, qj);
         if (!started[qj]) {
-          kernels::attention_forward(qc, kc, vc, oc, lc, s);
+          kernels::attention_forward(qc, kc, vc, oc, lc, s, dc);
           started[qj] = true;
         } else {
-          kernels::attention_forward(qc, kc, vc, part, part_lse, s);
+          kernels::attention_forward(qc, kc, vc, part, part_lse, s, dc);
           kernels::attention_merge(oc, lc, part, part_lse, R.B, R.c, R.Hq, R.D);
         }
         kv.poll();  // let MPI progress the transfer
@@ -130,7 +136,7 @@ void ring_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_att
         kernels::attention_backward(flat(d_att, qj * R.nq, R.nq), flat(q, qj * R.nq, R.nq),
                                     flat(cur, R.k_at(kj), R.nkv), flat(cur, R.v_at(kj), R.nkv),
                                     flat(att, qj * R.nq, R.nq), flat(lse, qj * R.nlse, R.nlse),
-                                    dq_part, dk_part, dv_part, s);
+                                    dq_part, dk_part, dv_part, s, R.docs(ctx, qj));
         kernels::add_inplace(flat(dq, qj * R.nq, R.nq), dq_part, R.nq);
         kernels::add_inplace(flat(local, R.k_at(kj), R.nkv), dk_part, R.nkv);
         kernels::add_inplace(flat(local, R.v_at(kj), R.nkv), dv_part, R.nkv);
@@ -219,7 +225,7 @@ void ulysses_forward(StepContext& ctx, const ModelConfig& cfg, const Tensor& q, 
   to_heads(ctx, q, qh, U.B, U.Tl, U.Hq, U.D);
   to_heads(ctx, k, kh, U.B, U.Tl, U.Hkv, U.D);
   to_heads(ctx, v, vh, U.B, U.Tl, U.Hkv, U.D);
-  kernels::attention_forward(qh, kh, vh, oh, lse, U.shape(cfg, compute));
+  kernels::attention_forward(qh, kh, vh, oh, lse, U.shape(cfg, compute), ctx.docs.start_seq);
   to_sequence(ctx, oh, att, U.B, U.Tl, U.Hq, U.D);
 }
 
@@ -241,7 +247,8 @@ void ulysses_backward(StepContext& ctx, const ModelConfig& cfg, const Tensor& d_
   to_heads(ctx, v, vh, U.B, U.Tl, U.Hkv, U.D);
   to_heads(ctx, att, oh, U.B, U.Tl, U.Hq, U.D);
   to_heads(ctx, d_att, doh, U.B, U.Tl, U.Hq, U.D);
-  kernels::attention_backward(doh, qh, kh, vh, oh, lse, dqh, dkh, dvh, U.shape(cfg, compute));
+  kernels::attention_backward(doh, qh, kh, vh, oh, lse, dqh, dkh, dvh, U.shape(cfg, compute),
+                              ctx.docs.start_seq);
   to_sequence(ctx, dqh, dq, U.B, U.Tl, U.Hq, U.D);
   to_sequence(ctx, dkh, dk, U.B, U.Tl, U.Hkv, U.D);
   to_sequence(ctx, dvh, dv, U.B, U.Tl, U.Hkv, U.D);

@@ -22,6 +22,9 @@ class Embedding {
   static Param& add_token_table(ParamStore& store, const ModelConfig& cfg);
 
  private:
+  // The position-table row of this rank's token n (ContextParallel's layout; restarted at each
+  // document with document masking).
+  int64_t position(const StepContext& ctx, int64_t n) const;
   struct Saved {
     Tensor ids;  // owned by the caller
     Buffer x;

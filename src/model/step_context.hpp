@@ -27,6 +27,18 @@ class PartHooks {
   virtual void end(int part, Pass pass, bool training) = 0;
 };
 
+// Document masking's per-row inputs of the micro-batch in flight (doc/data.md, "Document
+// masks"); all empty without data.document_mask. start: the global position where each row's
+// document starts, i32 [rows] in this rank's layout (ContextParallel::segments), what the
+// attention kernels take as doc_start; start_seq: the same for whole sequences, [B, seq_len]
+// (Ulysses attends over them); position: each row's position in its document (RoPE, gpt2's
+// position table), with position_host its host copy (the table's rows are chosen on the host).
+struct DocumentRows {
+  Tensor start, start_seq, position;
+  const int32_t* position_host = nullptr;
+  bool on() const { return start.data != nullptr; }
+};
+
 struct StepContext {
   Allocator& alloc;
   ParallelContext& par;
@@ -45,6 +57,7 @@ struct StepContext {
   // Transfers in flight behind the compute now running (model/transfers.hpp): every GEMM
   // (Linear) polls them, so that MPI progresses them. Null: none.
   StepTransfers* in_flight = nullptr;
+  DocumentRows docs = {};  // data.document_mask: set by the trainer per micro-batch
 };
 
 // The rows of t, an activation or gradient that must be [rows, cols]: layers take their sizes

@@ -235,7 +235,8 @@ Estimate estimate(const Workload& given, const Layout& l, const Cluster& cl, Run
     e.memory.grads = s.grads;
     e.memory.optimizer = s.optimizer;
     e.memory.activations = activation_bytes(tc, l.micro_batch);
-    e.memory.workspace = tessera_workspace_bytes(tc, l.micro_batch, tessera_half(l));
+    e.memory.workspace = tessera_workspace_bytes(tc, l.micro_batch, tessera_half(l)) +
+                         tessera_document_bytes(w, tc, l.micro_batch, 1);
     e.memory.comm = tessera_comm_bytes(r, l, m, w.zero_inflight) +
                     tessera_grad_staging_bytes(l, psi) +
                     double(tc.moe_blocks()) * moe_two_level_comm_bytes(tc, l.micro_batch);

@@ -92,6 +92,7 @@ struct Workload {
   // the nodes the ep group spans on the cluster) and parallel.ep_max_nodes.
   EpDispatch ep_dispatch = EpDispatch::flat;
   int64_t ep_nodes = 0, ep_max_nodes = 0;
+  bool document_mask = false;          // runtime tessera: data.document_mask
 };
 
 // Sequences per model replica per step and micro-batches per step for a layout; 0 when the

@@ -67,6 +67,7 @@ std::string plan_comparison(const RunFacts& run) {
   w.global_batch = r.batch.global_batch;
   w.zero_inflight = run.zero_inflight;
   w.pp_layers = run.pp_layers;
+  w.document_mask = run.document_mask;
   if (w.cfg.moe.enabled()) {  // as workload_from (plan/workload.cpp) reads a deck's experts
     w.moe.experts = int(w.cfg.moe.experts);
     w.moe.top_k = int(w.cfg.moe.top_k);

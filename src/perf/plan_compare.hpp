@@ -27,6 +27,7 @@ struct RunFacts {
   int zero_inflight = 2;  // parallel.zero_inflight
   std::string pp_layers = "balanced";
   ReduceDtype grad_reduce = ReduceDtype::fp32;  // parallel.grad_reduce_dtype
+  bool document_mask = false;                   // data.document_mask
 };
 
 // Streaming (triad) bandwidth of this process, bytes/s.

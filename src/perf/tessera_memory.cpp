@@ -208,6 +208,13 @@ double tessera_grad_staging_bytes(const Layout& l, double psi) {
   return l.grad_bytes == 2 && l.zero == 0 && l.dp * l.cp > 1 ? 2 * psi : 0;
 }
 
+double tessera_document_bytes(const Workload& w, const ModelConfig& c, int64_t micro_batch,
+                              int64_t slots) {
+  if (!w.document_mask) return 0;
+  const double B = double(micro_batch), T = double(c.seq_len), Tl = double(c.seq_local());
+  return 4 * B * (T + 1) + 4 * double(slots) * B * (2 * Tl + T);
+}
+
 double tessera_comm_bytes(const RankLayout& rank, const Layout& l, int64_t accum, int inflight) {
   const ZeroReplay r = zero_replay(l, inflight);
   if (r.zero < 2 && !r.reduce16) return 0;
@@ -342,7 +349,8 @@ TesseraStageMemory tessera_pipeline_memory(const Workload& w, const Layout& l, i
       if (pass == Pass::backward && q >= 1 && q <= int(c.layers)) backward_blocks.push_back(q - 1);
     mb.workspace = tessera_workspace_bytes(c, l.micro_batch, tessera_half(l), backward_blocks,
                                           has_head) +
-                   4 * 2 * double(m) * double(l.micro_batch * c.seq_local());
+                   4 * 2 * double(m) * double(l.micro_batch * c.seq_local()) +
+                   tessera_document_bytes(w, c, l.micro_batch, m);
     peak.params = std::max(peak.params, mb.params);
     peak.grads = std::max(peak.grads, mb.grads);
     peak.optimizer = std::max(peak.optimizer, mb.optimizer);

@@ -51,6 +51,12 @@ bool tessera_half(const Layout& l);
 // grad=bf16 (parallel.grad_reduce_dtype) with zero = 0: the bf16 staging copy of the gradients,
 // 2 psi of communication buffers when there is more than one data-parallel rank.
 double tessera_grad_staging_bytes(const Layout& l, double psi);
+// data.document_mask (train/document_batch.hpp): the window of document starts (B x (T + 1))
+// and, per held micro-batch (`slots`: the step's micro-batches with a pipeline, else 1), each
+// row's start and position (B x T_local each) and the whole sequences' starts (B x T), int32;
+// 0 without document masks. A host run's bytes (a device run also keeps host copies).
+double tessera_document_bytes(const Workload& w, const ModelConfig& c, int64_t micro_batch,
+                              int64_t slots);
 
 // A pipeline layout (l.pp > 1): each category's peak over the stages (what memory.json
 // reports: max over ranks), and the parameters of the largest stage.

@@ -34,6 +34,7 @@ Workload workload_from(const RunConfig& run) {
   w.ep_dispatch = run.parallel.ep_dispatch;
   w.ep_nodes = run.parallel.ep_nodes;
   w.ep_max_nodes = run.parallel.ep_max_nodes;
+  w.document_mask = run.data.document_mask;
   // A mixture of experts in the deck (model.experts, ...): tessera's runtime model reads all
   // of w.cfg.moe; the Megatron-style runtime its routed experts, top-k and expert width.
   if (w.cfg.moe.enabled()) {

@@ -18,6 +18,11 @@
 namespace tessera {
 namespace {
 
+// data.document_mask: the model FLOPs stay the unmasked formula (attention 12 L T H D per
+// token over the whole sample, as Megatron-LM counts it); the masked tiles the kernels skip are
+// not subtracted, so short documents raise MFU (doc/data.md, "Document masks").
+constexpr const char* kDocumentFlops = " (document masks: attention FLOPs counted unmasked)";
+
 // The room output.dir must have before step 1: the small files (run.json, memory.json) with a
 // margin and a metrics line (about 400 bytes, rounded up) for each of the first
 // kCheckedSteps steps. Not the whole of a long run: a disk that fills later stops the run at
@@ -113,8 +118,9 @@ void RunLog::start() {
       (long long)g.global_batch, (long long)g.micro_batch, (long long)g.accum, (long long)g.dp,
       omp_get_max_threads());
   for (const auto& s : sections_) std::printf("%s", s->start().c_str());
-  std::printf("peak for MFU: %.1f GFLOP/s over %d rank(s), %s; model %.3f GFLOP/step\n",
-              peak_total_ / 1e9, grid_.world().size(), peak_source_.c_str(), flops_per_step_ / 1e9);
+  std::printf("peak for MFU: %.1f GFLOP/s over %d rank(s), %s; model %.3f GFLOP/step%s\n",
+              peak_total_ / 1e9, grid_.world().size(), peak_source_.c_str(), flops_per_step_ / 1e9,
+              run_.data.document_mask ? kDocumentFlops : "");
   if (hardware_flops_per_step_ > flops_per_step_)
     std::printf("recompute %s: hardware %.3f GFLOP/step (HFU counts the rerun forward work)\n",
                 to_string(c.recompute), hardware_flops_per_step_ / 1e9);
@@ -234,9 +240,11 @@ void RunLog::finish() {
   if (times_.steady_steps > 0) {
     const double mean = times_.steady_seconds / double(times_.steady_steps);
     const double tokens = double(trainer_.batch().global_batch * trainer_.config().seq_len);
-    std::printf("steady state (steps %lld..%lld): %.1f ms/step, %.0f tokens/s, MFU %.1f%% of %s\n",
-                (long long)times_.steps_done + 2, (long long)last_step_, 1e3 * mean, tokens / mean,
-                100 * flops_per_step_ / (mean * peak_total_), peak_source_.c_str());
+    std::printf(
+        "steady state (steps %lld..%lld): %.1f ms/step, %.0f tokens/s, MFU %.1f%% of %s%s\n",
+        (long long)times_.steps_done + 2, (long long)last_step_, 1e3 * mean, tokens / mean,
+        100 * flops_per_step_ / (mean * peak_total_), peak_source_.c_str(),
+        run_.data.document_mask ? kDocumentFlops : "");
     if (hardware_flops_per_step_ > flops_per_step_)
       std::printf(
           "HFU %.1f%% (recompute %s reruns forward work: %.3f hardware vs %.3f model "
@@ -267,6 +275,7 @@ RunFacts RunLog::run_facts(const double* phase_sum, const double* mem, int n) co
   f.zero_inflight = run_.parallel.zero_inflight;
   f.pp_layers = run_.parallel.pp_layers;
   f.grad_reduce = run_.parallel.grad_reduce_dtype;
+  f.document_mask = run_.data.document_mask;
   for (size_t p = 0; p < f.phase_seconds.size(); ++p) f.phase_seconds[p] = phase_sum[p] / n;
   for (size_t c = 0; c < f.memory_peak.size(); ++c) f.memory_peak[c] = mem[c];
   return f;

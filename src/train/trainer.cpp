@@ -71,7 +71,8 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid, const RankLayout& layo
       seed_(uint64_t(run.train.seed)),
       steps_(run.train.steps),
       data_(run.data.path, grid.world().raw(),
-            {to_string(run.data.tokenizer), cfg_.vocab, cfg_.seq_len, geo_.global_batch},
+            {to_string(run.data.tokenizer), cfg_.vocab, cfg_.seq_len, geo_.global_batch,
+             run.data.document_mask},
             run.data.val_fraction),
       eval_every_(run.train.eval_every) {
   const int64_t per_round = geo_.micro_batch * geo_.dp;
@@ -142,6 +143,7 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid, const RankLayout& layo
     pp_inputs_ = Buffer(alloc_, Shape{geo_.accum, B, T}, DType::i32, Charge::workspace);
     pp_targets_ = Buffer(alloc_, Shape{geo_.accum, B, T}, DType::i32, Charge::workspace);
   }
+  if (run.data.document_mask) docs_ = DocumentBatch(alloc_, cfg_, B, stages > 1 ? geo_.accum : 1);
   // Every step runs through the pipeline executor (RankLayout::schedule).
   StepContext ctx = context(true);
   pipeline_ = std::make_unique<pp::Executor>(grid.group(Group::pp), layout_.schedule,
@@ -189,8 +191,8 @@ StepContext Trainer::context(bool training) {
   return ctx;
 }
 
-void Trainer::sample(int64_t step, int64_t g, int32_t* out, uint8_t* mask) const {
-  data_.train_sample(seed_, (step - 1) * geo_.global_batch + g, out, mask);
+void Trainer::sample(int64_t step, int64_t g, int32_t* out, uint8_t* mask, int32_t* doc) const {
+  data_.train_sample(seed_, (step - 1) * geo_.global_batch + g, out, mask, doc);
 }
 
 void Trainer::set_trace(Trace* trace) {
@@ -207,28 +209,32 @@ std::vector<const Communicator*> Trainer::own_groups() const {
 }
 
 int64_t Trainer::load_micro_batch(
-    const std::function<void(int64_t, int32_t*, uint8_t*)>& sample_row) {
+    const std::function<void(int64_t, int32_t*, uint8_t*, int32_t*)>& sample_row, int slot) {
   const int64_t T = cfg_.seq_len, B = geo_.micro_batch;
   for (int64_t b = 0; b < B; ++b)
-    sample_row(b, tokens_.i32() + b * (T + 1), mask_.data() + b * (T + 1));
+    sample_row(b, tokens_.i32() + b * (T + 1), mask_.data() + b * (T + 1), docs_.window(b));
   // This rank's segments of each sequence (all of it without context parallelism), laid out
   // segment by segment: [segment][sequence][token of the segment].
   const bool staged = !host_inputs_.empty();
   int32_t* inputs = (staged ? host_inputs_ : inputs_).i32();
   int32_t* targets = (staged ? host_targets_ : targets_).i32();
   // A masked target is -1, which the cross-entropy ignores (loss and gradient 0); the step's
-  // loss is divided by the unmasked targets of the global batch (Trainer::step).
+  // loss is divided by the unmasked targets of the global batch (Trainer::step). Document
+  // masking masks the target of each document's last token (its EOS), the next document's
+  // first token (doc/data.md, "Document masks").
   int64_t n = 0, unmasked = 0;
   for (const ContextParallel::Segment& g : cfg_.cp.segments(T))
     for (int64_t b = 0; b < B; ++b) {
       const int32_t* row = tokens_.i32() + b * (T + 1) + g.pos0;
       const uint8_t* mask = mask_.data() + b * (T + 1) + g.pos0;
       for (int64_t t = 0; t < g.len; ++t, ++n) {
+        const bool keep = mask[t + 1] && !docs_.ends_document(b, g.pos0 + t);
         inputs[n] = row[t];
-        targets[n] = mask[t + 1] ? row[t + 1] : -1;
-        unmasked += mask[t + 1] ? 1 : 0;
+        targets[n] = keep ? row[t + 1] : -1;
+        unmasked += keep ? 1 : 0;
       }
     }
+  if (docs_.on()) docs_.store(slot);
   if (staged) {
     kernels::transfer(host_inputs_.view(), inputs_.view(), n);
     kernels::transfer(host_targets_.view(), targets_.view(), n);
@@ -251,12 +257,15 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx, double* targets) {
     // Global sample order within a step: micro-batch m of data-parallel rank r holds samples
     // [(m * dp + r) * B, (m * dp + r + 1) * B).
     const int64_t first = (m * geo_.dp + grid_.dp().rank()) * B;
-    const int64_t unmasked = load_micro_batch(
-        [&](int64_t b, int32_t* row, uint8_t* mask) { sample(s, first + b, row, mask); });
+    const int64_t unmasked =
+        load_micro_batch([&](int64_t b, int32_t* row, uint8_t* mask,
+                             int32_t* doc) { sample(s, first + b, row, mask, doc); },
+                         serial ? 0 : int(m));
     if (stage == last) *targets += double(unmasked);  // summed like the loss
   };
-  // Stage 0 reads the inputs, the stage with the loss the targets.
-  if (!serial && (stage == 0 || stage == last)) {
+  // Stage 0 reads the inputs, the stage with the loss the targets; with document masking every
+  // stage reads its micro-batches' documents (attention and RoPE in every block need them).
+  if (!serial && (stage == 0 || stage == last || docs_.on())) {
     for (int64_t m = 0; m < geo_.accum; ++m) {
       load(m);
       kernels::transfer(inputs_.view(), pp_inputs_.view().slice(m * n, n), n);
@@ -283,6 +292,7 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx, double* targets) {
       if (serial) load(micro);
       t.timer_.enter(Phase::forward);
       ctx.slot = slot;
+      ctx.docs = t.docs_.rows(serial ? 0 : micro);
       const Tensor ids = serial ? t.inputs_.view() : micro_batch(t.pp_inputs_, micro);
       const Tensor targets = serial ? t.targets_.view() : micro_batch(t.pp_targets_, micro);
       return t.model_->forward_chunk(ctx, chunk, ids, x, targets, &loss);
@@ -290,6 +300,7 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx, double* targets) {
     Tensor backward(int micro, int chunk, int slot, const Tensor& dy) override {
       t.timer_.enter(Phase::backward);
       ctx.slot = slot;
+      ctx.docs = t.docs_.rows(serial ? 0 : micro);
       // The strategy also says when partial (sequence-parallel) gradients are summed over
       // tensor-parallel ranks: just before their data-parallel reduction.
       t.dp_->before_backward(ctx, micro == t.geo_.accum - 1);
@@ -302,6 +313,7 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx, double* targets) {
     Tensor backward_input(int micro, int chunk, int slot, const Tensor& dy) override {
       t.timer_.enter(Phase::backward);
       ctx.slot = slot;
+      ctx.docs = t.docs_.rows(serial ? 0 : micro);
       t.dp_->before_backward(ctx, micro == t.geo_.accum - 1);
       set_of.resize(size_t(t.geo_.accum) * t.layout_.chunks.size(), -1);
       const size_t i = size_t(micro) * t.layout_.chunks.size() + size_t(chunk);
@@ -334,11 +346,13 @@ double Trainer::pipeline_evaluate(size_t dataset) {
   double sums[2] = {0, 0};  // the loss, the unmasked targets (last stage)
   double& loss_sum = sums[0];
   for (int64_t first = grid_.dp().rank() * B; first < eval_samples_; first += B * geo_.dp) {
-    if (stage == 0 || stage == shape.loss_stage()) {
-      const int64_t unmasked = load_micro_batch([&](int64_t b, int32_t* row, uint8_t* mask) {
-        data.validation_sample(first + b, row, mask);
-      });
+    if (stage == 0 || stage == shape.loss_stage() || docs_.on()) {
+      const int64_t unmasked =
+          load_micro_batch([&](int64_t b, int32_t* row, uint8_t* mask,
+                               int32_t* doc) { data.validation_sample(first + b, row, mask, doc); },
+                           0);
       if (stage == shape.loss_stage()) sums[1] += double(unmasked);
+      ctx.docs = docs_.rows(0);
     }
     for (int c = 0; c < C; ++c) {
       if (shape.stage_of(c) != stage) continue;

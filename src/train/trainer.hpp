@@ -10,8 +10,8 @@
 #include "comm/process_grid.hpp"
 #include "config/run_config.hpp"
 #include "core/timer.hpp"
-#include "io/checkpoint.hpp"
 #include "io/blended_dataset.hpp"
+#include "io/checkpoint.hpp"
 #include "kernels/kernels.hpp"
 #include "model/transformer.hpp"
 #include "optim/adamw.hpp"
@@ -19,6 +19,7 @@
 #include "parallel/dp/data_parallel.hpp"
 #include "parallel/pp/executor.hpp"
 #include "parallel/rank_layout.hpp"
+#include "train/document_batch.hpp"
 
 namespace tessera {
 
@@ -97,7 +98,8 @@ class Trainer {
   bool eval_due(int64_t step, int64_t last_step) const;
   // The tokens of global sample g of step s: out[seq_len + 1], and their loss mask when mask is
   // not null (1 everywhere for a dataset without one).
-  void sample(int64_t step, int64_t g, int32_t* out, uint8_t* mask = nullptr) const;
+  void sample(int64_t step, int64_t g, int32_t* out, uint8_t* mask = nullptr,
+              int32_t* doc = nullptr) const;
 
   const RankLayout& layout() const { return layout_; }
   const ModelConfig& config() const { return cfg_; }
@@ -146,11 +148,13 @@ class Trainer {
   const std::vector<int64_t>& chunk_layers() const { return layout_.chunk_layers; }
 
  private:
-  // Fills tokens_ row by row (sample_row(b, row, mask) writes seq_len + 1 tokens and their
-  // loss mask) and splits them into inputs_ and targets_, a masked target written as -1 (the
-  // cross-entropy's ignore index); returns the number of unmasked targets loaded (this rank's
-  // segments of the sequences under context parallelism).
-  int64_t load_micro_batch(const std::function<void(int64_t, int32_t*, uint8_t*)>& sample_row);
+  // Fills tokens_ row by row (sample_row(b, row, mask, doc) writes seq_len + 1 tokens, their
+  // loss mask and, with document masking, their documents' starts) and splits them into
+  // inputs_ and targets_, a masked target written as -1 (the cross-entropy's ignore index), and
+  // the documents into slot `slot` of docs_; returns the number of unmasked targets loaded
+  // (this rank's segments of the sequences under context parallelism).
+  int64_t load_micro_batch(
+      const std::function<void(int64_t, int32_t*, uint8_t*, int32_t*)>& sample_row, int slot);
   // A warning when the tensor-parallel group spans nodes.
   void warn_tp_across_nodes();
   // One step's micro-batches through this stage's op list; returns the summed token loss
@@ -201,6 +205,7 @@ class Trainer {
   std::vector<Staged> staging_;
   std::unique_ptr<pp::Executor> pipeline_;
   Buffer pp_inputs_, pp_targets_;  // every micro-batch of a step (pipeline)
+  DocumentBatch docs_;             // data.document_mask: the micro-batches' documents
   // The parts' hooks with several stages: data parallelism's, then a poll of the pipeline's
   // messages in flight (pp::Executor::poll), so they move while the stage computes.
   struct PipelineHooks : PartHooks {

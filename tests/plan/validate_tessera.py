@@ -6,8 +6,8 @@ usage: validate_tessera.py WORKDIR "MPIEXEC... -np" TESSERA TESSERA_PLAN CLUSTER
 For each case (data parallelism, ZeRO 0-3, HSDP, tensor and sequence parallelism, pipelines
 with every schedule and with ZeRO, both architectures, with and without gradient
 accumulation, each activation recompute mode, bf16 and fp16, context parallelism (ring and
-Ulysses, alone and with TP+SP, ZeRO and PP), and mixtures of experts (ep 1 and 2, with ZeRO,
-ep x edp) it runs tessera for 2 steps on the CPU, reads output.dir/memory.json (peak bytes per
+Ulysses, alone and with TP+SP, ZeRO and PP), document masks, and mixtures of experts (ep 1 and
+2, with ZeRO, ep x edp) it runs tessera for 2 steps on the CPU, reads output.dir/memory.json (peak bytes per
 category, max over ranks) and asks `tessera-plan --runtime tessera --explain LAYOUT --json -`
 for its prediction. Checks:
   * the model state (params + grads + optimizer) three ways, to the byte: the formula the run's
@@ -88,6 +88,10 @@ CASES = [
     ("cp4_ulysses_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=4", "--parallel.cp_kind=ulysses"], "cp=4 zero=0 mb=2"),
     ("cp2_tp2_sp_zero1", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=4"], "cp=2 tp=2 sp=1 zero=1 mb=2"),
     ("cp2_pp2_sel_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=4"], "cp=2 pp=2 zero=0 mb=1 rc=selective"),
+    # Document masks (data.document_mask): each held micro-batch's rows' document starts and
+    # positions and the whole sequences' starts, and the window of starts (train/document_batch).
+    ("docmask_serial_llama", 1, "tiny-llama.in", ["--train.micro_batch=4", "--train.global_batch=8", "--data.document_mask=true"], "zero=0 mb=4"),
+    ("docmask_cp2_pp2_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=1", "--train.global_batch=4", "--data.document_mask=true", "--parallel.cp_kind=ulysses"], "cp=2 pp=2 zero=0 mb=1"),
     # Mixture of experts (tiny-moe: 8 routed experts, top 2, one shared, the first block dense;
     # parallel.ep from the layout's ep): each rank's E / ep experts in their own padded section,
     # sharded over N_e = max(1, N / ep) under ZeRO; the MoE blocks' buffers, sized for the worst

@@ -86,13 +86,24 @@ def grad_norms(model):
 ZERO_GRAD = 1e-9
 
 
-def masked_targets(tokens, mask):
+def masked_targets(tokens, mask, docs=None):
     """tokens[:, 1:] as targets, -100 (F.cross_entropy's ignore_index: mean over the others)
-    where a loss mask is 0 (doc/data.md, "Loss masks"); mask None: every target counts."""
+    where a loss mask is 0 (doc/data.md, "Loss masks"); mask None: every target counts. With
+    document starts docs [B, T+1] (doc/data.md, "Document masks") also where the next token
+    starts a document: a document's last token does not predict the next document."""
     targets = torch.as_tensor(np.asarray(tokens), dtype=torch.long)[..., 1:].clone()
     if mask is not None:
         targets[torch.as_tensor(np.asarray(mask)[..., 1:] == 0)] = -100
+    if docs is not None:
+        docs = np.asarray(docs)
+        T = docs.shape[-1] - 1
+        targets[torch.as_tensor(docs[..., 1:] == np.arange(1, T + 1))] = -100
     return targets
+
+
+def document_starts(docs):
+    """The model's document starts of the input tokens (the window's first T), or None."""
+    return None if docs is None else torch.as_tensor(np.asarray(docs)[..., :-1].astype(np.int64))
 
 
 def check_batch(f, cfg, ck, tol):
@@ -101,13 +112,18 @@ def check_batch(f, cfg, ck, tol):
     model.load(read_group(f["init"]))
     tokens = torch.as_tensor(f["check/tokens"][()].astype(np.int64))
     mask = f["check/mask"][()] if "check/mask" in f else None
-    loss = model.loss(tokens[:, :-1], masked_targets(tokens, mask))
+    docs = f["check/docs"][()] if "check/docs" in f else None
+    model.docs = document_starts(docs)
+    targets = masked_targets(tokens, mask, docs)
+    loss = model.loss(tokens[:, :-1], targets)
     (loss + model.extra).backward()
     with torch.no_grad():
         logits = model(tokens[:, :-1])
     model.routed = {}
     print(f"-- check batch: tokens {tuple(tokens.shape)}"
-          + ("" if mask is None else f", {int(mask[:, 1:].sum())} unmasked targets"))
+          + ("" if mask is None else f", {int(mask[:, 1:].sum())} unmasked targets")
+          + ("" if docs is None else f", {int((docs[:, :-1] == np.arange(docs.shape[1] - 1)).sum())}"
+             f" document starts, {int((targets >= 0).sum())} targets predicted"))
     ck.tensor("logits", f["check/logits"][()], logits.numpy(), tol)
     ck.tensor("loss", f["check/loss"][()], loss.item(), tol)
     grads = f["check/grad"]
@@ -130,6 +146,7 @@ def check_training(f, cfg, ck, tol):
                           cfg["weight_decay"], cfg["decay_embeddings"])
     tokens = f["train/tokens"][()].astype(np.int64)
     masks = f["train/mask"][()] if "train/mask" in f else None
+    docs = f["train/docs"][()] if "train/docs" in f else None
     want_loss, want_lr, want_norm = (f["train/" + k][()] for k in ("loss", "lr", "grad_norm"))
     steps = tokens.shape[0]
     print(f"-- training: {steps} steps, tokens {tokens.shape[1:]}"
@@ -140,8 +157,12 @@ def check_training(f, cfg, ck, tol):
     for s in range(steps):
         lr = lr_at(s + 1, cfg["lr"], cfg["min_lr"], cfg["warmup"], cfg["total_steps"])
         lr_sum += lr
-        loss, norm = model.train_step(opt, tokens[s], lr, cfg["grad_clip"],
-                                      None if masks is None else masked_targets(tokens[s], masks[s]))
+        model.docs = None if docs is None else document_starts(docs[s])
+        targets = None
+        if masks is not None or docs is not None:
+            targets = masked_targets(tokens[s], None if masks is None else masks[s],
+                                     None if docs is None else docs[s])
+        loss, norm = model.train_step(opt, tokens[s], lr, cfg["grad_clip"], targets)
         norms, total = grad_norms(model)
         for n, v in norms.items():
             max_ratio[n] = max(max_ratio[n], v / max(total, TINY))

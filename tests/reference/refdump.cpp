@@ -1,16 +1,19 @@
 // tessera-refdump: writes what the PyTorch reference needs to check tessera's serial model:
 // the initial weights, logits/loss/gradients on one batch, and train.steps AdamW steps with
 // their batches, losses, learning rates and gradient norms. Format: check_reference.py. With a
-// loss mask (doc/data.md, "Loss masks") the batches' masks too (/check/mask, /train/mask).
+// loss mask (doc/data.md, "Loss masks") the batches' masks too (/check/mask, /train/mask), and
+// with data.document_mask their windows' document starts (/check/docs, /train/docs).
 //   tessera-refdump OUT.h5 DECK.in [--section.key=value ...]
 #include <mpi.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "app/errors.hpp"
 #include "config/run_config.hpp"
 #include "io/h5.hpp"
+#include "train/document_batch.hpp"
 #include "train/trainer.hpp"
 
 namespace tessera {
@@ -82,18 +85,26 @@ void dump(const std::string& out, const std::vector<std::string>& deck_args) {
   // One batch at the initial weights: logits, mean loss, gradients.
   std::vector<int32_t> tokens(size_t(B * (T + 1))), ids(size_t(B * T)), targets(size_t(B * T));
   std::vector<uint8_t> mask(tokens.size());
+  StepContext ctx = trainer.context(true);
+  const bool documents = run.data.document_mask;
+  DocumentBatch docs = documents ? DocumentBatch(ctx.alloc, c, B, 1) : DocumentBatch();
+  std::vector<int32_t> check_docs(documents ? tokens.size() : 0);
   int64_t unmasked = 0;
   for (int64_t b = 0; b < B; ++b) {
-    trainer.sample(1, b, tokens.data() + b * (T + 1), mask.data() + b * (T + 1));
+    trainer.sample(1, b, tokens.data() + b * (T + 1), mask.data() + b * (T + 1), docs.window(b));
     for (int64_t t = 0; t < T; ++t) {
       const size_t at = size_t(b * (T + 1) + t + 1);
+      // -1: masked, or (document masking) the next token starts another document
+      const bool keep = mask[at] && !docs.ends_document(b, t);
       ids[size_t(b * T + t)] = tokens[size_t(b * (T + 1) + t)];
-      targets[size_t(b * T + t)] = mask[at] ? tokens[at] : -1;  // -1: masked
-      unmasked += mask[at] ? 1 : 0;
+      targets[size_t(b * T + t)] = keep ? tokens[at] : -1;
+      unmasked += keep ? 1 : 0;
     }
+    if (documents) std::copy_n(docs.window(b), T + 1, check_docs.data() + b * (T + 1));
   }
-  const bool masked = unmasked < B * T;
-  StepContext ctx = trainer.context(true);
+  const bool masked = std::find(mask.begin(), mask.end(), 0) != mask.end();
+  if (documents) docs.store(0);
+  ctx.docs = docs.rows(0);
   ctx.loss_scale = float(1.0 / double(unmasked));
   std::vector<float> logits(size_t(B * T * c.vocab));
   const Tensor tids = view_of(ids.data(), {B, T}), ttargets = view_of(targets.data(), {B, T});
@@ -105,6 +116,7 @@ void dump(const std::string& out, const std::vector<std::string>& deck_args) {
   f.write("/check/tokens", {B, T + 1}, tokens.data());
   if (masked)
     f.write("/check/mask", {B, T + 1}, std::vector<int32_t>(mask.begin(), mask.end()).data());
+  if (documents) f.write("/check/docs", {B, T + 1}, check_docs.data());
   f.write("/check/logits", {B, T, c.vocab}, logits.data());
   f.write("/check/loss", {}, &loss);
   write_params(f, trainer.params(), "/check/grad", true);
@@ -112,11 +124,13 @@ void dump(const std::string& out, const std::vector<std::string>& deck_args) {
   // S optimizer steps: the batches they saw and what they measured.
   std::vector<int32_t> step_tokens(size_t(S * G * (T + 1)));
   std::vector<uint8_t> step_mask(step_tokens.size());
+  std::vector<int32_t> step_docs(documents ? step_tokens.size() : 0);
   std::vector<double> losses, lrs, norms;
   for (int64_t s = 1; s <= S; ++s) {
     for (int64_t g = 0; g < G; ++g) {
       const int64_t at = ((s - 1) * G + g) * (T + 1);
-      trainer.sample(s, g, step_tokens.data() + at, step_mask.data() + at);
+      trainer.sample(s, g, step_tokens.data() + at, step_mask.data() + at,
+                     documents ? step_docs.data() + at : nullptr);
     }
     const StepResult r = trainer.step(s);
     losses.push_back(r.loss);
@@ -127,6 +141,7 @@ void dump(const std::string& out, const std::vector<std::string>& deck_args) {
   if (masked)
     f.write("/train/mask", {S, G, T + 1},
             std::vector<int32_t>(step_mask.begin(), step_mask.end()).data());
+  if (documents) f.write("/train/docs", {S, G, T + 1}, step_docs.data());
   f.write("/train/loss", {S}, losses.data());
   f.write("/train/lr", {S}, lrs.data());
   f.write("/train/grad_norm", {S}, norms.data());

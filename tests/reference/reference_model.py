@@ -105,6 +105,9 @@ class Reference(torch.nn.Module):
         self.extra = 0.0  # the balancing and z-loss terms of the last forward
         self.routed = {}  # tokens routed to each expert per MoE block, since the last step
         self.gpt2 = cfg["arch"] == "gpt2"
+        # Document masking (doc/data.md, "Document masks"): [B, T] start of each input token's
+        # document within its sample, or None (plain causal attention, positions from 0).
+        self.docs = None
         assert cfg["arch"] in ("llama", "gpt2"), cfg["arch"]
         assert cfg["heads"] % cfg["kv_heads"] == 0 and cfg["d_model"] % cfg["heads"] == 0
         self.shapes = param_shapes(cfg)
@@ -147,11 +150,17 @@ class Reference(torch.nn.Module):
             return (x - mu) / torch.sqrt(var + eps) * self.w(name + ".weight") + self.w(name + ".bias")
         return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * self.w(name + ".weight")
 
+    def positions(self, B, T):
+        """[B, T] position of each token: from the sample's start, or, with documents, from its
+        document's start."""
+        t = torch.arange(T).expand(B, T)
+        return t if self.docs is None else t - self.docs
+
     def rope(self, x):  # x: [B, H, T, D]; rotate interleaved pairs (2j, 2j+1)
-        T, D = x.shape[-2], x.shape[-1]
+        B, T, D = x.shape[0], x.shape[-2], x.shape[-1]
         j = torch.arange(D // 2, dtype=torch.float64)
-        t = torch.arange(T, dtype=torch.float64)
-        ang = t[:, None] * self.cfg["rope_theta"] ** (-2.0 * j / D)[None, :]
+        t = self.positions(B, T).to(torch.float64)[:, None, :, None]  # [B, 1, T, 1]
+        ang = t * self.cfg["rope_theta"] ** (-2.0 * j / D)
         cos, sin = torch.cos(ang).to(x.dtype), torch.sin(ang).to(x.dtype)
         xe, xo = x[..., 0::2], x[..., 1::2]
         return torch.stack((xe * cos - xo * sin, xe * sin + xo * cos), dim=-1).flatten(-2)
@@ -169,6 +178,10 @@ class Reference(torch.nn.Module):
         v = v.repeat_interleave(Hq // Hkv, dim=1)
         scores = q @ k.transpose(-1, -2) / math.sqrt(D)
         future = torch.ones(T, T, dtype=torch.bool).triu(1)
+        if self.docs is not None:  # explicit block-diagonal causal mask [B, 1, T, T]
+            key = torch.arange(T)[None, None, :]
+            earlier_doc = key < self.docs[:, :, None]  # key before the query's document
+            future = (future[None] | earlier_doc)[:, None]
         scores = scores.masked_fill(future, float("-inf"))
         y = torch.softmax(scores, dim=-1) @ v  # [B, Hq, T, D]
         return self.linear(y.transpose(1, 2).reshape(B, T, Hq * D), pre + "o")
@@ -249,7 +262,7 @@ class Reference(torch.nn.Module):
         T = ids.shape[1]
         x = self.w("embed.tok.weight")[ids]
         if self.gpt2:
-            x = x + self.w("embed.pos.weight")[:T]
+            x = x + self.w("embed.pos.weight")[self.positions(ids.shape[0], T)]
         self.extra = 0.0
         for i in range(self.cfg["layers"]):
             x = x + self.attn(self.norm(x, f"layers.{i}.attn_norm"), f"layers.{i}.attn.")

@@ -1,4 +1,5 @@
-// The CPU attention with bf16 products (AttnShape::compute = bf16) against a plain loop in
+// The CPU attention with bf16 products (AttnShape::compute = bf16), with and without document
+// masks, against a plain loop in
 // double over the operands the kernel multiplies: bf16(scale q), bf16(k), bf16(v), bf16(dout),
 // with P and dS rounded to bf16 where the kernel rounds them (kernels.hpp, "Precision"): in the
 // forward P = exp(s - m) against the running maximum m over the 64-key tiles seen so far (the
@@ -53,6 +54,15 @@ struct Case {
   int64_t Tk = 0, q_pos0 = 0, k_pos0 = 0;  // a block of a longer sequence when set
   double input_std = 1.0;                  // of q and k
   float scale = 0.0f;                      // 0: 1/sqrt(D)
+  // Document masks (kernels.hpp, doc_start): documents of doc_len tokens in global positions
+  // (query row at p sees keys from p - p % doc_len on); 0: none.
+  int64_t doc_len = 0;
+  std::vector<int32_t> doc_start() const {
+    std::vector<int32_t> d;
+    for (int64_t b = 0; doc_len > 0 && b < B; ++b)
+      for (int64_t i = 0; i < T; ++i) d.push_back(int32_t(q_pos0 + i - (q_pos0 + i) % doc_len));
+    return d;
+  }
   AttnShape shape(DType compute) const {
     const float sc = scale != 0.0f ? scale : float(1.0 / std::sqrt(double(D)));
     return {B, T, Hq, Hkv, D, sc, Tk, q_pos0, k_pos0, compute};
@@ -73,9 +83,10 @@ struct Reference {
   Case c;
   AttnShape s;
   DVec qs, k, v, dout;
+  std::vector<int32_t> doc;
 
   Reference(const Case& cs, const FVec& q, const FVec& kf, const FVec& vf, const FVec& df)
-      : c(cs), s(cs.shape(DType::bf16)) {
+      : c(cs), s(cs.shape(DType::bf16)), doc(cs.doc_start()) {
     for (float x : q) qs.push_back(bf16(double(s.scale * x)));
     for (float x : kf) k.push_back(bf16(x));
     for (float x : vf) v.push_back(bf16(x));
@@ -87,9 +98,12 @@ struct Reference {
   }
   int64_t si(int64_t b, int64_t h, int64_t t) const { return (b * s.Hq + h) * s.T + t; }
   int64_t head(int64_t h) const { return h / (s.Hq / s.Hkv); }
-  // Keys of query row i: j < visible(i).
+  // Keys of query row i: first(b, i) <= j < visible(i).
   int64_t visible(int64_t i) const {
     return std::clamp<int64_t>(s.q_pos0 + i - s.k_pos0 + 1, 0, c.keys());
+  }
+  int64_t first(int64_t b, int64_t i) const {
+    return doc.empty() ? 0 : std::max<int64_t>(0, doc[size_t(b * s.T + i)] - s.k_pos0);
   }
   double score(int64_t b, int64_t h, int64_t i, int64_t j) const {
     double acc = 0;
@@ -103,21 +117,23 @@ struct Reference {
     for (int64_t b = 0; b < s.B; ++b)
       for (int64_t h = 0; h < s.Hq; ++h)
         for (int64_t i = 0; i < s.T; ++i) {
-          const int64_t n = visible(i);
-          if (n == 0) continue;
-          DVec sc(n), p(n);
-          for (int64_t j = 0; j < n; ++j) sc[j] = score(b, h, i, j);
+          const int64_t n = visible(i), lo = first(b, i);
+          if (n <= lo) continue;
+          DVec sc(n, kNoKey), p(n, 0.0);
+          for (int64_t j = lo; j < n; ++j) sc[j] = score(b, h, i, j);
           const double m = *std::max_element(sc.begin(), sc.end());
           double l = 0, run = kNoKey;
-          for (int64_t j0 = 0; j0 < n; j0 += kKeyTile) {  // the running maximum per key tile
+          // The running maximum per key tile (tiles at multiples of 64 keys, from the first
+          // tile the row sees).
+          for (int64_t j0 = lo / kKeyTile * kKeyTile; j0 < n; j0 += kKeyTile) {
             const int64_t j1 = std::min(n, j0 + kKeyTile);
             run = std::max(run, *std::max_element(sc.begin() + j0, sc.begin() + j1));
-            for (int64_t j = j0; j < j1; ++j) {
+            for (int64_t j = std::max(j0, lo); j < j1; ++j) {
               p[j] = bf16(std::exp(sc[j] - run)) * std::exp(run - m);
               l += p[j];  // the kernel sums the rounded values
             }
           }
-          for (int64_t j = 0; j < n; ++j)
+          for (int64_t j = lo; j < n; ++j)
             for (int64_t d = 0; d < s.D; ++d)
               out[qi(b, i, h) + d] += p[j] * v[ki(b, j, head(h)) + d];
           for (int64_t d = 0; d < s.D; ++d) out[qi(b, i, h) + d] /= l;
@@ -136,7 +152,7 @@ struct Reference {
           const int64_t g = head(h), n = visible(i), r = qi(b, i, h);
           double dvec = 0;
           for (int64_t d = 0; d < s.D; ++d) dvec += dout[r + d] * out[r + d];
-          for (int64_t j = 0; j < n; ++j) {
+          for (int64_t j = first(b, i); j < n; ++j) {
             const double p = std::exp(score(b, h, i, j) - lse[si(b, h, i)]);
             double dp = 0;
             for (int64_t d = 0; d < s.D; ++d) dp += dout[r + d] * v[ki(b, j, g) + d];
@@ -171,9 +187,11 @@ Run run_kernel(const Case& c, DType compute, const FVec& q, const FVec& k, const
   Run r{FVec(c.q_size(), nan), FVec(c.lse_size(), nan), FVec(c.q_size(), nan),
         FVec(c.kv_size(), nan), FVec(c.kv_size(), nan)};
   const AttnShape s = c.shape(compute);
-  attention_forward(host(q), host(k), host(v), host(r.out), host(r.lse), s);
+  const std::vector<int32_t> doc = c.doc_start();
+  const Tensor d = doc.empty() ? Tensor{} : host(doc);
+  attention_forward(host(q), host(k), host(v), host(r.out), host(r.lse), s, d);
   attention_backward(host(dout), host(q), host(k), host(v), host(r.out), host(r.lse), host(r.dq),
-                     host(r.dk), host(r.dv), s);
+                     host(r.dk), host(r.dv), s, d);
   return r;
 }
 
@@ -242,7 +260,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{1, 90, 2, 1, 64, 150, 100, 70},  // ragged, partly visible
                       Case{2, 64, 2, 2, 64, 64, 64, 64},    // diagonal block
                       Case{1, 8, 2, 2, 16, 8, 24, 8},       // zigzag chunk
-                      Case{1, 5, 2, 2, 16, 5, 0, 5}),       // wholly in the future
+                      Case{1, 5, 2, 2, 16, 5, 0, 5},        // wholly in the future
+                      // document masks: documents of 50 and 37 tokens, and a block whose
+                      // rows' document (from 100) skips its first key tile
+                      Case{1, 200, 2, 1, 32, 0, 0, 0, 1.0, 0.0f, 50},
+                      Case{2, 130, 4, 2, 16, 0, 0, 0, 1.0, 0.0f, 37},
+                      Case{1, 64, 2, 2, 32, 192, 128, 0, 1.0, 0.0f, 100}),
     [](const ::testing::TestParamInfo<Case>& info) {
       const Case& c = info.param;
       return "B" + std::to_string(c.B) + "T" + std::to_string(c.T) + "Tk" +

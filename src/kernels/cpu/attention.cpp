@@ -9,6 +9,10 @@
 // Tiles are copied into zero-padded thread-local buffers so that every product is a small
 // dense GEMM over whole register blocks.
 //
+// Document masking (doc_start given, kernels.hpp): query row i also needs
+// k_pos0 + j >= doc_start[b, i], so its visible keys are the local range [first_i, last_i];
+// a key tile below every row's first key of a query tile is skipped like a future one.
+//
 // With AttnShape::compute = bf16 the copies round the operands to bf16 (scale q, k, v, dout)
 // into pair layouts (bf16_tiles.hpp) and the seven tile products multiply bf16 operands with
 // fp32 sums; the probabilities P and dS are rounded to bf16 just before the products that read
@@ -83,10 +87,12 @@ int64_t num_tiles(int64_t T) {
 
 // Index helpers for the [B,T,Hq,D] queries, [B,Tk,Hkv,D] keys and the [B,Hq,T] row statistics.
 // Dp is D padded to the register block width: the row stride of the local tile buffers.
-// shift = q_pos0 - k_pos0: query row i sees key row j when j <= i + shift.
+// shift = q_pos0 - k_pos0: query row i sees key row j when j <= i + shift, and, with document
+// starts, when j >= first_key(b, i).
 struct Geometry {
-  int64_t T, Tk, Hq, Hkv, D, Dp, group, shift;
-  explicit Geometry(const AttnShape& s)
+  int64_t T, Tk, Hq, Hkv, D, Dp, group, shift, k_pos0;
+  const int32_t* doc;  // [B, T] global position of each query row's document start, or null
+  Geometry(const AttnShape& s, const int32_t* doc_start)
       : T(s.T),
         Tk(s.keys()),
         Hq(s.Hq),
@@ -94,10 +100,16 @@ struct Geometry {
         D(s.D),
         Dp(round_up(s.D, kNR)),
         group(s.Hq / s.Hkv),
-        shift(s.q_pos0 - s.k_pos0) {}
+        shift(s.q_pos0 - s.k_pos0),
+        k_pos0(s.k_pos0),
+        doc(doc_start) {}
   int64_t q_at(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * Hq + h) * D; }
   int64_t kv_at(int64_t b, int64_t t, int64_t g) const { return ((b * Tk + t) * Hkv + g) * D; }
   int64_t stat_at(int64_t b, int64_t h, int64_t t) const { return (b * Hq + h) * T + t; }
+  // The first key row query row i of sequence b may see (0 without document starts).
+  int64_t first_key(int64_t b, int64_t i) const {
+    return doc ? std::max<int64_t>(0, doc[b * T + i] - k_pos0) : 0;
+  }
 };
 
 // Rows and padded rows of tile `ib` of a length-T sequence.
@@ -116,9 +128,27 @@ int64_t causal_count(int64_t i, int64_t j0, int64_t nk, int64_t shift) {
   return std::max<int64_t>(0, std::min(nk, i + shift - j0 + 1));
 }
 
-// Whether any query row of tile Q sees any key of tile K.
+// The least first key of the rows of query tile Q of sequence b.
+int64_t tile_first_key(const Geometry& G, int64_t b, const TileRange& Q) {
+  int64_t first = G.first_key(b, Q.start);
+  for (int64_t r = 1; G.doc && r < Q.n; ++r) first = std::min(first, G.first_key(b, Q.start + r));
+  return first;
+}
+
+// Whether key tile K is not wholly in the future of query tile Q.
 bool tiles_meet(const TileRange& Q, const TileRange& K, int64_t shift) {
   return K.start <= Q.start + Q.n - 1 + shift;
+}
+// Whether any query row of tile Q sees any key of tile K (causal and document masks); first:
+// tile_first_key of Q.
+bool tiles_meet(const TileRange& Q, const TileRange& K, int64_t shift, int64_t first) {
+  return tiles_meet(Q, K, shift) && K.start + K.n > first;
+}
+
+// The lanes [c0, c0 + kLanes) of a key tile's row that query row i sees: below nc (causal) and
+// from lo on (its document's first key, relative to the tile).
+vint visible_lanes(int64_t c0, int64_t lo, int64_t nc) {
+  return lo > 0 ? lanes_below(c0, nc) & ~lanes_below(c0, lo) : lanes_below(c0, nc);
 }
 
 // dst[r * Dp + d] = alpha * src[r * ld + d] for r < n, d < D; zero up to padded_n rows, Dp.
@@ -216,10 +246,11 @@ void forward_tile(const float* q, const float* k, const float* v, float* out, fl
   std::fill(ws.l.begin(), ws.l.end(), 0.0f);
   constexpr float kNoKey = -std::numeric_limits<float>::infinity();
   std::fill(ws.m.begin(), ws.m.end(), kNoKey);  // running max; -inf: no key seen yet
-  const int64_t nkt = num_tiles(G.Tk);
-  for (int64_t jb = 0; jb < nkt; ++jb) {
+  const int64_t nkt = num_tiles(G.Tk), first = tile_first_key(G, b, Q);
+  // Key tiles before every row's document are skipped; later key tiles are later still.
+  for (int64_t jb = std::min(nkt, first / kTile); jb < nkt; ++jb) {
     const TileRange K(G.Tk, jb);
-    if (!tiles_meet(Q, K, G.shift)) break;  // later key tiles are later still
+    if (!tiles_meet(Q, K, G.shift)) break;
     if constexpr (Bf16) {
       column_pairs(k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, D, Dp / 2, 1.0f, ws.Kd.data(), 1,
                    kTile);
@@ -235,22 +266,23 @@ void forward_tile(const float* q, const float* k, const float* v, float* out, fl
     // S becomes P (unnormalised, relative to the running max); padding rows of S are zero.
     for (int64_t r = 0; r < Q.n; ++r) {
       const int64_t nc = causal_count(Q.start + r, K.start, K.n, G.shift);
+      const int64_t lo = G.first_key(b, Q.start + r) - K.start;
       float* s = ws.S.data() + r * kTile;
-      if (nc == 0) {  // the row sees none of this tile: it adds nothing to O
+      if (nc <= lo) {  // the row sees none of this tile: it adds nothing to O
         std::fill(s, s + K.n_cols, 0.0f);
         continue;
       }
       vfloat vmx = vsplat(ws.m[r]);
       for (int64_t c0 = 0; c0 < K.n_cols; c0 += kLanes) {
         const vfloat x = vload(s + c0);
-        vmx = vselect(lanes_below(c0, nc) & (x > vmx), x, vmx);
+        vmx = vselect(visible_lanes(c0, lo, nc) & (x > vmx), x, vmx);
       }
       const float mx = hmax(vmx);
       const bool first = ws.m[r] == kNoKey;
       const float corr = first ? 0.0f : std::exp(ws.m[r] - mx);
       vfloat sum = {};
       for (int64_t c0 = 0; c0 < K.n_cols; c0 += kLanes) {
-        vfloat e = vselect(lanes_below(c0, nc), vexp(vload(s + c0) - mx), vfloat{});
+        vfloat e = vselect(visible_lanes(c0, lo, nc), vexp(vload(s + c0) - mx), vfloat{});
         if constexpr (Bf16) e = round_bf16(e);  // the row sums the weights P V multiplies
         vstore(s + c0, e);
         sum += e;
@@ -381,11 +413,12 @@ void probs_and_dscores(const BackwardArgs& a, int64_t b, int64_t h, const TileRa
   // Padding rows (r >= Q.n) are zero already: their Qs and dOs rows are zero.
   for (int64_t r = 0; r < Q.n; ++r) {
     const int64_t i = Q.start + r, nc = causal_count(i, K.start, K.n, G.shift);
+    const int64_t lo = G.first_key(b, i) - K.start;
     const float L = a.lse[G.stat_at(b, h, i)], Di = a.dvec[G.stat_at(b, h, i)];
     float* p = ws.P.data() + r * kTile;
     float* ds = ws.dS.data() + r * kTile;
     for (int64_t c0 = 0; c0 < K.n_cols; c0 += kLanes) {
-      const vint keep = lanes_below(c0, nc);
+      const vint keep = visible_lanes(c0, lo, nc);
       const vfloat e = vselect(keep, vexp(vload(p + c0) - L), vfloat{});
       vstore(p + c0, e);
       vstore(ds + c0, vselect(keep, e * (vload(ds + c0) - Di), vfloat{}));
@@ -445,8 +478,8 @@ void store_rows(const float* tile, int64_t Dp, int64_t n, int64_t D, float alpha
 
 template <bool Bf16>
 void forward_impl(const float* q, const float* k, const float* v, float* out, float* lse,
-                  const AttnShape& s) {
-  const Geometry G(s);
+                  const AttnShape& s, const int32_t* doc_start) {
+  const Geometry G(s, doc_start);
   const int64_t nt = num_tiles(s.T), B = s.B, Hq = s.Hq;
   if (B == 0 || s.T == 0) return;
 #pragma omp parallel
@@ -464,8 +497,8 @@ void forward_impl(const float* q, const float* k, const float* v, float* out, fl
 template <bool Bf16>
 void backward_impl(const float* dout, const float* q, const float* k, const float* v,
                    const float* out, const float* lse, float* dq, float* dk, float* dv,
-                   const AttnShape& s) {
-  const Geometry G(s);
+                   const AttnShape& s, const int32_t* doc_start) {
+  const Geometry G(s, doc_start);
   const int64_t B = s.B, T = s.T, Tk = s.keys(), Hq = s.Hq, Hkv = s.Hkv, D = s.D;
   const int64_t nt = num_tiles(T), nkt = num_tiles(Tk);
   if (B == 0) return;
@@ -519,7 +552,7 @@ void backward_impl(const float* dout, const float* q, const float* k, const floa
             for (int64_t h = h_begin; h < h_end; ++h)
               for (int64_t ib = 0; ib < nt; ++ib) {
                 const TileRange Q(T, ib);
-                if (!tiles_meet(Q, K, G.shift)) continue;
+                if (!tiles_meet(Q, K, G.shift, tile_first_key(G, b, Q))) continue;
                 load_query_tile(a, b, h, Q, ws);
                 probs_and_dscores(a, b, h, Q, K, ws);
                 accumulate_dkdv(a, Q, K, ws);
@@ -550,7 +583,7 @@ void backward_impl(const float* dout, const float* q, const float* k, const floa
           for (int64_t h = g * G.group; h < (g + 1) * G.group; ++h)
             for (int64_t ib = 0; ib < nt; ++ib) {
               const TileRange Q(T, ib);
-              if (!tiles_meet(Q, K, G.shift)) continue;
+              if (!tiles_meet(Q, K, G.shift, tile_first_key(G, b, Q))) continue;
               load_query_tile(a, b, h, Q, ws);
               probs_and_dscores(a, b, h, Q, K, ws);
               accumulate_dkdv(a, Q, K, ws);
@@ -568,7 +601,7 @@ void backward_impl(const float* dout, const float* q, const float* k, const floa
           const TileRange Q(T, ib);
           load_query_tile(a, b, h, Q, ws);
           std::fill(ws.dQ.begin(), ws.dQ.end(), 0.0f);
-          for (int64_t jb = 0; jb < nkt; ++jb) {
+          for (int64_t jb = std::min(nkt, tile_first_key(G, b, Q) / kTile); jb < nkt; ++jb) {
             const TileRange K(Tk, jb);
             if (!tiles_meet(Q, K, G.shift)) break;
             load_key_tile(a, b, g, K, ws);
@@ -583,16 +616,17 @@ void backward_impl(const float* dout, const float* q, const float* k, const floa
 }  // namespace
 
 void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                       const AttnShape& s) {
-  if (s.compute == DType::bf16) return forward_impl<true>(q, k, v, out, lse, s);
-  forward_impl<false>(q, k, v, out, lse, s);
+                       const AttnShape& s, const int32_t* doc_start) {
+  if (s.compute == DType::bf16) return forward_impl<true>(q, k, v, out, lse, s, doc_start);
+  forward_impl<false>(q, k, v, out, lse, s, doc_start);
 }
 
 void attention_backward(const float* dout, const float* q, const float* k, const float* v,
                         const float* out, const float* lse, float* dq, float* dk, float* dv,
-                        const AttnShape& s) {
-  if (s.compute == DType::bf16) return backward_impl<true>(dout, q, k, v, out, lse, dq, dk, dv, s);
-  backward_impl<false>(dout, q, k, v, out, lse, dq, dk, dv, s);
+                        const AttnShape& s, const int32_t* doc_start) {
+  if (s.compute == DType::bf16)
+    return backward_impl<true>(dout, q, k, v, out, lse, dq, dk, dv, s, doc_start);
+  backward_impl<false>(dout, q, k, v, out, lse, dq, dk, dv, s, doc_start);
 }
 
 void attention_merge(float* out, float* lse, const float* out_part, const float* lse_part,

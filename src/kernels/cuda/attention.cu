@@ -48,9 +48,10 @@ constexpr int kThreads = 256;    // 16 x 16
 constexpr int kLdp = kTile + 1;  // row stride of the score tiles in shared memory
 
 // T query rows, Tk key rows; query row i sees key row j when j <= i + shift
-// (shift = q_pos0 - k_pos0, AttnShape).
+// (shift = q_pos0 - k_pos0, AttnShape) and, with document starts, j >= first_key(b, i).
 struct Geometry {
-  int64_t T, Tk, Hq, Hkv, D, group, shift;
+  int64_t T, Tk, Hq, Hkv, D, group, shift, k_pos0;
+  const int32_t* doc;  // [B, T] global position of each query row's document start, or null
   __host__ __device__ int64_t q_at(int64_t b, int64_t t, int64_t h) const {
     return ((b * T + t) * Hq + h) * D;
   }
@@ -63,6 +64,23 @@ struct Geometry {
   }
   __host__ __device__ int64_t stat_at(int64_t b, int64_t h, int64_t t) const {
     return (b * Hq + h) * T + t;
+  }
+  // The first key row query row i of sequence b may see (0 without document starts or past T).
+  __device__ int64_t first_key(int64_t b, int64_t i) const {
+    if (!doc || i >= T) return 0;
+    const int64_t f = int64_t(doc[b * T + i]) - k_pos0;
+    return f > 0 ? f : 0;
+  }
+  // The least first key of the query tile at q0: key tiles wholly below it are skipped (the
+  // same value in every thread of a block).
+  __device__ int64_t tile_first_key(int64_t b, int64_t q0) const {
+    if (!doc) return 0;
+    int64_t first = first_key(b, q0);
+    for (int64_t i = q0 + 1; i < q0 + kTile && i < T; ++i) {
+      const int64_t f = first_key(b, i);
+      first = f < first ? f : first;
+    }
+    return first;
   }
 };
 
@@ -194,7 +212,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < 4; ++i) m[i] = -INFINITY, l[i] = 0.0f;
 
-  for (int64_t jb = 0; jb < nkt && G.tiles_meet(q0, jb * kTile); ++jb) {
+  const int64_t jb0 = min(nkt, G.tile_first_key(b, q0) / kTile);  // earlier tiles: no row sees
+  for (int64_t jb = jb0; jb < nkt && G.tiles_meet(q0, jb * kTile); ++jb) {
     const int64_t k0 = jb * kTile;
     __syncthreads();  // the previous tile's products are done with Ks, Vs, Ps
     load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f, bf16);
@@ -204,12 +223,12 @@ __global__ void __launch_bounds__(kThreads)
     dot_tile<kD>(Qs, Ks, s);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int64_t qi = q0 + ty() * 4 + i;
+      const int64_t qi = q0 + ty() * 4 + i, first = G.first_key(b, qi);
       float mx = m[i];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t kj = k0 + tx() + 16 * j;
-        if (kj > qi + G.shift || kj >= G.Tk) s[i][j] = -INFINITY;
+        if (kj > qi + G.shift || kj >= G.Tk || kj < first) s[i][j] = -INFINITY;
         mx = fmaxf(mx, s[i][j]);
       }
       // mx is -inf while the row has seen no key (a block of a longer sequence); the
@@ -302,7 +321,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t h = g * G.group; h < (g + 1) * G.group; ++h)
     for (int64_t ib = 0; ib < nt; ++ib) {
       const int64_t q0 = ib * kTile;
-      if (!G.tiles_meet(q0, k0)) continue;  // the same for the whole block
+      // The same for the whole block: the key tile is in the future or before every document.
+      if (!G.tiles_meet(q0, k0) || k0 + kTile <= G.tile_first_key(b, q0)) continue;
       __syncthreads();                      // the previous products are done with Qs, dOs, St
       load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, scale, bf16);
       load_tile<kD>(dOs, dout + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, 1.0f, bf16);
@@ -319,7 +339,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int j = 0; j < 4; ++j) {
           const int r = tx() + 16 * j;
           const int64_t qr = q0 + r;
-          const bool keep = kc <= qr + G.shift && qr < G.T && kc < G.Tk;
+          const bool keep = kc <= qr + G.shift && qr < G.T && kc < G.Tk && kc >= G.first_key(b, qr);
           p[i][j] = keep ? expf(p[i][j] - lse_s[r]) : 0.0f;
           ds[i][j] = p[i][j] * (ds[i][j] - dvec_s[r]);
         }
@@ -360,7 +380,8 @@ __global__ void __launch_bounds__(kThreads)
   load_row_stats(lse_s, dvec_s, lse, dvec, G, b, h, q0);
   float dq_acc[4][kD / 16] = {};
 
-  for (int64_t jb = 0; jb < nkt && G.tiles_meet(q0, jb * kTile); ++jb) {
+  const int64_t jb0 = min(nkt, G.tile_first_key(b, q0) / kTile);
+  for (int64_t jb = jb0; jb < nkt && G.tiles_meet(q0, jb * kTile); ++jb) {
     const int64_t k0 = jb * kTile;
     __syncthreads();  // the previous product is done with Ks, Ss
     load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f, bf16);
@@ -372,11 +393,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r = ty() * 4 + i;
-      const int64_t qr = q0 + r;
+      const int64_t qr = q0 + r, first = G.first_key(b, qr);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t kc = k0 + tx() + 16 * j;
-        const bool keep = kc <= qr + G.shift && qr < G.T && kc < G.Tk;
+        const bool keep = kc <= qr + G.shift && qr < G.T && kc < G.Tk && kc >= first;
         const float e = keep ? expf(p[i][j] - lse_s[r]) : 0.0f;
         ds[i][j] = e * (ds[i][j] - dvec_s[r]);
       }
@@ -409,14 +430,15 @@ void allow_shared(Kernel kernel, size_t bytes, const char* name) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-Geometry geometry(const AttnShape& s) {
+Geometry geometry(const AttnShape& s, const int32_t* doc_start) {
   TESSERA_REQUIRE_LOCAL(s.B >= 0 && s.T >= 0 && s.Hq > 0 && s.Hkv > 0 && s.Hq % s.Hkv == 0,
                         "attention: bad shape B=", s.B, " T=", s.T, " Hq=", s.Hq, " Hkv=", s.Hkv);
   TESSERA_REQUIRE_LOCAL(s.D > 0 && s.D <= 128, "attention: head dim ", s.D,
                         " is not supported by the CUDA kernel (1..128)");
   TESSERA_REQUIRE_LOCAL(s.B * s.Hq <= 65535, "attention: B * Hq = ", s.B * s.Hq,
                         " exceeds the grid limit 65535");
-  return Geometry{s.T, s.keys(), s.Hq, s.Hkv, s.D, s.Hq / s.Hkv, s.q_pos0 - s.k_pos0};
+  return Geometry{s.T,      s.keys(), s.Hq, s.Hkv, s.D, s.Hq / s.Hkv, s.q_pos0 - s.k_pos0,
+                  s.k_pos0, doc_start};
 }
 
 int64_t num_tiles(int64_t T) {
@@ -455,8 +477,8 @@ void backward_impl(const float* dout, const float* q, const float* k, const floa
 }  // namespace
 
 void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                       const AttnShape& s) {
-  const Geometry G = geometry(s);
+                       const AttnShape& s, const int32_t* doc_start) {
+  const Geometry G = geometry(s, doc_start);
   if (s.B == 0 || s.T == 0) return;
   if (s.D <= 32)
     forward_impl<32>(q, k, v, out, lse, s, G);
@@ -468,8 +490,8 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
 
 void attention_backward(const float* dout, const float* q, const float* k, const float* v,
                         const float* out, const float* lse, float* dq, float* dk, float* dv,
-                        const AttnShape& s) {
-  const Geometry G = geometry(s);
+                        const AttnShape& s, const int32_t* doc_start) {
+  const Geometry G = geometry(s, doc_start);
   if (s.B == 0 || s.T == 0) return;
   const int64_t rows = s.B * s.T * s.Hq;
   float* dvec = static_cast<float*>(current().scratch(sizeof(float) * size_t(rows)));

@@ -1,9 +1,9 @@
 // Data: a blend of several datasets (doc/data.md, "Blends"): each dataset's validation loss in
 // metrics.jsonl, and in the summary what the run drew from each (samples, epochs, whether it
 // wrapped) with its last validation loss; for a sharded dataset, how often rank 0 opened its
-// shards; with a loss mask (doc/data.md, "Loss masks"), each step's unmasked targets in
-// metrics.jsonl and their share of the tokens in the summary. One dataset of one file without a
-// mask reports nothing here.
+// shards; with a loss mask (doc/data.md, "Loss masks") or document masks ("Document masks"),
+// each step's unmasked targets in metrics.jsonl and their share of the tokens in the summary. One
+// dataset of one file without a mask reports nothing here.
 #include <cmath>
 
 #include "io/dataset_writer.hpp"
@@ -15,7 +15,8 @@ namespace {
 
 class DataReport final : public ReportSection {
  public:
-  explicit DataReport(const ReportInputs& in) : trainer_(in.trainer) {}
+  explicit DataReport(const ReportInputs& in)
+      : trainer_(in.trainer), documents_(in.run.data.document_mask) {}
 
   void step(const StepResult& r, const double*) override {
     last_step_ = r.step;
@@ -44,7 +45,14 @@ class DataReport final : public ReportSection {
     const BlendedDataset& data = trainer_.data();
     if (part != SummaryPart::state) return {};
     std::string shards;
-    if (masked_)
+    if (documents_)
+      shards += formatted(
+          "\ndata: document masks (doc/data.md, \"Document masks\"): attention stops at each "
+          "document's start, positions restart there; the loss is the mean over %lld targets of "
+          "the %lld tokens processed (%.1f%%), a document's last token predicting nothing (nor "
+          "a masked one); tok/s and MFU count every token processed\n",
+          (long long)targets_, (long long)tokens_, 100.0 * double(targets_) / double(tokens_));
+    else if (masked_)
       shards += formatted(
           "\ndata: a loss mask (doc/data.md, \"Loss masks\"): the loss is the mean over %lld "
           "unmasked targets of the %lld tokens processed (%.1f%%); tok/s and MFU count every "
@@ -87,6 +95,7 @@ class DataReport final : public ReportSection {
     return trainer_.batch().global_batch * trainer_.config().seq_len;
   }
   const Trainer& trainer_;
+  bool documents_;  // data.document_mask
   int64_t last_step_ = 0;
   int64_t tokens_ = 0, targets_ = 0;  // over this run's steps with a finite loss
   bool masked_ = false;
