@@ -111,9 +111,6 @@ ModelConfig ModelConfig::from(const ModelSection& m, const TrainSection& t) {
   TESSERA_REQUIRE(t.recompute_layers <= c.layers, "train.recompute_layers = ", t.recompute_layers,
                   " is more than the model's ", c.layers, " blocks (model.layers); at most ",
                   c.layers, " (0: all)");
-  TESSERA_REQUIRE(!c.moe.enabled() || t.recompute == Recompute::none, "train.recompute = ",
-                  to_string(t.recompute), " is not available with mixture-of-experts blocks ",
-                  "(model.experts = ", c.moe.experts, ") yet; set train.recompute = none");
   c.recompute = t.recompute;
   c.recompute_layers = t.recompute_layers;
   c.head_chunk_rows = t.head_chunk_rows;

@@ -62,36 +62,12 @@ class Moe {
     double run_cross_bytes_nodes = 0;
   };
 
-  Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg);
-
-  // y[rows,C] += moe(x) for x[rows,C] (kept by the caller until backward); rows = N, or this
-  // rank's N/tp with sequence parallelism (tp::rows).
-  void forward(StepContext& ctx, const Tensor& x, const Tensor& y);
-  // dx[rows,C] overwritten for dy[rows,C]; parameter gradients accumulated, the router's with
-  // the balancing and z-loss terms.
-  void backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx);
-
-  // After the optimizer step: sums the step's statistics over `dp` (the ranks that saw the
-  // step's other samples), moves the selection bias (model.router_bias_step) when `applied`
-  // (the step's update was applied) and starts the next step's count.
-  const Stats& end_step(Communicator& dp, bool applied);
-  const Stats& last() const { return last_; }
-  // Where the selection bias is not held whole after the step (ZeRO-3 holds it only while its
-  // block runs), end_step leaves the step's update here instead of adding it (empty when
-  // there is none); the trainer adds it where the bias is held (DataParallel::values()).
-  const std::vector<float>& held_bias_update() const { return held_bias_update_; }
-  const Param& selection_bias() const { return *bias_; }
-  const std::string& name() const { return name_; }
-  // Elements of the routed experts' parameters this rank registers: all E experts, or under
-  // expert parallelism the E/ep it holds.
-  int64_t routed_elements() const { return routed_elements_; }
-  // Tokens per expert of the last step: the largest over the mean (1 = balanced).
-  double imbalance() const;
-
- private:
-  struct Expert {
-    Linear gate, up, down;  // gate unused for gpt2
-  };
+  // What backward reads, per micro-batch in flight (per activation slot): the routing, the
+  // packed rows, the expert side and the experts' hidden activations. With activation
+  // recompute (doc/recompute.md, doc/moe.md "Recompute") full recompute keeps all of it in one
+  // set shared by the model's blocks (Block::Rebuilt) and reruns the forward into it, and
+  // selective keeps all but the experts' activation output `act`, which lives in the shared set
+  // and is recomputed elementwise from the kept gate and up.
   struct Saved {
     Buffer logits, scores;        // [N, E]
     Buffer choice, row;           // i32 [N, K]: expert, packed row (-1: dropped)
@@ -122,7 +98,46 @@ class Moe {
     int64_t received = 0;             // rows received as relay
   };
 
+  Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg);
+
+  // Activation recompute: `routed` holds what `mode` rebuilds of the routed experts (see
+  // Saved), `shared_experts` the shared experts' (as Mlp::share).
+  void share(Saved* routed, Mlp::Saved* shared_experts, Recompute mode);
+
+  // y[rows,C] += moe(x) for x[rows,C] (kept by the caller until backward); rows = N, or this
+  // rank's N/tp with sequence parallelism (tp::rows). `rerun`: full recompute's second forward
+  // of the same micro-batch (Block::rebuild), which adds nothing to the step's statistics.
+  void forward(StepContext& ctx, const Tensor& x, const Tensor& y, bool rerun = false);
+  // dx[rows,C] overwritten for dy[rows,C]; parameter gradients accumulated, the router's with
+  // the balancing and z-loss terms.
+  void backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx);
+
+  // After the optimizer step: sums the step's statistics over `dp` (the ranks that saw the
+  // step's other samples), moves the selection bias (model.router_bias_step) when `applied`
+  // (the step's update was applied) and starts the next step's count.
+  const Stats& end_step(Communicator& dp, bool applied);
+  const Stats& last() const { return last_; }
+  // Where the selection bias is not held whole after the step (ZeRO-3 holds it only while its
+  // block runs), end_step leaves the step's update here instead of adding it (empty when
+  // there is none); the trainer adds it where the bias is held (DataParallel::values()).
+  const std::vector<float>& held_bias_update() const { return held_bias_update_; }
+  const Param& selection_bias() const { return *bias_; }
+  const std::string& name() const { return name_; }
+  // Elements of the routed experts' parameters this rank registers: all E experts, or under
+  // expert parallelism the E/ep it holds.
+  int64_t routed_elements() const { return routed_elements_; }
+  // Tokens per expert of the last step: the largest over the mean (1 = balanced).
+  double imbalance() const;
+
+ private:
+  struct Expert {
+    Linear gate, up, down;  // gate unused for gpt2
+  };
+
   Saved& kept(const StepContext& ctx);
+  // The experts' activation output [ep N K, F]: s's, or the shared set's under selective
+  // recompute.
+  Tensor activation(const StepContext& ctx, Saved& s);
   // Routes all N = B T tokens; packs those of rows [r0, r0 + R) (this tp rank's).
   void route(StepContext& ctx, Saved& s, int64_t B, int64_t T, int64_t r0, int64_t R);
   void run_experts(StepContext& ctx, Saved& s);
@@ -156,6 +171,7 @@ class Moe {
   int64_t cross_rows(StepContext& ctx, const Saved& s, bool back, const float* from, float* to,
                      int64_t W);
   void kept_nodes(const StepContext& ctx, Saved& s);
+  void node_workspace(const StepContext& ctx);
 
   const ModelConfig& cfg_;
   std::string name_;
@@ -169,6 +185,9 @@ class Moe {
   int64_t held_first_ = 0;
   int64_t routed_elements_ = 0;
   Slots<Saved> slots_;
+  Saved* rebuilt_ = nullptr;  // activation recompute's shared set (share)
+  Recompute mode_ = Recompute::none;
+  bool tally_ = true;  // this forward adds to the step's statistics (training, not a rerun)
   Stats step_, last_;
   // Host work space, sized once: each expert's packed rows ([E], for the count exchange) and
   // the step's statistics for the sum over dp ([E + 8]).

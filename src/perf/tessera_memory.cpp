@@ -297,7 +297,7 @@ TesseraStageMemory tessera_pipeline_memory(const Workload& w, const Layout& l, i
       const pp::ChunkLayers& ch = chunks[k];
       blocks |= ch.last > ch.first;
       mb.activations += double(slots[k].size()) *
-                        (chunk_kept_bytes(c, l.micro_batch, ch.last - ch.first) +
+                        (chunk_kept_bytes(c, l.micro_batch, ch.last - ch.first, ch.first) +
                          (ch.embedding ? embed_act : 0) + (ch.head ? head_act : 0));
       // Received and sent copies per direction; at a V's turn the tensor is copied into the
       // other chunk's receive buffer, and nothing is sent.
