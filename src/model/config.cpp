@@ -193,9 +193,10 @@ void ModelConfig::check_experts(int64_t ep, int64_t tp, int64_t cp) const {
                   " does not divide the shared experts' width model.shared_experts x expert_ffn",
                   " = ", moe.shared * moe.ffn, " (tensor parallelism splits the shared experts as",
                   " the dense MLP); pick a tp that divides it");
-  TESSERA_REQUIRE(cp == 1, "parallel.cp = ", cp, " with mixture-of-experts blocks (model.",
-                  "experts = ", moe.experts, ") is not available yet: the balancing loss and ",
-                  "capacity are defined per whole sequence; set parallel.cp = 1");
+  TESSERA_REQUIRE(cp == 1 || ep == 1, "parallel.cp = ", cp, " with expert parallelism ",
+                  "(parallel.ep = ", ep, ") is not available yet: the experts' gradients are ",
+                  "summed over the ranks holding the same experts (edp), which leave the cp ranks ",
+                  "out; set parallel.ep = 1 or parallel.cp = 1");
 }
 
 void ModelConfig::limit_nodes(int64_t ep_nodes, int placed, int64_t max_nodes) {

@@ -86,12 +86,13 @@ Moe::Saved& Moe::kept(const StepContext& ctx) {
   Saved& s = mode_ == Recompute::full ? *rebuilt_ : slots_.at(ctx.slot);
   const int64_t N = ctx.batch * cfg_.seq_local(), E = cfg_.moe.experts, K = cfg_.moe.top_k;
   const int64_t C = cfg_.d_model, F = cfg_.moe.ffn, ep = ep_size(ctx);
-  if (s.logits.numel() != N * E) {
+  const int64_t Nw = ctx.batch * cfg_.seq_len;  // the routing's tokens: whole sequences (cp)
+  if (s.logits.numel() != Nw * E) {
     auto act = [&](Shape shape, DType t = DType::f32) {
       return Buffer(ctx.alloc, shape, t, Charge::activations);
     };
-    s.logits = act({N, E}), s.scores = act({N, E});
-    s.choice = act({N, K}, DType::i32), s.row = act({N, K}, DType::i32), s.weight = act({N, K});
+    s.logits = act({Nw, E}), s.scores = act({Nw, E});
+    s.choice = act({Nw, K}, DType::i32), s.row = act({Nw, K}, DType::i32), s.weight = act({Nw, K});
     s.f = act({ctx.batch, E});
     s.xin = act({N * K, C}), s.out = act({N * K, C});
     // The expert side holds at most every rank's rows (all sent to this rank's experts).
@@ -332,16 +333,29 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y, bool 
       tp::gather(ctx, x_rows,
                  ctx.scratch.get(ScratchId::sp_gathered, {tp::sequence_parallel(ctx) ? N * C : 1}));
   Saved& s = kept(ctx);
-  tally_ = ctx.training && !rerun;
-  router_.forward(ctx, x, s.logits.view());
-  route(ctx, s, B, T, q0, Q);
+  // Context parallelism: every cp rank routes the whole sequences (the statistics counted by
+  // cp rank 0), then keeps the packed rows of its own tokens (moe_context_parallel.cpp).
+  const bool whole = cp_size(ctx) > 1;
+  tally_ = ctx.training && !rerun && (!whole || ctx.par.cp->rank() == 0);
+  const Tensor xw = whole ? gather_sequences(ctx, x) : x;
+  router_.forward(ctx, xw, s.logits.view());
+  if (whole) {
+    route(ctx, s, B, cfg_.seq_len, 0, B * cfg_.seq_len);
+    own_rows(ctx, s, q0, Q);
+  } else {
+    route(ctx, s, B, T, q0, Q);
+  }
   Tensor partial;  // two-level: the per-node sums of the rows this rank sent
   if (s.nodes > 0) {
     nodes_dispatch(ctx, s, x, q0, Q);
     run_experts(ctx, s);
     partial = nodes_combine(ctx, s);
   } else {
-    kernels::moe_gather(x, s.row.view(), s.xin.view(), q0, Q, K, C);
+    if (whole)
+      for (const Run& u : runs(ctx, q0, Q))
+        kernels::moe_gather(xw, s.row.view(), s.xin.view(), u.n, u.count, K, C);
+    else
+      kernels::moe_gather(x, s.row.view(), s.xin.view(), q0, Q, K, C);
     exchange_counts(ctx, s);
     to_experts(ctx, s, s.xin.view(), s.xe);
     run_experts(ctx, s);
@@ -358,8 +372,9 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y, bool 
     kernels::moe_combine(partial, s.table.view(), Tensor{},
                          rows(routed, q0 - (gather ? 0 : r0), Q, C), 0, Q, 0, s.nodes, C);
   else
-    kernels::moe_combine(s.out.view(), s.row.view(), s.weight.view(), routed, q0, Q,
-                         gather ? 0 : r0, K, C);
+    for (const Run& u : runs(ctx, q0, Q))  // token u.n is local row u.l
+      kernels::moe_combine(s.out.view(), s.row.view(), s.weight.view(), routed, u.n, u.count,
+                           u.n - u.l + (gather ? 0 : r0), K, C);
   if (gather) {
     ctx.par.tp.all_reduce(routed);
     kernels::add_inplace(y, routed, N * C);
@@ -374,10 +389,12 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   Saved& s = kept(ctx);
   // d(expert output) = w dy; d(w) = dy . expert output (this rank's rows; dy from token r0).
   const Tensor d_out = ctx.scratch.get(ScratchId::moe_d_out, {N * K, C});
-  const Tensor dw = ctx.scratch.get(ScratchId::moe_d_weight, {N, K});
+  const Tensor dw = ctx.scratch.get(ScratchId::moe_d_weight, {B * cfg_.seq_len, K});
+  // (token u.n of the whole sequences is local row u.l: one run without context parallelism)
   if (s.nodes == 0)
-    kernels::moe_combine_backward(dy, s.out.view(), s.row.view(), s.weight.view(), d_out, dw, q0, Q,
-                                  r0, K, C);
+    for (const Run& u : runs(ctx, q0, Q))
+      kernels::moe_combine_backward(dy, s.out.view(), s.row.view(), s.weight.view(), d_out, dw,
+                                    u.n, u.count, u.n - u.l + r0, K, C);
   // The routed experts, each on its rows of the expert side: d(expert input) there, then
   // back to the packed side (moe_d_in).
   const int64_t El = int64_t(s.eoffset.size()) - 1, Rx = s.xe.shape.dims[0];
@@ -434,9 +451,11 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   // d(objective)/d(router logits): the combine weights, the balancing loss, the z-loss.
   const double aux = double(cfg_.moe.aux_loss) * double(ctx.loss_scale);
   const double zc = 2.0 * double(cfg_.moe.z_loss) * double(ctx.loss_scale);
-  kernels::moe_router_backward(s.logits.view(), s.scores.view(), s.choice.view(), s.weight.view(),
-                               dw, s.f.view(), dl, q0, Q, T, E, K,
-                               cfg_.moe.router == Router::sigmoid, aux, zc);
+  for (const Run& u : runs(ctx, q0, Q))
+    kernels::moe_router_backward(s.logits.view(), s.scores.view(), s.choice.view(),
+                                 s.weight.view(), dw, s.f.view(), dl.rows(u.l - q0, u.count), u.n,
+                                 u.count, cfg_.seq_len, E, K, cfg_.moe.router == Router::sigmoid,
+                                 aux, zc);
   if (shared_) {
     const bool sp = tp::sequence_parallel(ctx);
     const Tensor x =
@@ -458,7 +477,9 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
     kernels::moe_combine(partial, s.table.view(), Tensor{}, rows(own, q0 - (gather ? 0 : r0), Q, C),
                          0, Q, 0, s.nodes, C);
   else
-    kernels::moe_combine(d_in, s.row.view(), Tensor{}, own, q0, Q, gather ? 0 : r0, K, C);
+    for (const Run& u : runs(ctx, q0, Q))
+      kernels::moe_combine(d_in, s.row.view(), Tensor{}, own, u.n, u.count,
+                           u.n - u.l + (gather ? 0 : r0), K, C);
   if (gather) {
     ctx.par.tp.all_reduce(own);
     if (shared_)

@@ -134,6 +134,21 @@ class Moe {
     Linear gate, up, down;  // gate unused for gpt2
   };
 
+  // Context parallelism (moe_context_parallel.cpp, doc/moe.md "Context parallelism"): a rank's
+  // rows are pieces of its micro-batch's sequences, and the routing runs on the whole sequences
+  // ([B, seq_len], token n). Local rows [l, l + count) hold tokens [n, n + count).
+  struct Run {
+    int64_t n, l, count;
+  };
+  int cp_size(const StepContext& ctx) const;
+  // The runs of local rows [first, first + count) (one run, n = l, without cp).
+  const std::vector<Run>& runs(const StepContext& ctx, int64_t first, int64_t count);
+  // x[rows, C] of every cp rank, in the sequences' order [B seq_len, C] (scratch).
+  Tensor gather_sequences(StepContext& ctx, const Tensor& x);
+  // After routing the whole sequences: the packed rows of the tokens of local rows [first,
+  // first + count) only (expert by expert, tokens in order; every other choice -1), and offset.
+  void own_rows(const StepContext& ctx, Saved& s, int64_t first, int64_t count);
+
   Saved& kept(const StepContext& ctx);
   // The experts' activation output [ep N K, F]: s's, or the shared set's under selective
   // recompute.
@@ -201,6 +216,11 @@ class Moe {
   std::vector<int64_t> next_;
   std::vector<int64_t> cross_count_[2], cross_displ_[2];
   std::vector<char> seen_;  // per node: a token's nodes already counted (route)
+  // Context parallelism's host work space: the runs, which tokens are this rank's, each
+  // expert's next packed row.
+  std::vector<Run> runs_;
+  std::vector<char> own_;
+  std::vector<int64_t> next_row_;
 };
 
 }  // namespace tessera

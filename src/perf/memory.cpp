@@ -112,8 +112,10 @@ double moe_block_extra_bytes(const ModelConfig& cfg, int64_t batch) {
   double e = -(mats - 1 + ob / 4) * double(cfg.ffn_hidden) / t * N +
              (4 - ob) / 4 * residual_rows(cfg, batch) * C;
   e += (mats - 1 + ob / 4) * double(cfg.moe.shared) * Fe / t * N;  // the shared experts' MLP
-  e += 2 * N * E + 3 * N * K + double(batch) * E;     // logits, scores; choice, row,
-                                                      // weight; load fractions
+  // logits, scores; choice, row, weight (over whole sequences: the routing's tokens under
+  // context parallelism); load fractions
+  const double Nw = double(batch * cfg.seq_len);
+  e += 2 * Nw * E + 3 * Nw * K + double(batch) * E;
   e += 2 * N * K * C;                                 // packed rows in and out
   const double Rx = ep * N * K;                       // expert side, worst case
   if (ep > 1) e += 2 * Rx * C;                        // its rows in and out

@@ -59,7 +59,8 @@ std::string model_state_formula(const RankLayout& r);
 // activation_bytes is the whole model as one chunk holding one micro-batch (no pipeline).
 double activation_bytes(const ModelConfig& cfg, int64_t batch);
 // What a mixture-of-experts block (no recompute) keeps beyond a dense block, in bytes: no
-// dense MLP; the shared experts' MLP; the router's logits, scores, choices, packed rows and
+// dense MLP; the shared experts' MLP; the router's logits, scores, choices, packed rows (of
+// whole sequences: every context-parallel rank routes them all) and
 // load fractions; the expert side's rows (with ep > 1) and the experts' hidden activations,
 // all sized for the worst case (every rank's N top_k rows on one rank), as model/moe.cpp
 // allocates them, so the bytes do not depend on the routing; with the two-level dispatch
