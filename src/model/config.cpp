@@ -193,10 +193,6 @@ void ModelConfig::check_experts(int64_t ep, int64_t tp, int64_t cp) const {
                   " does not divide the shared experts' width model.shared_experts x expert_ffn",
                   " = ", moe.shared * moe.ffn, " (tensor parallelism splits the shared experts as",
                   " the dense MLP); pick a tp that divides it");
-  TESSERA_REQUIRE(cp == 1 || ep == 1, "parallel.cp = ", cp, " with expert parallelism ",
-                  "(parallel.ep = ", ep, ") is not available yet: the experts' gradients are ",
-                  "summed over the ranks holding the same experts (edp), which leave the cp ranks ",
-                  "out; set parallel.ep = 1 or parallel.cp = 1");
 }
 
 void ModelConfig::limit_nodes(int64_t ep_nodes, int placed, int64_t max_nodes) {
@@ -236,6 +232,10 @@ void ModelConfig::dispatch_two_level(int ep, int placed) {
       "not sit on their nodes in equal blocks of consecutive ep ranks (parallel.order, ",
       "hardware.ranks_per_node); change the order or the ranks per node, or set ",
       "parallel.ep_dispatch = flat");
+  TESSERA_REQUIRE(cp.size == 1, "parallel.ep_dispatch = two_level with parallel.cp = ", cp.size,
+                  " is not available yet (a context-parallel rank dispatches pieces of ",
+                  "sequences, which the two-level dispatch's tables do not follow); set ",
+                  "parallel.ep_dispatch = flat or parallel.cp = 1");
   TESSERA_REQUIRE(moe.nodes > 1, "parallel.ep_dispatch = two_level but the expert-parallel group ",
                   "spans one node: there is nothing to send once per node; spread it over nodes ",
                   "(hardware.ranks_per_node, or parallel.ep_nodes to route as on several) or set ",

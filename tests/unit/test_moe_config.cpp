@@ -87,12 +87,9 @@ TEST(MoeConfig, ErrorsNameTheFault) {
             }).find("model.experts = 6 is not divisible by parallel.ep = 4"),
             std::string::npos);
   EXPECT_EQ(error_of([&] { c.check_experts(1, 2, 1); }), "");
-  // Context parallelism with experts, not yet with expert parallelism.
+  // Context parallelism with experts and expert parallelism.
   EXPECT_EQ(error_of([&] { c.check_experts(1, 1, 2); }), "");
-  EXPECT_NE(error_of([&] {
-              c.check_experts(2, 1, 2);
-            }).find("parallel.cp = 2 with expert parallelism (parallel.ep = 2) is not available"),
-            std::string::npos);
+  EXPECT_EQ(error_of([&] { c.check_experts(2, 1, 2); }), "");
   EXPECT_NE(error_of([] {
               model({"--model.experts=4", "--model.shared_experts=1", "--model.expert_ffn=6"})
                   .check_experts(1, 4, 1);
