@@ -20,8 +20,10 @@ Block::Block(ParamStore& store, const std::string& name, const ModelConfig& cfg,
   if (mode == Recompute::none) return;
   TESSERA_REQUIRE(shared != nullptr, "block ", name, ": recompute needs a shared rebuilt set");
   attn_.share(&shared->attn, mode);
-  if (moe_) moe_->share(&shared->moe, &shared->moe_shared, mode);
-  else mlp_->share(&shared->mlp, mode);
+  if (moe_)
+    moe_->share(&shared->moe, &shared->moe_shared, mode);
+  else
+    mlp_->share(&shared->mlp, mode);
 }
 
 Block::Saved& Block::kept(const StepContext& ctx) {
@@ -62,7 +64,8 @@ void Block::run(StepContext& ctx, const Tensor& x, Saved& s, const Tensor& out, 
   attn_.forward(ctx, tp::gather(ctx, s.n1.view(), full), s.h.view());
   mlp_norm_.forward(s.h.view(), s.n2.view(), s.mean2.view(), s.rstd2.view());
   kernels::copy(s.h.view(), out, R * C);
-  if (moe_) moe_->forward(ctx, s.n2.view(), out, rerun);
+  if (moe_)
+    moe_->forward(ctx, s.n2.view(), out, rerun);
   else mlp_->forward(ctx, tp::gather(ctx, s.n2.view(), full), out);
 }
 

@@ -182,7 +182,7 @@ void ModelConfig::split(const ContextParallel& c) {
   cp = c;
 }
 
-void ModelConfig::check_experts(int64_t ep, int64_t tp, int64_t cp) const {
+void ModelConfig::check_experts(int64_t ep, int64_t tp) const {
   TESSERA_REQUIRE(ep == 1 || moe.enabled(), "parallel.ep = ", ep, " but the model has no ",
                   "experts (model.experts = 0); set parallel.ep = 1 or model.experts > 0");
   if (!moe.enabled()) return;

@@ -164,8 +164,7 @@ void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T, int64_t r0, in
   kernels::moe_top_k(s.scores.view(), bias, s.choice.view(), s.weight.view(), N, E, K,
                      cfg_.moe.nodes, cfg_.moe.max_nodes, sigmoid);
   kernels::moe_capacity(s.choice.view(), load, firsts, s.row.view(), B, T, K, E, cap, r0, R);
-  kernels::moe_balance(s.scores.view(), norm, load, s.f.view(), tally ? aux : Tensor{}, B, T,
-                       K, E);
+  kernels::moe_balance(s.scores.view(), norm, load, s.f.view(), tally ? aux : Tensor{}, B, T, K, E);
   kernels::moe_pack(s.choice.view(), firsts, offset, s.row.view(), B, T, K, E);
   if (tally)
     kernels::moe_route_stats(lse, load, aux, count_nodes ? free : Tensor{}, stats, B, T, K, E, cap,
@@ -393,8 +392,8 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   // (token u.n of the whole sequences is local row u.l: one run without context parallelism)
   if (s.nodes == 0)
     for (const Run& u : runs(ctx, q0, Q))
-      kernels::moe_combine_backward(dy, s.out.view(), s.row.view(), s.weight.view(), d_out, dw,
-                                    u.n, u.count, u.n - u.l + r0, K, C);
+      kernels::moe_combine_backward(dy, s.out.view(), s.row.view(), s.weight.view(), d_out, dw, u.n,
+                                    u.count, u.n - u.l + r0, K, C);
   // The routed experts, each on its rows of the expert side: d(expert input) there, then
   // back to the packed side (moe_d_in).
   const int64_t El = int64_t(s.eoffset.size()) - 1, Rx = s.xe.shape.dims[0];
@@ -452,10 +451,9 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   const double aux = double(cfg_.moe.aux_loss) * double(ctx.loss_scale);
   const double zc = 2.0 * double(cfg_.moe.z_loss) * double(ctx.loss_scale);
   for (const Run& u : runs(ctx, q0, Q))
-    kernels::moe_router_backward(s.logits.view(), s.scores.view(), s.choice.view(),
-                                 s.weight.view(), dw, s.f.view(), dl.rows(u.l - q0, u.count), u.n,
-                                 u.count, cfg_.seq_len, E, K, cfg_.moe.router == Router::sigmoid,
-                                 aux, zc);
+    kernels::moe_router_backward(s.logits.view(), s.scores.view(), s.choice.view(), s.weight.view(),
+                                 dw, s.f.view(), dl.rows(u.l - q0, u.count), u.n, u.count,
+                                 cfg_.seq_len, E, K, cfg_.moe.router == Router::sigmoid, aux, zc);
   if (shared_) {
     const bool sp = tp::sequence_parallel(ctx);
     const Tensor x =

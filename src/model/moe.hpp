@@ -22,6 +22,12 @@
 // the shared experts are split over tp as the dense MLP. Under sequence parallelism the
 // router's and the experts' gradients are partial sums over tp (Param::tp_partial_grad).
 //
+// Context parallelism (parallel.cp > 1, moe_context_parallel.cpp): every cp rank gathers the
+// normed input of its micro-batch's sequences over cp and routes the whole sequences, as tp
+// ranks do under sequence parallelism; it dispatches, combines and differentiates only its own
+// tokens, and cp rank 0 alone counts the step's statistics. The experts' gradients are then
+// summed over edp x cp (the data-parallel strategy's expert group).
+//
 // Balancing: the load-balancing loss (Switch/GShard, per sequence as DeepSeek-V3's
 // complementary loss), the router z-loss and the auxiliary-loss-free selection bias, which
 // end_step() moves after each step from the step's observed load. With a capacity factor,
@@ -141,6 +147,8 @@ class Moe {
     int64_t n, l, count;
   };
   int cp_size(const StepContext& ctx) const;
+  // Rank r's segments of a sequence (ContextParallel::segments), for every r of the cp group.
+  const std::vector<ContextParallel::Segment>& segments_of(int64_t rank);
   // The runs of local rows [first, first + count) (one run, n = l, without cp).
   const std::vector<Run>& runs(const StepContext& ctx, int64_t first, int64_t count);
   // x[rows, C] of every cp rank, in the sequences' order [B seq_len, C] (scratch).
@@ -219,6 +227,7 @@ class Moe {
   // Context parallelism's host work space: the runs, which tokens are this rank's, each
   // expert's next packed row.
   std::vector<Run> runs_;
+  std::vector<std::vector<ContextParallel::Segment>> cp_segments_;
   std::vector<char> own_;
   std::vector<int64_t> next_row_;
 };

@@ -3,17 +3,26 @@
 // per sequence), so every cp rank gathers the normed input of its micro-batch's sequences over
 // cp (as sequence parallelism gathers it over tp), routes all of it, and then dispatches,
 // combines and differentiates only the tokens it holds.
-#include "model/moe.hpp"
-
 #include <algorithm>
 
 #include "kernels/kernels.hpp"
 #include "model/context_parallel.hpp"
+#include "model/moe.hpp"
 
 namespace tessera {
 
 int Moe::cp_size(const StepContext& ctx) const {
   return int(cp::size(ctx));
+}
+
+// Made once (host memory: no allocation in steady state).
+const std::vector<ContextParallel::Segment>& Moe::segments_of(int64_t rank) {
+  if (cp_segments_.empty()) {
+    ContextParallel other = cfg_.cp;
+    for (int64_t r = 0; r < cfg_.cp.size; ++r)
+      other.rank = r, cp_segments_.push_back(other.segments(cfg_.seq_len));
+  }
+  return cp_segments_[size_t(rank)];
 }
 
 // This rank's rows are laid out [segment][sequence][token of the segment]
@@ -25,7 +34,7 @@ const std::vector<Moe::Run>& Moe::runs(const StepContext& ctx, int64_t first, in
     return runs_;
   }
   const int64_t B = ctx.batch, T = cfg_.seq_len;
-  const std::vector<ContextParallel::Segment> segments = cfg_.cp.segments(T);
+  const std::vector<ContextParallel::Segment>& segments = segments_of(cfg_.cp.rank);
   for (size_t g = 0; g < segments.size(); ++g) {
     const int64_t len = segments[g].len;
     for (int64_t b = 0; b < B; ++b) {
@@ -43,10 +52,8 @@ Tensor Moe::gather_sequences(StepContext& ctx, const Tensor& x) {
   const Tensor stage = ctx.scratch.get(ScratchId::moe_cp_stage, {P * N, C});
   const Tensor whole = ctx.scratch.get(ScratchId::moe_cp_rows, {B * T, C});
   ctx.par.cp->all_gather(x.rows(0, N), stage);
-  ContextParallel other = cfg_.cp;
   for (int64_t r = 0; r < P; ++r) {
-    other.rank = r;
-    const std::vector<ContextParallel::Segment> segments = other.segments(T);
+    const std::vector<ContextParallel::Segment>& segments = segments_of(r);
     for (size_t g = 0; g < segments.size(); ++g) {
       const int64_t len = segments[g].len;
       for (int64_t b = 0; b < B; ++b)

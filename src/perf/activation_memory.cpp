@@ -94,7 +94,8 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
     // The routing's tokens: whole sequences (every context-parallel rank routes them all).
     const double Nw = B * double(c.seq_len);
     f += 2 * N * K * C + Nw * K + R * E;  // d_out, d_in; d_weight; d_logits
-    // The routing's work space (forward): f64 [2, Nw]; i32 [2 B E + E + 1 + Nw K]; f64 [B E + E + 4].
+    // The routing's work space (forward): f64 [2, Nw]; i32 [2 B E + E + 1 + Nw K]; f64 [B E + E +
+    // 4].
     f += 4 * Nw + (2 * B * E + E + 1 + Nw * K) + 2 * (B * E + E + 4);
     if (c.cp.size > 1) f += 2 * Nw * C;  // the gathered rows, as gathered and in order
     if (ep > 1) f += 3 * Rx * C;         // the all-to-all's stage, d_oe, d_xe

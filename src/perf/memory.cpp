@@ -51,7 +51,8 @@ double selective_attention(const ModelConfig& cfg, int64_t batch) {
 double selective_mlp(const ModelConfig& cfg, int64_t batch, bool moe) {
   const double t = double(cfg.tp.size), N = double(batch * cfg.seq_local());
   if (!moe) return cfg.operand_bytes() * double(cfg.ffn_hidden) / t * N;
-  const double Fe = double(cfg.moe.ffn), Rx = double(cfg.experts_held.size) * N * double(cfg.moe.top_k);
+  const double Fe = double(cfg.moe.ffn),
+               Rx = double(cfg.experts_held.size) * N * double(cfg.moe.top_k);
   return 4 * Rx * Fe + cfg.operand_bytes() * double(cfg.moe.shared) * Fe / t * N;
 }
 
@@ -121,7 +122,7 @@ double moe_block_extra_bytes(const ModelConfig& cfg, int64_t batch) {
   if (ep > 1) e += 2 * Rx * C;                        // its rows in and out
   e += mats * Rx * Fe;                                // (gate,) up, activation
   if (cfg.moe.two_level) {  // model/moe_two_level.cpp: per token and node its row sent (i32);
-    const double D = double(cfg.moe.nodes);  // as relay, each received row's choices (i32)
+    const double D = double(cfg.moe.nodes);      // as relay, each received row's choices (i32)
     e += N * D + 2 * D * N * K + D * N * K * C;  // and weights, the node's expert outputs
   }
   return 4 * e;
