@@ -87,6 +87,17 @@ void ProcessGrid::split_ep_by_node(int nodes) {
   ep_nodes_ = nodes;
 }
 
+Communicator& ProcessGrid::expert_replicas() {
+  if (layout_.group_size(Group::cp) == 1) return group(Group::edp);
+  if (!edp_cp_made_) {
+    const Communicator& dp_cp = group(Group::dp_cp);
+    edp_cp_ = dp_cp.split(coord().ep, dp_cp.rank(), "edp_cp");
+    edp_cp_.set_trace(trace_);
+    edp_cp_made_ = true;
+  }
+  return edp_cp_;
+}
+
 std::string ProcessGrid::describe() const {
   std::ostringstream os;
   os << "layout: " << layout_.describe() << " on " << nodes_ << " node(s)"
@@ -111,6 +122,7 @@ std::string ProcessGrid::describe() const {
 void ProcessGrid::set_trace(Trace* trace) {
   trace_ = trace;
   if (ep_nodes_ > 0) ep_intra_.set_trace(trace), ep_cross_.set_trace(trace);
+  if (edp_cp_made_) edp_cp_.set_trace(trace);
   world_.set_trace(trace);
   for (Communicator& g : groups_) g.set_trace(trace);
 }
@@ -131,6 +143,7 @@ std::string ProcessGrid::traffic_table(const std::vector<const Communicator*>& e
   row(world_);
   for (const Communicator& c : groups_) row(c);
   if (ep_nodes_ > 0) row(ep_intra_), row(ep_cross_);
+  if (edp_cp_made_) row(edp_cp_);
   for (const Communicator* c : extra) row(*c);
   return os.str();
 }
@@ -138,6 +151,7 @@ std::string ProcessGrid::traffic_table(const std::vector<const Communicator*>& e
 void ProcessGrid::attach_device(const DeviceLink& link) {
   world_.attach_device(link);
   if (ep_nodes_ > 0) ep_intra_.attach_device(link), ep_cross_.attach_device(link);
+  if (edp_cp_made_) edp_cp_.attach_device(link);
   for (Communicator& c : groups_) c.attach_device(link);
 }
 
@@ -159,6 +173,7 @@ std::string ProcessGrid::traffic_json(const std::vector<const Communicator*>& ex
   group(world_);
   for (const Communicator& c : groups_) group(c);
   if (ep_nodes_ > 0) group(ep_intra_), group(ep_cross_);
+  if (edp_cp_made_) group(edp_cp_);
   for (const Communicator* c : extra) group(*c);
   os << "\n}\n";
   return os.str();

@@ -40,6 +40,11 @@ class ProcessGrid {
   void split_ep_by_node(int nodes);
   Communicator* ep_intra() { return ep_nodes_ > 0 ? &ep_intra_ : nullptr; }
   Communicator* ep_cross() { return ep_nodes_ > 0 ? &ep_cross_ : nullptr; }
+  // The ranks holding the same routed experts, over which their gradients are summed (and ZeRO
+  // shards them; doc/moe.md, "Expert memory"): edp, or with context parallelism edp x cp, the
+  // dp_cp ranks with this rank's ep index (ranked as in dp_cp), made at the first call,
+  // collectively over dp_cp.
+  Communicator& expert_replicas();
 
   // Every group's collectives (the world's too) become spans of trace (null: none).
   void set_trace(Trace* trace);
@@ -62,6 +67,8 @@ class ProcessGrid {
   GridLayout layout_;
   std::array<Communicator, kAllGroups.size()> groups_;
   Communicator ep_intra_, ep_cross_;  // split_ep_by_node
+  Communicator edp_cp_;               // expert_replicas with cp > 1
+  bool edp_cp_made_ = false;
   int ep_nodes_ = 0;
   Trace* trace_ = nullptr;
   std::vector<int> node_of_rank_;

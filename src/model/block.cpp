@@ -19,9 +19,11 @@ Block::Block(ParamStore& store, const std::string& name, const ModelConfig& cfg,
   else mlp_ = std::make_unique<Mlp>(store, name + ".mlp", cfg);
   if (mode == Recompute::none) return;
   TESSERA_REQUIRE(shared != nullptr, "block ", name, ": recompute needs a shared rebuilt set");
-  TESSERA_REQUIRE(!moe, "block ", name, ": recompute of a mixture-of-experts block");
   attn_.share(&shared->attn, mode);
-  mlp_->share(&shared->mlp, mode);
+  if (moe_)
+    moe_->share(&shared->moe, &shared->moe_shared, mode);
+  else
+    mlp_->share(&shared->mlp, mode);
 }
 
 Block::Saved& Block::kept(const StepContext& ctx) {
@@ -33,7 +35,7 @@ Block::Saved& Block::kept(const StepContext& ctx) {
 }
 
 Block::Saved& Block::inner(const StepContext& ctx) {
-  Saved& s = full_ ? shared_->block : slots_.at(ctx.slot);
+  Saved& s = !full_ ? slots_.at(ctx.slot) : moe_ ? shared_->moe_block : shared_->block;
   const int64_t R = tp::rows(ctx, ctx.batch * cfg_.seq_local()), C = cfg_.d_model;
   if (s.n1.numel() != R * C) {
     auto act = [&](Shape shape, DType t = DType::f32) {
@@ -53,7 +55,7 @@ Block::Saved& Block::inner(const StepContext& ctx) {
 // normed input is all-gathered before each sublayer (and again in backward: only the rows
 // are kept; in a 16-bit run in 16 bits) and each sublayer reduce-scatters its output. Without
 // it R = N.
-void Block::run(StepContext& ctx, const Tensor& x, Saved& s, const Tensor& out) {
+void Block::run(StepContext& ctx, const Tensor& x, Saved& s, const Tensor& out, bool rerun) {
   const int64_t N = ctx.batch * cfg_.seq_local(), C = cfg_.d_model, R = tp::rows(ctx, N);
   const Tensor full =
       ctx.scratch.get(ScratchId::sp_gathered, {tp::sequence_parallel(ctx) ? N * C : 1});
@@ -62,7 +64,8 @@ void Block::run(StepContext& ctx, const Tensor& x, Saved& s, const Tensor& out) 
   attn_.forward(ctx, tp::gather(ctx, s.n1.view(), full), s.h.view());
   mlp_norm_.forward(s.h.view(), s.n2.view(), s.mean2.view(), s.rstd2.view());
   kernels::copy(s.h.view(), out, R * C);
-  if (moe_) moe_->forward(ctx, s.n2.view(), out);
+  if (moe_)
+    moe_->forward(ctx, s.n2.view(), out, rerun);
   else mlp_->forward(ctx, tp::gather(ctx, s.n2.view(), full), out);
 }
 
@@ -80,7 +83,7 @@ void Block::rebuild(StepContext& ctx, const Tensor& x, Saved& s) {
   const int64_t R = tp::rows(ctx, ctx.batch * cfg_.seq_local()), C = cfg_.d_model;
   if (s.out.numel() != R * C)
     s.out = Buffer(ctx.alloc, Shape{R, C}, DType::f32, Charge::activations);
-  run(ctx, x, s, s.out.view());
+  run(ctx, x, s, s.out.view(), /*rerun=*/true);
 }
 
 void Block::backward(StepContext& ctx, const Tensor& dy, const Tensor& dx) {

@@ -22,11 +22,14 @@ class Block {
   };
   // The activations of the block being rebuilt (full recompute) or of the rebuilt pieces
   // (selective): one set for every block of the model, since one block's backward runs at a
-  // time on a rank whatever the pipeline schedule (doc/recompute.md).
+  // time on a rank whatever the pipeline schedule (doc/recompute.md). Mixture-of-experts
+  // blocks have their own block set (their second norm's output is fp32, the router's input)
+  // and the experts' sets; the attention's is common to both kinds.
   struct Rebuilt {
-    Saved block;
+    Saved block, moe_block;
     Attention::Saved attn;
-    Mlp::Saved mlp;
+    Mlp::Saved mlp, moe_shared;
+    Moe::Saved moe;
   };
 
   // mode: none, selective, or full for a block that reruns its forward in backward; `shared`
@@ -47,8 +50,8 @@ class Block {
   // The slot's saved state (x and out always live there), and where the rest lives.
   Saved& kept(const StepContext& ctx);
   Saved& inner(const StepContext& ctx);
-  // The forward from x into s's buffers and `out` (also the rerun of full recompute).
-  void run(StepContext& ctx, const Tensor& x, Saved& s, const Tensor& out);
+  // The forward from x into s's buffers and `out` (also the rerun of full recompute: `rerun`).
+  void run(StepContext& ctx, const Tensor& x, Saved& s, const Tensor& out, bool rerun = false);
   // Full recompute's rerun of forward into the shared set s, before backward.
   void rebuild(StepContext& ctx, const Tensor& x, Saved& s);
 

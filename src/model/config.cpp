@@ -111,9 +111,6 @@ ModelConfig ModelConfig::from(const ModelSection& m, const TrainSection& t) {
   TESSERA_REQUIRE(t.recompute_layers <= c.layers, "train.recompute_layers = ", t.recompute_layers,
                   " is more than the model's ", c.layers, " blocks (model.layers); at most ",
                   c.layers, " (0: all)");
-  TESSERA_REQUIRE(!c.moe.enabled() || t.recompute == Recompute::none, "train.recompute = ",
-                  to_string(t.recompute), " is not available with mixture-of-experts blocks ",
-                  "(model.experts = ", c.moe.experts, ") yet; set train.recompute = none");
   c.recompute = t.recompute;
   c.recompute_layers = t.recompute_layers;
   c.head_chunk_rows = t.head_chunk_rows;
@@ -185,7 +182,7 @@ void ModelConfig::split(const ContextParallel& c) {
   cp = c;
 }
 
-void ModelConfig::check_experts(int64_t ep, int64_t tp, int64_t cp) const {
+void ModelConfig::check_experts(int64_t ep, int64_t tp) const {
   TESSERA_REQUIRE(ep == 1 || moe.enabled(), "parallel.ep = ", ep, " but the model has no ",
                   "experts (model.experts = 0); set parallel.ep = 1 or model.experts > 0");
   if (!moe.enabled()) return;
@@ -196,9 +193,6 @@ void ModelConfig::check_experts(int64_t ep, int64_t tp, int64_t cp) const {
                   " does not divide the shared experts' width model.shared_experts x expert_ffn",
                   " = ", moe.shared * moe.ffn, " (tensor parallelism splits the shared experts as",
                   " the dense MLP); pick a tp that divides it");
-  TESSERA_REQUIRE(cp == 1, "parallel.cp = ", cp, " with mixture-of-experts blocks (model.",
-                  "experts = ", moe.experts, ") is not available yet: the balancing loss and ",
-                  "capacity are defined per whole sequence; set parallel.cp = 1");
 }
 
 void ModelConfig::limit_nodes(int64_t ep_nodes, int placed, int64_t max_nodes) {
@@ -238,6 +232,10 @@ void ModelConfig::dispatch_two_level(int ep, int placed) {
       "not sit on their nodes in equal blocks of consecutive ep ranks (parallel.order, ",
       "hardware.ranks_per_node); change the order or the ranks per node, or set ",
       "parallel.ep_dispatch = flat");
+  TESSERA_REQUIRE(cp.size == 1, "parallel.ep_dispatch = two_level with parallel.cp = ", cp.size,
+                  " is not available yet (a context-parallel rank dispatches pieces of ",
+                  "sequences, which the two-level dispatch's tables do not follow); set ",
+                  "parallel.ep_dispatch = flat or parallel.cp = 1");
   TESSERA_REQUIRE(moe.nodes > 1, "parallel.ep_dispatch = two_level but the expert-parallel group ",
                   "spans one node: there is nothing to send once per node; spread it over nodes ",
                   "(hardware.ranks_per_node, or parallel.ep_nodes to route as on several) or set ",

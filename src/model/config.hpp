@@ -135,9 +135,9 @@ struct ModelConfig {
   void split(const TensorParallel& t);
   // Splits each sequence over cp ranks; a collective error names what does not divide.
   void split(const ContextParallel& c);
-  // Checks the routed experts split over ep expert-parallel ranks, and the parallel degrees a
-  // mixture of experts composes with so far (doc/moe.md); a collective error otherwise.
-  void check_experts(int64_t ep, int64_t tp, int64_t cp) const;
+  // Checks the routed experts split over ep expert-parallel ranks and the shared experts' width
+  // over tp (doc/moe.md); a collective error otherwise.
+  void check_experts(int64_t ep, int64_t tp) const;
   // Node-limited routing (doc/moe.md): the nodes the experts are spread over, parallel.ep_nodes
   // or else `placed` (ProcessGrid::blocked_nodes of the ep group, 0: not in equal blocks), and
   // at most max_nodes of them per token; checked, then kept in moe.

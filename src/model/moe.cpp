@@ -78,16 +78,22 @@ std::pair<int64_t, int64_t> Moe::routed_rows(const StepContext& ctx, int64_t N) 
   return {N * r / t, N * (r + 1) / t - N * r / t};
 }
 
+void Moe::share(Saved* routed, Mlp::Saved* shared_experts, Recompute mode) {
+  rebuilt_ = routed, mode_ = mode;
+  if (shared_) shared_->share(shared_experts, mode);
+}
+
 Moe::Saved& Moe::kept(const StepContext& ctx) {
-  Saved& s = slots_.at(ctx.slot);
+  Saved& s = mode_ == Recompute::full ? *rebuilt_ : slots_.at(ctx.slot);
   const int64_t N = ctx.batch * cfg_.seq_local(), E = cfg_.moe.experts, K = cfg_.moe.top_k;
   const int64_t C = cfg_.d_model, F = cfg_.moe.ffn, ep = ep_size(ctx);
-  if (s.logits.numel() != N * E) {
+  const int64_t Nw = ctx.batch * cfg_.seq_len;  // the routing's tokens: whole sequences (cp)
+  if (s.logits.numel() != Nw * E) {
     auto act = [&](Shape shape, DType t = DType::f32) {
       return Buffer(ctx.alloc, shape, t, Charge::activations);
     };
-    s.logits = act({N, E}), s.scores = act({N, E});
-    s.choice = act({N, K}, DType::i32), s.row = act({N, K}, DType::i32), s.weight = act({N, K});
+    s.logits = act({Nw, E}), s.scores = act({Nw, E});
+    s.choice = act({Nw, K}, DType::i32), s.row = act({Nw, K}, DType::i32), s.weight = act({Nw, K});
     s.f = act({ctx.batch, E});
     s.xin = act({N * K, C}), s.out = act({N * K, C});
     // The expert side holds at most every rank's rows (all sent to this rank's experts).
@@ -95,7 +101,8 @@ Moe::Saved& Moe::kept(const StepContext& ctx) {
     if (ep > 1) s.xe_own = act({R, C}), s.oe_own = act({R, C});
     s.xe = ep > 1 ? s.xe_own.view() : s.xin.view();
     s.oe = ep > 1 ? s.oe_own.view() : s.out.view();
-    s.up = act({R, F}), s.act = act({R, F});
+    s.up = act({R, F});
+    if (mode_ != Recompute::selective) s.act = act({R, F});
     if (swiglu_) s.gate = act({R, F});
     s.offset.assign(size_t(E) + 1, 0);
     s.counts.assign(size_t(E), 0.0f);
@@ -104,7 +111,16 @@ Moe::Saved& Moe::kept(const StepContext& ctx) {
       v->assign(size_t(ep), 0);
     if (cfg_.moe.two_level) kept_nodes(ctx, s);
   }
+  if (cfg_.moe.two_level) node_workspace(ctx);
   return s;
+}
+
+Tensor Moe::activation(const StepContext& ctx, Saved& s) {
+  if (mode_ != Recompute::selective) return s.act.view();
+  const int64_t R = ep_size(ctx) * ctx.batch * cfg_.seq_local() * cfg_.moe.top_k;
+  if (rebuilt_->act.numel() != R * cfg_.moe.ffn)
+    rebuilt_->act = Buffer(ctx.alloc, Shape{R, cfg_.moe.ffn}, DType::f32, Charge::activations);
+  return rebuilt_->act.view();
 }
 
 // Scores, top-k selection (by score + bias; ties to the lower expert index), combine weights,
@@ -115,13 +131,13 @@ Moe::Saved& Moe::kept(const StepContext& ctx) {
 void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T, int64_t r0, int64_t R) {
   const int64_t N = B * T, E = cfg_.moe.experts, K = cfg_.moe.top_k;
   const bool sigmoid = cfg_.moe.router == Router::sigmoid;
-  const bool training = ctx.training;
+  const bool tally = tally_;  // training, and not a rerun: the same tokens are counted once
   // The cross-node dispatch bytes (doc/moe.md): the nodes the ep ranks really sit on; the
   // experts of this rank's node are [lo, hi).
   // Under the two-level dispatch, the nodes it sends over (parallel.ep_nodes may emulate them).
   const int64_t ep = ep_size(ctx);
   const int64_t placed = cfg_.moe.two_level ? cfg_.moe.nodes : cfg_.moe.placed_nodes;
-  const bool count_nodes = placed > 1 && training;
+  const bool count_nodes = placed > 1 && tally;
   const int64_t my_node = (ctx.par.ep ? ctx.par.ep->rank() : 0) * placed / ep;
   const double row_bytes = double(cfg_.d_model) * double(sizeof(float));
   int64_t lo = E, hi = 0;
@@ -149,17 +165,16 @@ void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T, int64_t r0, in
   kernels::moe_top_k(s.scores.view(), bias, s.choice.view(), s.weight.view(), N, E, K,
                      cfg_.moe.nodes, cfg_.moe.max_nodes, sigmoid);
   kernels::moe_capacity(s.choice.view(), load, firsts, s.row.view(), B, T, K, E, cap, r0, R);
-  kernels::moe_balance(s.scores.view(), norm, load, s.f.view(), training ? aux : Tensor{}, B, T,
-                       K, E);
+  kernels::moe_balance(s.scores.view(), norm, load, s.f.view(), tally ? aux : Tensor{}, B, T, K, E);
   kernels::moe_pack(s.choice.view(), firsts, offset, s.row.view(), B, T, K, E);
-  if (training)
+  if (tally)
     kernels::moe_route_stats(lse, load, aux, count_nodes ? free : Tensor{}, stats, B, T, K, E, cap,
                              step_.z, step_.aux, r0, R, lo, hi);
   // On the host: each expert's first packed row (needed there for the all-to-all's counts and
   // the experts' GEMMs), and the step's statistics.
   const int32_t* off = ctx.scratch.readable(ScratchId::moe_route_counts, offset).i32();
   for (int64_t e = 0; e <= E; ++e) s.offset[size_t(e)] = off[e];
-  if (!training) return;
+  if (!tally) return;
   const double* st = f64(ctx.scratch.readable(ScratchId::moe_route_sums, stats));
   for (int64_t e = 0; e < E; ++e) step_.load[size_t(e)] += st[e];
   step_.dropped += st[E];
@@ -317,12 +332,13 @@ void Moe::run_experts(StepContext& ctx, Saved& s) {
     ctx.scratch.get(ScratchId::gemm_x, {Rx, std::max(C, F)}, t);
     ctx.scratch.get(ScratchId::gemm_dy, {Rx, C}, t);
   }
+  const Tensor activated = activation(ctx, s);
   for (int64_t e = 0; e < El; ++e) {
     const int64_t first = s.eoffset[size_t(e)], n = s.eoffset[size_t(e) + 1] - first;
     if (n == 0) continue;
     const Expert& x = experts_[size_t(first_expert + e - held_first_)];
     const Tensor xin = x.up.operand(ctx, rows(s.xe, first, n, C));  // cast once for both maps
-    const Tensor act = rows(s.act, first, n, F), up = rows(s.up, first, n, F);
+    const Tensor act = rows(activated, first, n, F), up = rows(s.up, first, n, F);
     // The fused epilogue (as the dense Mlp's): the biases, the activation and, when down
     // multiplies in 16 bits, its operand, in one pass; act stays fp32 for down's weight
     // gradient.
@@ -346,7 +362,7 @@ void Moe::run_experts(StepContext& ctx, Saved& s) {
 // the balancing loss see whole sequences and agree bit for bit across tp ranks; each rank then
 // dispatches only its own rows [r0, r0 + R) (all N without sequence parallelism). The shared
 // experts are the column/row-parallel Mlp.
-void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y) {
+void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y, bool rerun) {
   const int64_t B = ctx.batch, T = cfg_.seq_local(), N = B * T, K = cfg_.moe.top_k;
   const int64_t C = cfg_.d_model, r0 = tp::first_row(ctx, N);  // y holds rows [r0, ...)
   const auto [q0, Q] = routed_rows(ctx, N);  // the rows this rank dispatches
@@ -354,8 +370,18 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y) {
       tp::gather(ctx, x_rows,
                  ctx.scratch.get(ScratchId::sp_gathered, {tp::sequence_parallel(ctx) ? N * C : 1}));
   Saved& s = kept(ctx);
-  router_.forward(ctx, x, s.logits.view());
-  route(ctx, s, B, T, q0, Q);
+  // Context parallelism: every cp rank routes the whole sequences (the statistics counted by
+  // cp rank 0), then keeps the packed rows of its own tokens (moe_context_parallel.cpp).
+  const bool whole = cp_size(ctx) > 1;
+  tally_ = ctx.training && !rerun && (!whole || ctx.par.cp->rank() == 0);
+  const Tensor xw = whole ? gather_sequences(ctx, x) : x;
+  router_.forward(ctx, xw, s.logits.view());
+  if (whole) {
+    route(ctx, s, B, cfg_.seq_len, 0, B * cfg_.seq_len);
+    own_rows(ctx, s, q0, Q);
+  } else {
+    route(ctx, s, B, T, q0, Q);
+  }
   Tensor partial;  // two-level: the per-node sums of the rows this rank sent
   // y += the shared experts' output first, then the routed experts' (the order of the sums).
   // With the flat dispatch the shared experts run while the dispatch is in flight (doc/moe.md,
@@ -366,7 +392,11 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y) {
     run_experts(ctx, s);
     partial = nodes_combine(ctx, s);
   } else {
-    kernels::moe_gather(x, s.row.view(), s.xin.view(), q0, Q, K, C);
+    if (whole)
+      for (const Run& u : runs(ctx, q0, Q))
+        kernels::moe_gather(xw, s.row.view(), s.xin.view(), u.n, u.count, K, C);
+    else
+      kernels::moe_gather(x, s.row.view(), s.xin.view(), q0, Q, K, C);
     exchange_counts(ctx, s);
     StepTransfers dispatch(ctx.par.ep_timing);
     post_to_experts(ctx, s, s.xin.view(), dispatch);
@@ -389,8 +419,9 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y) {
     kernels::moe_combine(partial, s.table.view(), Tensor{},
                          rows(routed, q0 - (gather ? 0 : r0), Q, C), 0, Q, 0, s.nodes, C);
   else
-    kernels::moe_combine(s.out.view(), s.row.view(), s.weight.view(), routed, q0, Q,
-                         gather ? 0 : r0, K, C);
+    for (const Run& u : runs(ctx, q0, Q))  // token u.n is local row u.l
+      kernels::moe_combine(s.out.view(), s.row.view(), s.weight.view(), routed, u.n, u.count,
+                           u.n - u.l + (gather ? 0 : r0), K, C);
   if (gather) {
     ctx.par.tp.all_reduce(routed);
     kernels::add_inplace(y, routed, N * C);
@@ -405,10 +436,12 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   Saved& s = kept(ctx);
   // d(expert output) = w dy; d(w) = dy . expert output (this rank's rows; dy from token r0).
   const Tensor d_out = ctx.scratch.get(ScratchId::moe_d_out, {N * K, C});
-  const Tensor dw = ctx.scratch.get(ScratchId::moe_d_weight, {N, K});
+  const Tensor dw = ctx.scratch.get(ScratchId::moe_d_weight, {B * cfg_.seq_len, K});
+  // (token u.n of the whole sequences is local row u.l: one run without context parallelism)
   if (s.nodes == 0)
-    kernels::moe_combine_backward(dy, s.out.view(), s.row.view(), s.weight.view(), d_out, dw, q0, Q,
-                                  r0, K, C);
+    for (const Run& u : runs(ctx, q0, Q))
+      kernels::moe_combine_backward(dy, s.out.view(), s.row.view(), s.weight.view(), d_out, dw, u.n,
+                                    u.count, u.n - u.l + r0, K, C);
   // The routed experts, each on its rows of the expert side: d(expert input) there, then
   // back to the packed side (moe_d_in).
   const int64_t El = int64_t(s.eoffset.size()) - 1, Rx = s.xe.shape.dims[0];
@@ -447,14 +480,21 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   // GEMMs' operands, at the start of the fp32 buffers) and adds the bias gradients.
   const Tensor d_up = hidden_grad(ctx, ScratchId::mlp_d_up, Rx, F, t);
   const Tensor d_gate = hidden_grad(ctx, ScratchId::mlp_d_gate, swiglu_ ? Rx : 1, F, t);
-  const Tensor none;
+  const Tensor none, activated = activation(ctx, s);
   for (int64_t e = 0; e < El; ++e) {
     const int64_t first = s.eoffset[size_t(e)], n = s.eoffset[size_t(e) + 1] - first;
     if (n == 0) continue;
     const Expert& ex = experts_[size_t(first_expert + e - held_first_)];
     const Tensor up = rows(s.up, first, n, F), da = rows(d_act, first, n, F);
     const Tensor du = d_up.rows(first, n), dxe = rows(d_xe, first, n, C);
-    ex.down.backward(ctx, rows(s.act, first, n, F), rows(d_oe, first, n, C), da);
+    const Tensor act = rows(activated, first, n, F);
+    // Selective recompute: the activation output again, from the kept pre-activations (the
+    // forward's pass left the biases in them), with the forward's kernel.
+    if (mode_ == Recompute::selective && swiglu_)
+      kernels::swiglu_bias_forward(rows(s.gate, first, n, F), up, none, none, act, none, n, F);
+    else if (mode_ == Recompute::selective)
+      kernels::gelu_bias_forward(up, none, act, none, n, F);
+    ex.down.backward(ctx, act, rows(d_oe, first, n, C), da);
     const Tensor xin = ex.up.operand(ctx, rows(s.xe, first, n, C));
     if (swiglu_) {
       const Tensor dg = d_gate.rows(first, n);
@@ -477,9 +517,10 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   // d(objective)/d(router logits): the combine weights, the balancing loss, the z-loss.
   const double aux = double(cfg_.moe.aux_loss) * double(ctx.loss_scale);
   const double zc = 2.0 * double(cfg_.moe.z_loss) * double(ctx.loss_scale);
-  kernels::moe_router_backward(s.logits.view(), s.scores.view(), s.choice.view(), s.weight.view(),
-                               dw, s.f.view(), dl, q0, Q, T, E, K,
-                               cfg_.moe.router == Router::sigmoid, aux, zc);
+  for (const Run& u : runs(ctx, q0, Q))
+    kernels::moe_router_backward(s.logits.view(), s.scores.view(), s.choice.view(), s.weight.view(),
+                                 dw, s.f.view(), dl.rows(u.l - q0, u.count), u.n, u.count,
+                                 cfg_.seq_len, E, K, cfg_.moe.router == Router::sigmoid, aux, zc);
   // Without sequence parallelism the router's and the routed experts' input gradients of this
   // rank's rows go into a zeroed N x C buffer, summed over tp, then added to every row of dx.
   const bool gather = Q != tp::rows(ctx, N);
@@ -496,7 +537,9 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
     kernels::moe_combine(partial, s.table.view(), Tensor{}, rows(own, q0 - (gather ? 0 : r0), Q, C),
                          0, Q, 0, s.nodes, C);
   else
-    kernels::moe_combine(d_in, s.row.view(), Tensor{}, own, q0, Q, gather ? 0 : r0, K, C);
+    for (const Run& u : runs(ctx, q0, Q))
+      kernels::moe_combine(d_in, s.row.view(), Tensor{}, own, u.n, u.count,
+                           u.n - u.l + (gather ? 0 : r0), K, C);
   if (gather) {
     ctx.par.tp.all_reduce(own);
     if (shared_)

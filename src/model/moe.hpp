@@ -22,6 +22,12 @@
 // the shared experts are split over tp as the dense MLP. Under sequence parallelism the
 // router's and the experts' gradients are partial sums over tp (Param::tp_partial_grad).
 //
+// Context parallelism (parallel.cp > 1, moe_context_parallel.cpp): every cp rank gathers the
+// normed input of its micro-batch's sequences over cp and routes the whole sequences, as tp
+// ranks do under sequence parallelism; it dispatches, combines and differentiates only its own
+// tokens, and cp rank 0 alone counts the step's statistics. The experts' gradients are then
+// summed over edp x cp (the data-parallel strategy's expert group).
+//
 // Balancing: the load-balancing loss (Switch/GShard, per sequence as DeepSeek-V3's
 // complementary loss), the router z-loss and the auxiliary-loss-free selection bias, which
 // end_step() moves after each step from the step's observed load. With a capacity factor,
@@ -62,36 +68,12 @@ class Moe {
     double run_cross_bytes_nodes = 0;
   };
 
-  Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg);
-
-  // y[rows,C] += moe(x) for x[rows,C] (kept by the caller until backward); rows = N, or this
-  // rank's N/tp with sequence parallelism (tp::rows).
-  void forward(StepContext& ctx, const Tensor& x, const Tensor& y);
-  // dx[rows,C] overwritten for dy[rows,C]; parameter gradients accumulated, the router's with
-  // the balancing and z-loss terms.
-  void backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx);
-
-  // After the optimizer step: sums the step's statistics over `dp` (the ranks that saw the
-  // step's other samples), moves the selection bias (model.router_bias_step) when `applied`
-  // (the step's update was applied) and starts the next step's count.
-  const Stats& end_step(Communicator& dp, bool applied);
-  const Stats& last() const { return last_; }
-  // Where the selection bias is not held whole after the step (ZeRO-3 holds it only while its
-  // block runs), end_step leaves the step's update here instead of adding it (empty when
-  // there is none); the trainer adds it where the bias is held (DataParallel::values()).
-  const std::vector<float>& held_bias_update() const { return held_bias_update_; }
-  const Param& selection_bias() const { return *bias_; }
-  const std::string& name() const { return name_; }
-  // Elements of the routed experts' parameters this rank registers: all E experts, or under
-  // expert parallelism the E/ep it holds.
-  int64_t routed_elements() const { return routed_elements_; }
-  // Tokens per expert of the last step: the largest over the mean (1 = balanced).
-  double imbalance() const;
-
- private:
-  struct Expert {
-    Linear gate, up, down;  // gate unused for gpt2
-  };
+  // What backward reads, per micro-batch in flight (per activation slot): the routing, the
+  // packed rows, the expert side and the experts' hidden activations. With activation
+  // recompute (doc/recompute.md, doc/moe.md "Recompute") full recompute keeps all of it in one
+  // set shared by the model's blocks (Block::Rebuilt) and reruns the forward into it, and
+  // selective keeps all but the experts' activation output `act`, which lives in the shared set
+  // and is recomputed elementwise from the kept gate and up.
   struct Saved {
     Buffer logits, scores;        // [N, E]
     Buffer choice, row;           // i32 [N, K]: expert, packed row (-1: dropped)
@@ -122,7 +104,63 @@ class Moe {
     int64_t received = 0;             // rows received as relay
   };
 
+  Moe(ParamStore& store, const std::string& name, const ModelConfig& cfg);
+
+  // Activation recompute: `routed` holds what `mode` rebuilds of the routed experts (see
+  // Saved), `shared_experts` the shared experts' (as Mlp::share).
+  void share(Saved* routed, Mlp::Saved* shared_experts, Recompute mode);
+
+  // y[rows,C] += moe(x) for x[rows,C] (kept by the caller until backward); rows = N, or this
+  // rank's N/tp with sequence parallelism (tp::rows). `rerun`: full recompute's second forward
+  // of the same micro-batch (Block::rebuild), which adds nothing to the step's statistics.
+  void forward(StepContext& ctx, const Tensor& x, const Tensor& y, bool rerun = false);
+  // dx[rows,C] overwritten for dy[rows,C]; parameter gradients accumulated, the router's with
+  // the balancing and z-loss terms.
+  void backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx);
+
+  // After the optimizer step: sums the step's statistics over `dp` (the ranks that saw the
+  // step's other samples), moves the selection bias (model.router_bias_step) when `applied`
+  // (the step's update was applied) and starts the next step's count.
+  const Stats& end_step(Communicator& dp, bool applied);
+  const Stats& last() const { return last_; }
+  // Where the selection bias is not held whole after the step (ZeRO-3 holds it only while its
+  // block runs), end_step leaves the step's update here instead of adding it (empty when
+  // there is none); the trainer adds it where the bias is held (DataParallel::values()).
+  const std::vector<float>& held_bias_update() const { return held_bias_update_; }
+  const Param& selection_bias() const { return *bias_; }
+  const std::string& name() const { return name_; }
+  // Elements of the routed experts' parameters this rank registers: all E experts, or under
+  // expert parallelism the E/ep it holds.
+  int64_t routed_elements() const { return routed_elements_; }
+  // Tokens per expert of the last step: the largest over the mean (1 = balanced).
+  double imbalance() const;
+
+ private:
+  struct Expert {
+    Linear gate, up, down;  // gate unused for gpt2
+  };
+
+  // Context parallelism (moe_context_parallel.cpp, doc/moe.md "Context parallelism"): a rank's
+  // rows are pieces of its micro-batch's sequences, and the routing runs on the whole sequences
+  // ([B, seq_len], token n). Local rows [l, l + count) hold tokens [n, n + count).
+  struct Run {
+    int64_t n, l, count;
+  };
+  int cp_size(const StepContext& ctx) const;
+  // Rank r's segments of a sequence (ContextParallel::segments), for every r of the cp group.
+  const std::vector<ContextParallel::Segment>& segments_of(int64_t rank);
+  // The runs of local rows [first, first + count) (one run, n = l, without cp).
+  const std::vector<Run>& runs(const StepContext& ctx, int64_t first, int64_t count);
+  // x[rows, C] of every cp rank, in the sequences' order [B seq_len, C] (scratch).
+  Tensor gather_sequences(StepContext& ctx, const Tensor& x);
+  // After routing the whole sequences: the packed rows of the tokens of local rows [first,
+  // first + count) only (expert by expert, tokens in order; every other choice -1), and offset.
+  void own_rows(const StepContext& ctx, Saved& s, int64_t first, int64_t count);
+
   Saved& kept(const StepContext& ctx);
+  // The experts' activation output [ep N K, F]: s's, or the shared set's under selective
+  // recompute.
+  Tensor activation(const StepContext& ctx, Saved& s);
   // Routes all N = B T tokens; packs those of rows [r0, r0 + R) (this tp rank's).
   void route(StepContext& ctx, Saved& s, int64_t B, int64_t T, int64_t r0, int64_t R);
   void run_experts(StepContext& ctx, Saved& s);
@@ -165,6 +203,7 @@ class Moe {
   int64_t cross_rows(StepContext& ctx, const Saved& s, bool back, const float* from, float* to,
                      int64_t W);
   void kept_nodes(const StepContext& ctx, Saved& s);
+  void node_workspace(const StepContext& ctx);
 
   const ModelConfig& cfg_;
   std::string name_;
@@ -178,6 +217,9 @@ class Moe {
   int64_t held_first_ = 0;
   int64_t routed_elements_ = 0;
   Slots<Saved> slots_;
+  Saved* rebuilt_ = nullptr;  // activation recompute's shared set (share)
+  Recompute mode_ = Recompute::none;
+  bool tally_ = true;  // this forward adds to the step's statistics (training, not a rerun)
   Stats step_, last_;
   // Host work space, sized once: each expert's packed rows ([E], for the count exchange) and
   // the step's statistics for the sum over dp ([E + 8]).
@@ -191,6 +233,12 @@ class Moe {
   std::vector<int64_t> next_;
   std::vector<int64_t> cross_count_[2], cross_displ_[2];
   std::vector<char> seen_;  // per node: a token's nodes already counted (route)
+  // Context parallelism's host work space: the runs, which tokens are this rank's, each
+  // expert's next packed row.
+  std::vector<Run> runs_;
+  std::vector<std::vector<ContextParallel::Segment>> cp_segments_;
+  std::vector<char> own_;
+  std::vector<int64_t> next_row_;
 };
 
 }  // namespace tessera

@@ -43,7 +43,14 @@ void Moe::kept_nodes(const StepContext& ctx, Saved& s) {
   s.noff.assign(size_t(En) + 1, 0);
   for (auto* v : {&s.packed_count, &s.packed_displ, &s.side_count, &s.side_displ})
     v->assign(size_t(L), 0);
+}
+
+// The work space is this object's, while a saved set may be shared with the other blocks'
+// (full recompute), so it is made apart from kept_nodes.
+void Moe::node_workspace(const StepContext& ctx) {
   if (!src_rows_.empty()) return;
+  const int64_t N = ctx.batch * cfg_.seq_local(), E = cfg_.moe.experts, K = cfg_.moe.top_k;
+  const int64_t C = cfg_.d_model, D = cfg_.moe.nodes, En = E / D;
   // Rows a source sends: at most one per token and node; a relay receives at most N from each
   // node, and each brings at most min(K, E / D) choices on its node.
   auto comm = [&](Shape shape) { return Buffer(ctx.alloc, shape, DType::f32, Charge::comm); };
@@ -127,7 +134,7 @@ void Moe::nodes_dispatch(StepContext& ctx, Saved& s, const Tensor& x, int64_t q0
   for (int64_t g = 0; g < D; ++g)
     s.recv[size_t(g)] = int64_t(cross_f_[size_t(D + g)]), s.received += s.recv[size_t(g)];
   const int64_t sent = cross_rows(ctx, s, false, src_rows_.f32(), relay_rows_.f32(), C);
-  if (ctx.training) step_.cross_bytes += double(sent);
+  if (tally_) step_.cross_bytes += double(sent);
   cross_rows(ctx, s, false, src_meta_.data(), relay_meta_.data(), 2 * K);
 
   // The relay: the received rows' choices on this node, node-packed [node expert][row] (rows

@@ -45,6 +45,10 @@ enum class ScratchId : int {
   // Tensor parallelism without sequence parallelism: every row's routed output (forward) or
   // routed and router input gradient (backward), each rank's own rows filled, summed over tp.
   moe_tp_rows,
+  // Context parallelism: the normed input as the cp ranks hold it ([cp rank][its rows]), and
+  // in the sequences' order ([B, seq_len]), for the router (whole sequences on every cp rank).
+  moe_cp_stage,
+  moe_cp_rows,
   // Block backward: the gradient of a norm's output, and of the residual stream between the
   // sublayers.
   block_d_norm,

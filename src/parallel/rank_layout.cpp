@@ -136,7 +136,7 @@ RankLayout RankLayout::make(const ModelConfig& whole, const ParallelSection& p,
   // Experts: split over ep, node-limited routing. Expert parallelism divides the routed
   // experts' state (doc/moe.md): each rank registers its ep rank's experts only, reduced (and
   // ZeRO-sharded) over edp.
-  c.check_experts(d.ep, d.tp, d.cp);
+  c.check_experts(d.ep, d.tp);
   c.limit_nodes(p.ep_nodes, ep_placed_nodes, p.ep_max_nodes);
   if (p.ep_dispatch == EpDispatch::two_level) c.dispatch_two_level(d.ep, ep_placed_nodes);
   if (c.moe.enabled()) c.experts_held = {d.ep, r.coord.ep};

@@ -95,13 +95,17 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
       if (c.moe.shared > 0) need(N * Fs, mats == 3 ? N * Fs : 0);
     }
     f += size[0] + size[1] + size[2] + replaced;
+    // The routing's tokens: whole sequences (every context-parallel rank routes them all).
+    const double Nw = B * double(c.seq_len);
     // d_out, d_in; d_weight; d_logits of the N / t rows a tp rank dispatches (Moe::routed_rows).
-    f += 2 * N * K * C + N * K + std::ceil(N / t) * E;
+    f += 2 * N * K * C + Nw * K + std::ceil(N / t) * E;
     // Without sequence parallelism a tp rank's routed rows go into a zeroed N x C buffer summed
     // over tp (moe_tp_rows).
     if (split && !sp) f += N * C;
-    // The routing's work space (forward): f64 [2, N]; i32 [2 B E + E + 1 + N K]; f64 [B E + E + 4].
-    f += 4 * N + (2 * B * E + E + 1 + N * K) + 2 * (B * E + E + 4);
+    // The routing's work space (forward): f64 [2, Nw]; i32 [2 B E + E + 1 + Nw K]; f64 [B E + E +
+    // 4].
+    f += 4 * Nw + (2 * B * E + E + 1 + Nw * K) + 2 * (B * E + E + 4);
+    if (c.cp.size > 1) f += 2 * Nw * C;  // the gathered rows, as gathered and in order
     if (ep > 1) f += 3 * Rx * C;         // the all-to-all's stage, d_oe, d_xe
   }
   f += 2 * R * C;                                 // d_norm, dh

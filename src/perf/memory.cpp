@@ -31,13 +31,29 @@ double activation_bytes_per_block(const ModelConfig& cfg, int64_t batch) {
 
 namespace {
 
-// Bytes of the pieces selective recompute drops: attention output, lse (fp32), MLP activation
-// (in the operand dtype).
-double selective_dropped(const ModelConfig& cfg, int64_t batch) {
+// The attention's activations: q, k, v, its output and the log-sum-exp (fp32).
+double attention_bytes(const ModelConfig& cfg, int64_t batch) {
+  const double t = double(cfg.tp.size), N = double(batch * cfg.seq_local());
+  return 4 * ((2 * double(cfg.heads) + 2 * double(cfg.kv_heads)) / t * double(cfg.head_dim) * N +
+              double(batch) * double(cfg.heads) / t * double(cfg.seq_local()));
+}
+
+// Bytes of the attention's pieces selective recompute drops: its output and lse (fp32).
+double selective_attention(const ModelConfig& cfg, int64_t batch) {
   const double t = double(cfg.tp.size), N = double(batch * cfg.seq_local());
   return 4 * (double(cfg.heads) / t * double(cfg.head_dim) * N +
-              double(batch) * double(cfg.heads) / t * double(cfg.seq_local())) +
-         cfg.operand_bytes() * double(cfg.ffn_hidden) / t * N;
+              double(batch) * double(cfg.heads) / t * double(cfg.seq_local()));
+}
+
+// ... and of the MLP's: a dense block's activation output (in the operand dtype), or a
+// mixture of experts' (model/moe.cpp): the routed experts' (fp32, the expert side's ep N K rows)
+// and the shared experts' (as a dense MLP's).
+double selective_mlp(const ModelConfig& cfg, int64_t batch, bool moe) {
+  const double t = double(cfg.tp.size), N = double(batch * cfg.seq_local());
+  if (!moe) return cfg.operand_bytes() * double(cfg.ffn_hidden) / t * N;
+  const double Fe = double(cfg.moe.ffn),
+               Rx = double(cfg.experts_held.size) * N * double(cfg.moe.top_k);
+  return 4 * Rx * Fe + cfg.operand_bytes() * double(cfg.moe.shared) * Fe / t * N;
 }
 
 double residual_rows(const ModelConfig& cfg, int64_t batch) {
@@ -45,14 +61,20 @@ double residual_rows(const ModelConfig& cfg, int64_t batch) {
   return cfg.tp.sequence_parallel && cfg.tp.size > 1 ? N / double(cfg.tp.size) : N;
 }
 
+// Everything a block keeps without recompute.
+double block_bytes(const ModelConfig& cfg, int64_t batch, bool moe) {
+  return activation_bytes_per_block(cfg, batch) + (moe ? moe_block_extra_bytes(cfg, batch) : 0);
+}
+
 }  // namespace
 
-double block_kept_bytes(const ModelConfig& cfg, int64_t batch, Recompute mode) {
+double block_kept_bytes(const ModelConfig& cfg, int64_t batch, Recompute mode, bool moe) {
   switch (mode) {
     case Recompute::none:
-      return activation_bytes_per_block(cfg, batch);
+      return block_bytes(cfg, batch, moe);
     case Recompute::selective:
-      return activation_bytes_per_block(cfg, batch) - selective_dropped(cfg, batch);
+      return block_bytes(cfg, batch, moe) - selective_attention(cfg, batch) -
+             selective_mlp(cfg, batch, moe);
     case Recompute::full:
       return 4 * residual_rows(cfg, batch) * double(cfg.d_model);
   }
@@ -60,15 +82,23 @@ double block_kept_bytes(const ModelConfig& cfg, int64_t batch, Recompute mode) {
 }
 
 double rebuilt_bytes(const ModelConfig& cfg, int64_t batch) {
-  if (cfg.recompute == Recompute::selective) return selective_dropped(cfg, batch);
-  if (cfg.recompute == Recompute::full) return activation_bytes_per_block(cfg, batch);
-  return 0;
+  // Which kinds of block rebuild (model/block.hpp, Block::Rebuilt: the attention's set is
+  // common, the rest is one set per kind).
+  bool dense = false, moe = false;
+  for (int64_t i = 0; i < cfg.layers; ++i)
+    if (cfg.block_recompute(i) != Recompute::none) (cfg.moe.is_moe(i) ? moe : dense) = true;
+  if (!dense && !moe) return 0;
+  if (cfg.recompute == Recompute::selective)
+    return selective_attention(cfg, batch) + (dense ? selective_mlp(cfg, batch, false) : 0) +
+           (moe ? selective_mlp(cfg, batch, true) : 0);
+  return (dense ? block_bytes(cfg, batch, false) : 0) +
+         (moe ? block_bytes(cfg, batch, true) - (dense ? attention_bytes(cfg, batch) : 0) : 0);
 }
 
-double chunk_kept_bytes(const ModelConfig& cfg, int64_t batch, int64_t blocks) {
+double chunk_kept_bytes(const ModelConfig& cfg, int64_t batch, int64_t blocks, int64_t first) {
   double bytes = 0;
   for (int64_t i = 0; i < blocks; ++i)
-    bytes += block_kept_bytes(cfg, batch, cfg.block_recompute(i));
+    bytes += block_kept_bytes(cfg, batch, cfg.block_recompute(i), cfg.moe.is_moe(first + i));
   return bytes;
 }
 
@@ -82,22 +112,26 @@ double moe_block_extra_bytes(const ModelConfig& cfg, int64_t batch) {
   // No dense MLP ((gate,) up fp32, act in the operand dtype), and n2 in fp32 (the router's input).
   double e = -(mats - 1 + ob / 4) * double(cfg.ffn_hidden) / t * N +
              (4 - ob) / 4 * residual_rows(cfg, batch) * C;
-  // The shared experts' MLP: (gate,) up in fp32, the activation in the operand dtype.
-  e += (mats - 1 + ob / 4) * double(cfg.moe.shared) * Fe / t * N;
-  e += 2 * N * E + 3 * N * K + double(batch) * E;     // logits, scores; choice, row,
-                                                      // weight; load fractions
+  e += (mats - 1 + ob / 4) * double(cfg.moe.shared) * Fe / t * N;  // the shared experts' MLP
+  // logits, scores; choice, row, weight (over whole sequences: the routing's tokens under
+  // context parallelism); load fractions
+  const double Nw = double(batch * cfg.seq_len);
+  e += 2 * Nw * E + 3 * Nw * K + double(batch) * E;
   e += 2 * N * K * C;                                 // packed rows in and out
   const double Rx = ep * N * K;                       // expert side, worst case
   if (ep > 1) e += 2 * Rx * C;                        // its rows in and out
   e += mats * Rx * Fe;                                // (gate,) up, activation
+  if (cfg.moe.two_level) {  // model/moe_two_level.cpp: per token and node its row sent (i32);
+    const double D = double(cfg.moe.nodes);      // as relay, each received row's choices (i32)
+    e += N * D + 2 * D * N * K + D * N * K * C;  // and weights, the node's expert outputs
+  }
   return 4 * e;
 }
 
 double activation_bytes(const ModelConfig& cfg, int64_t batch) {
   const double C = double(cfg.d_model), R = residual_rows(cfg, batch);
   const double outside = R * C + (cfg.arch == Arch::gpt2 ? 2 : 1) * R + R * C;
-  return chunk_kept_bytes(cfg, batch, cfg.layers) + (cfg.layers ? rebuilt_bytes(cfg, batch) : 0) +
-         4 * outside + double(cfg.moe_blocks()) * moe_block_extra_bytes(cfg, batch);
+  return chunk_kept_bytes(cfg, batch, cfg.layers, 0) + rebuilt_bytes(cfg, batch) + 4 * outside;
 }
 
 double korthikanti_layer_bytes(double s, double b, double h, double a, double t,

@@ -59,19 +59,27 @@ std::string model_state_formula(const RankLayout& r);
 // activation_bytes is the whole model as one chunk holding one micro-batch (no pipeline).
 double activation_bytes(const ModelConfig& cfg, int64_t batch);
 // What a mixture-of-experts block (no recompute) keeps beyond a dense block, in bytes: no
-// dense MLP; the shared experts' MLP; the router's logits, scores, choices, packed rows and
+// dense MLP; the shared experts' MLP; the router's logits, scores, choices, packed rows (of
+// whole sequences: every context-parallel rank routes them all) and
 // load fractions; the expert side's rows (with ep > 1) and the experts' hidden activations,
 // all sized for the worst case (every rank's N top_k rows on one rank), as model/moe.cpp
-// allocates them, so the bytes do not depend on the routing.
+// allocates them, so the bytes do not depend on the routing; with the two-level dispatch
+// the relay's tables and node-packed outputs (model/moe_two_level.cpp).
 double moe_block_extra_bytes(const ModelConfig& cfg, int64_t batch);
 double activation_bytes_per_block(const ModelConfig& cfg, int64_t batch);
-// What one block keeps per micro-batch in flight, treated as `mode` says.
-double block_kept_bytes(const ModelConfig& cfg, int64_t batch, Recompute mode);
-// The shared set rebuilt blocks use, once per rank (0 without recompute).
+// What one block (a mixture-of-experts block when `moe`) keeps per micro-batch in flight,
+// treated as `mode` says. A mixture-of-experts block under selective recompute drops the
+// attention's output and lse and the experts' activation outputs (routed, fp32, and shared);
+// under full it keeps its output only, as a dense block.
+double block_kept_bytes(const ModelConfig& cfg, int64_t batch, Recompute mode, bool moe = false);
+// The shared set rebuilt blocks use, once per rank (0 without recompute): under selective the
+// attention's dropped pieces and the dropped MLP activations of each kind of block that
+// rebuilds (dense, mixture of experts); under full a whole block's activations of each kind,
+// the attention's counted once.
 double rebuilt_bytes(const ModelConfig& cfg, int64_t batch);
-// Kept bytes per micro-batch of a chunk of `blocks` blocks (cfg.recompute_layers counts per
-// chunk).
-double chunk_kept_bytes(const ModelConfig& cfg, int64_t batch, int64_t blocks);
+// Kept bytes per micro-batch of a chunk of `blocks` blocks starting at global block `first`
+// (cfg.recompute_layers counts per chunk).
+double chunk_kept_bytes(const ModelConfig& cfg, int64_t batch, int64_t blocks, int64_t first);
 
 // Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
 // Models"), activation bytes per transformer layer for fp16 training with dropout, attention

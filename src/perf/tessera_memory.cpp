@@ -318,11 +318,8 @@ TesseraStageMemory tessera_pipeline_memory(const Workload& w, const Layout& l, i
     for (size_t k = 0; k < chunks.size(); ++k) {
       const pp::ChunkLayers& ch = chunks[k];
       blocks |= ch.last > ch.first;
-      double moe_blocks = 0;  // a mixture-of-experts block keeps its routing and experts' rows
-      for (int64_t b = ch.first; b < ch.last; ++b) moe_blocks += c.moe.is_moe(b) ? 1 : 0;
       mb.activations += double(slots[k].size()) *
-                        (chunk_kept_bytes(c, l.micro_batch, ch.last - ch.first) +
-                         moe_blocks * moe_block_extra_bytes(c, l.micro_batch) +
+                        (chunk_kept_bytes(c, l.micro_batch, ch.last - ch.first, ch.first) +
                          (ch.embedding ? embed_act : 0) + (ch.head ? head_act : 0));
       // Received and sent copies per direction; at a V's turn the tensor is copied into the
       // other chunk's receive buffer, and nothing is sent.

@@ -121,7 +121,7 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid, const RankLayout& layo
   oc.weight_decay = float(run.optim.weight_decay);
   oc.decay_embeddings = run.optim.decay_embeddings;
   dp_ = make_data_parallel(run.parallel, store_, *model_, dp_cp, dp_cp, alloc_,
-                           &grid.group(Group::edp));
+                           &grid.expert_replicas());
   if (tied_over_pipeline()) dp_->defer(0);  // summed over the embedding group first
   dp_->initialize(seed_);
   dp_->refresh_compute();

@@ -9,6 +9,8 @@ Makes one short fp32 run on one rank, then feeds the harness deliberately wrong 
     and as tp 2 on 2 ranks (a layout that did not run) must be WRONG; the truth must be AS ASKED;
   * compare_runs.py: one loss and, separately, one gradient norm moved by 2e-5 relative must
     DIFFER at the 1e-5 bar (the gradient norm at the same bar as the loss), 5e-6 must MATCH;
+    with --moe-stats, experts' statistics doubled in one step (a rerun that counted its tokens
+    twice) or missing must DIFFER, the same ones MATCH;
   * exit_status.sh prints the status of a command that crashes after its pass text, and every
     CTest test with a PASS_REGULAR_EXPRESSION runs under it with the matching
     FAIL_REGULAR_EXPRESSION, and its pass regex is one expression, not a list that a ';' split
@@ -82,6 +84,27 @@ def main():
         status, out = run(compare + [moved])
         verdict = "runs: DIFFER" if want else "runs: MATCH"
         expect(f"compare_runs: {key} x {factor:.6f} gives {verdict}",
+               status == want and verdict in out, out)
+
+    # The experts' statistics (compare_runs.py --moe-stats), on the same steps with one made-up
+    # MoE layer's entries added.
+    def with_moe(name, routed_last, keep=True):
+        d = os.path.join(work, name)
+        os.makedirs(d)
+        with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+            for i, s in enumerate(steps):
+                s = dict(s)
+                if keep:
+                    s["moe"] = [{"layer": "layers.1.moe", "routed": routed_last
+                                 if i == len(steps) - 1 else 512, "aux": 1.0177, "z": 4.1}]
+                f.write(json.dumps(s) + "\n")
+        return d
+    moe_ref = with_moe("moe_ref", 512)
+    for name, routed, keep, want in (("moe_same", 512, True, 0), ("moe_twice", 1024, True, 1),
+                                     ("moe_missing", 512, False, 1)):
+        status, out = run(compare[:-1] + ["--moe-stats", moe_ref, with_moe(name, routed, keep)])
+        verdict = "runs: DIFFER" if want else "runs: MATCH"
+        expect(f"compare_runs --moe-stats: {name} gives {verdict}",
                status == want and verdict in out, out)
 
     status, out = run([os.path.join(HERE, "exit_status.sh"), "sh", "-c",

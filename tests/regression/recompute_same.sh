@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Activation recompute changes memory, never results: on one layout, runs with
 # train.recompute = selective, full and full with train.recompute_layers = 2 reproduce the
-# run without recompute exactly (every step's loss and gradient norm, and every tensor of the
-# final checkpoint, parameters and Adam moments, bit for bit), while keeping fewer activation
-# bytes; without a pipeline the measured activations equal tessera's formula to the byte
+# run without recompute exactly (every step's loss and gradient norm, with experts their
+# statistics, and every tensor of the final checkpoint, parameters and Adam moments, bit for
+# bit), while keeping fewer activation bytes; without a pipeline the measured activations equal tessera's formula to the byte
 # (perf/memory.hpp; pipelines are checked by plan_validate_tessera). With tensor parallelism,
 # selective adds no collective and full adds its rerun forwards' collectives.
 # usage: recompute_same.sh WORKDIR "MPIEXEC..." NP PYTHON TESSERA DECK [overrides...]
@@ -29,6 +29,9 @@ tp_calls() {  # LOG -> calls of the tensor-parallel group on rank 0 (0 without o
        table && $1 == "tp" {print $2; found = 1; exit} END {if (!found) print 0}' "$1"
 }
 run none "$@" --train.recompute=none
+# With experts, their statistics too: a rerun forward must not count its tokens again.
+stats=()
+if grep -q '"moe"' "$work/none/metrics.jsonl"; then stats=(--moe-stats); fi
 read -r base base_formula < <(activations "$work/none")
 bad=0
 final=$(cd "$work/none/checkpoints" && ls ckpt-*.h5 | tail -1)
@@ -39,7 +42,7 @@ for mode in selective full full_layers2; do
   esac
   run "$mode" "$@" "${args[@]}"
   echo "== $mode vs none"
-  "$python" "$here/compare_runs.py" --rtol 0 "$work/none" "$work/$mode" | tail -1
+  "$python" "$here/compare_runs.py" --rtol 0 ${stats[@]+"${stats[@]}"} "$work/none" "$work/$mode" | tail -1
   "$python" "$here/../../tools/tessera-ckpt" diff "$work/none/checkpoints/$final" \
     "$work/$mode/checkpoints/$final" | tail -1
   read -r got formula < <(activations "$work/$mode")

@@ -9,7 +9,9 @@
 # losses, gradient norms and of the final weights for runs that round to 16 bits
 # (train.precision = bf16 / fp16; doc/precision.md says why and by how much). SAME_FLOPS_RATIO,
 # when set, bounds the GEMM FLOPs of all ranks together (gemm.json) over the serial run's: work
-# that a layout splits must not be repeated on its ranks.
+# that a layout splits must not be repeated on its ranks. SAME_MOE_STATS, when set, compares
+# the experts' statistics of every step too (loads, drops, balancing and z-loss sums, the
+# selection bias's range; compare_runs.py --moe-stats), at the losses' tolerance.
 set -euo pipefail
 work=$1 serial=$2 mpiexec=$3 np=$4 python=$5 tessera=$6
 shift 6
@@ -30,8 +32,10 @@ sys.exit(0 if ran <= bound * serial else 1)
 EOF
 fi
 rtol=${SAME_RTOL:-1e-5}
+stats=()
+if [ -n "${SAME_MOE_STATS:-}" ]; then stats=(--moe-stats); fi
 "$python" "$here/compare_runs.py" --rtol "$rtol" --grad-rtol "${SAME_GRAD_RTOL:-$rtol}" \
-  "$serial/run" "$work/np$np"
+  ${stats[@]+"${stats[@]}"} "$serial/run" "$work/np$np"
 final=$(cd "$serial/run/checkpoints" && ls ckpt-*.h5 | tail -1)
 "$python" "$here/../../tools/tessera-ckpt" diff --prefix params/ --norm-rtol "${SAME_WEIGHTS_RTOL:-$rtol}" \
   "$work/np$np/checkpoints/$final" "$serial/run/checkpoints/$final" | sed 's/^diff:/weights:/'

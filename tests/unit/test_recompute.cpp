@@ -67,7 +67,7 @@ TEST(Recompute, KeptBytesPerBlock) {
   EXPECT_EQ(rebuilt_bytes(config(Arch::gpt2, Recompute::full), 2), none);
   // Two of three blocks of a chunk recomputed, the third keeps everything.
   const ModelConfig two = config(Arch::gpt2, Recompute::full, 2);
-  EXPECT_EQ(chunk_kept_bytes(two, 2, 3), 2 * 4 * N * C + none);
+  EXPECT_EQ(chunk_kept_bytes(two, 2, 3, 0), 2 * 4 * N * C + none);
   const double outside = 4 * (N * C + 2 * N + N * C);  // embedding output; head
   EXPECT_EQ(activation_bytes(two, 2), 2 * 4 * N * C + none + none + outside);
 }

@@ -159,7 +159,15 @@ std::string Memory::per_block_json() const {
   std::ostringstream o;
   o << "{\"kept\": " << block_kept_bytes(c, b, c.block_recompute(0))
     << ", \"none\": " << activation_bytes_per_block(c, b)
-    << ", \"rebuilt_set\": " << rebuilt_bytes(c, b) << "}";
+    << ", \"rebuilt_set\": " << rebuilt_bytes(c, b);
+  // A mixture-of-experts block (the first one of the model), beside the dense one.
+  for (int64_t i = 0; i < c.layers; ++i)
+    if (c.moe.is_moe(i)) {
+      o << ", \"moe_kept\": " << block_kept_bytes(c, b, c.block_recompute(i), true)
+        << ", \"moe_none\": " << block_kept_bytes(c, b, Recompute::none, true);
+      break;
+    }
+  o << "}";
   return o.str();
 }
 
