@@ -170,10 +170,6 @@ std::string layout_problem(const Workload& given, const Layout& l, const Cluster
   if (l.vpp > 1 && m % l.pp != 0)
     return cat("interleaving needs micro-batches (", m, ") to be a multiple of pp = ", l.pp);
   if (rt == Runtime::tessera) {
-    if (c.moe.enabled() && (l.cp > 1 || l.recompute != Recompute::none))
-      return "the planner costs tessera's mixture of experts with dp, ep, ZeRO/HSDP, tp, pp and "
-             "16-bit precision (doc/planning.md); cp and recompute with experts are not "
-             "modelled yet";
     if (l.precision == ComputeType::fp8) return "tessera trains in fp32, bf16 or fp16";
     // Every check tessera makes of a run's layout (RankLayout::make; the same on every rank).
     try {

@@ -114,19 +114,22 @@ TEST(PlanMoe, TwoLevelBytesPerLinkLevel) {
 TEST(PlanMoe, TesseraRuntimeRefusesWhatItDoesNotModel) {
   const Workload w = moe();
   const Cluster c = Cluster::from_text(test::kPlanCluster);
-  // tp, pp and bf16 are modelled (plan_validate_tessera's moe_tp2*, moe_pp2*, moe_bf16_ep2);
-  // cp and recompute with experts are not.
+  // tp, pp, bf16, cp and recompute are modelled (plan_validate_tessera's moe_* cases); the
+  // runtime's own refusals remain (cp with the two-level dispatch).
   EXPECT_EQ(layout_problem(w, parse_layout("dp=2 tp=2 ep=2 prec=fp32"), c, Runtime::tessera, 4),
             "");
   EXPECT_EQ(layout_problem(w, parse_layout("dp=2 pp=2 ep=2 prec=fp32"), c, Runtime::tessera, 4),
             "");
   EXPECT_EQ(layout_problem(w, parse_layout("dp=4 ep=2 prec=bf16"), c, Runtime::tessera, 4), "");
   EXPECT_EQ(layout_problem(w, parse_layout("dp=4 ep=2 prec=fp32"), c, Runtime::tessera, 4), "");
-  EXPECT_NE(layout_problem(w, parse_layout("dp=2 cp=2 ep=2 prec=fp32"), c, Runtime::tessera, 4),
+  EXPECT_EQ(layout_problem(w, parse_layout("dp=2 cp=2 ep=2 prec=fp32"), c, Runtime::tessera, 4),
             "");
-  EXPECT_NE(
+  EXPECT_EQ(
       layout_problem(w, parse_layout("dp=4 ep=2 prec=fp32 rc=selective"), c, Runtime::tessera, 4),
       "");
+  const Workload two = moe({"--parallel.ep_dispatch=two_level", "--parallel.ep_nodes=2"});
+  EXPECT_NE(layout_problem(two, parse_layout("dp=2 cp=2 ep=2 prec=fp32"), c, Runtime::tessera, 4),
+            "");
 }
 
 }  // namespace

@@ -107,6 +107,13 @@ CASES = [
     ("moe_pp2", 2, "tiny-moe.in", ["--train.micro_batch=1", "--train.global_batch=4"], "pp=2 zero=0 mb=1"),
     ("moe_pp2_ep2_zero2", 4, "tiny-moe.in", ["--model.arch=gpt2", "--train.micro_batch=1", "--train.global_batch=8"], "pp=2 ep=2 zero=2 mb=1"),
     ("moe_bf16_ep2", 2, "tiny-moe.in", ["--train.micro_batch=2", "--train.global_batch=4"], "ep=2 zero=0 mb=2 prec=bf16"),
+    # The two-level dispatch (ep 4 on 2 emulated nodes): each leg's all-to-all bytes.
+    ("moe_two_level_gpt2", 4, "tiny-moe.in", ["--model.arch=gpt2", "--model.router_bias_step=0", "--parallel.ep_nodes=2", "--parallel.ep_dispatch=two_level", "--train.micro_batch=1", "--train.global_batch=4"], "ep=4 zero=0 mb=1"),
+    # With activation recompute and context parallelism (the routing over whole sequences).
+    ("moe_rc_selective_ep2", 2, "tiny-moe.in", ["--train.micro_batch=2", "--train.global_batch=4"], "ep=2 zero=0 mb=2 rc=selective"),
+    ("moe_rc_full_gpt2", 1, "tiny-moe.in", ["--model.arch=gpt2", "--train.micro_batch=2", "--train.global_batch=2"], "zero=0 mb=2 rc=full"),
+    ("moe_cp2_ring", 2, "tiny-moe.in", ["--train.micro_batch=2", "--train.global_batch=4"], "cp=2 zero=0 mb=2"),
+    ("moe_cp2_ulysses_ep2_zero1", 4, "tiny-moe.in", ["--parallel.cp_kind=ulysses", "--train.micro_batch=2", "--train.global_batch=8"], "cp=2 ep=2 zero=1 mb=2"),
     ("moe_ep4_hsdp_gpt2", 4, "tiny-moe.in", ["--model.arch=gpt2", "--model.router_bias_step=0", "--train.micro_batch=1", "--train.global_batch=4"], "ep=4 zero=3 hsdp=2 mb=1"),
 ]
 EXACT = ["params", "grads", "optimizer", "activations", "workspace", "comm"]
