@@ -97,18 +97,23 @@ StageParams stage_params(const Workload& w, const Layout& l, const StageLayers& 
 // Runtime tessera with node-limited routing or the two-level dispatch: the nodes the ep group
 // spans on the cluster stand in for parallel.ep_nodes when the deck leaves it 0 (as
 // ProcessGrid::blocked_nodes finds them at run time; 0 when the group is not in equal blocks,
-// which tessera refuses).
-Workload placed_workload(const Workload& w, const GroupLinks& links) {
+// which tessera refuses). links: the layout's, when the caller has them.
+Workload placed_workload(const Workload& w, const Layout& l, const Cluster& cl,
+                         const GroupLinks* links = nullptr) {
   if (w.ep_nodes > 0 || (w.ep_dispatch != EpDispatch::two_level && w.ep_max_nodes == 0)) return w;
   Workload p = w;
-  const GroupPlacement& g = links.ep.place;
-  p.ep_nodes = g.per_node_max == g.per_node_min ? g.nodes : 0;
+  try {
+    const GroupPlacement g = (links ? *links : group_links(l, cl)).ep.place;
+    p.ep_nodes = g.per_node_max == g.per_node_min ? g.nodes : 0;
+  } catch (const Error&) {
+    return w;  // a layout the grid refuses (its rank order): layout_problem says why
+  }
   return p;
 }
 
 std::string layout_problem(const Workload& given, const Layout& l, const Cluster& cl,
                            Runtime rt, int accelerators) {
-  const Workload w = placed_workload(given, group_links(l, cl));
+  const Workload w = placed_workload(given, l, cl);
   const ModelConfig& c = w.cfg;
   if (l.accelerators() != accelerators)
     return cat("dp x tp x pp x cp = ", l.accelerators(), " is not the ", accelerators,
@@ -189,7 +194,7 @@ Estimate estimate(const Workload& given, const Layout& l, const Cluster& cl, Run
                   const GroupLinks* links, const StageLayers* cut) {
   Estimate e;
   e.links = links ? *links : group_links(l, cl);
-  const Workload w = placed_workload(given, e.links);
+  const Workload w = placed_workload(given, l, cl, &e.links);
   const ModelConfig& c = w.cfg;
   e.layout = l;
   e.runtime = rt;
