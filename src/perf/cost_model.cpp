@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "comm/grid_layout.hpp"
 #include "core/error.hpp"
@@ -97,23 +98,26 @@ StageParams stage_params(const Workload& w, const Layout& l, const StageLayers& 
 // Runtime tessera with node-limited routing or the two-level dispatch: the nodes the ep group
 // spans on the cluster stand in for parallel.ep_nodes when the deck leaves it 0 (as
 // ProcessGrid::blocked_nodes finds them at run time; 0 when the group is not in equal blocks,
-// which tessera refuses). links: the layout's, when the caller has them.
-Workload placed_workload(const Workload& w, const Layout& l, const Cluster& cl,
-                         const GroupLinks* links = nullptr) {
+// which tessera refuses). links: the layout's, when the caller has them. Returns w itself
+// when nothing changes (the search calls this for every layout: no copy then), else the copy
+// it makes in `placed`.
+const Workload& placed_workload(const Workload& w, const Layout& l, const Cluster& cl,
+                                std::optional<Workload>& placed,
+                                const GroupLinks* links = nullptr) {
   if (w.ep_nodes > 0 || (w.ep_dispatch != EpDispatch::two_level && w.ep_max_nodes == 0)) return w;
-  Workload p = w;
   try {
     const GroupPlacement g = (links ? *links : group_links(l, cl)).ep.place;
-    p.ep_nodes = g.per_node_max == g.per_node_min ? g.nodes : 0;
+    placed.emplace(w).ep_nodes = g.per_node_max == g.per_node_min ? g.nodes : 0;
   } catch (const Error&) {
     return w;  // a layout the grid refuses (its rank order): layout_problem says why
   }
-  return p;
+  return *placed;
 }
 
 std::string layout_problem(const Workload& given, const Layout& l, const Cluster& cl,
                            Runtime rt, int accelerators) {
-  const Workload w = placed_workload(given, l, cl);
+  std::optional<Workload> placed;
+  const Workload& w = placed_workload(given, l, cl, placed);
   const ModelConfig& c = w.cfg;
   if (l.accelerators() != accelerators)
     return cat("dp x tp x pp x cp = ", l.accelerators(), " is not the ", accelerators,
@@ -194,7 +198,8 @@ Estimate estimate(const Workload& given, const Layout& l, const Cluster& cl, Run
                   const GroupLinks* links, const StageLayers* cut) {
   Estimate e;
   e.links = links ? *links : group_links(l, cl);
-  const Workload w = placed_workload(given, l, cl, &e.links);
+  std::optional<Workload> placed;
+  const Workload& w = placed_workload(given, l, cl, placed, &e.links);
   const ModelConfig& c = w.cfg;
   e.layout = l;
   e.runtime = rt;
