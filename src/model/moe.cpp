@@ -453,11 +453,12 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   // dx = the shared experts' (reduced over tp), then the router's and the routed experts' (each
   // token's in rank order), the last two on this rank's rows. With the flat dispatch the shared
   // experts' backward runs while the output gradients travel to the experts.
-  // The routed experts' hidden gradients first: their scratch is the widest, and taking it
-  // before the shared experts' (which share it) allocates each buffer once.
-  const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {Rx, F});
+  // The routed experts' hidden gradients' scratch is taken first, before the shared experts
+  // (which share it) run, as the planner replays it (perf/activation_memory.cpp). The views
+  // are taken again after them: a wider shared request would move the buffers.
   const DType t = experts_.empty() ? DType::f32 : experts_.front().up.compute_dtype();
   const bool half = t != DType::f32;
+  ctx.scratch.get(ScratchId::mlp_d_act, {Rx, F});
   hidden_grad(ctx, ScratchId::mlp_d_up, Rx, F, t);
   hidden_grad(ctx, ScratchId::mlp_d_gate, swiglu_ ? Rx : 1, F, t);
   StepTransfers dispatch(ctx.par.ep_timing);
@@ -478,6 +479,7 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   if (s.nodes == 0) finish_to_experts(ctx, s, d_oe, dispatch);
   // The hidden gradients as the dense Mlp's: one fused pass writes them (in 16 bits only the
   // GEMMs' operands, at the start of the fp32 buffers) and adds the bias gradients.
+  const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {Rx, F});
   const Tensor d_up = hidden_grad(ctx, ScratchId::mlp_d_up, Rx, F, t);
   const Tensor d_gate = hidden_grad(ctx, ScratchId::mlp_d_gate, swiglu_ ? Rx : 1, F, t);
   const Tensor none, activated = activation(ctx, s);
