@@ -149,7 +149,10 @@ case $case in
   requeue)
     OUT=out
     resume=(--output.dir=out --checkpoint.dir=ck --checkpoint.resume=latest)
-    SLURM_JOB_ID=4242 SLURM_RESTART_COUNT=0 start holder.log "${resume[@]}" --train.steps=100000
+    # No checkpoint from the holder (checkpoint.every = 0): however far it gets before it is
+    # stopped, the requeue resumes from the base's step 6 and writes step 9.
+    SLURM_JOB_ID=4242 SLURM_RESTART_COUNT=0 start holder.log "${resume[@]}" --train.steps=100000 \
+      --checkpoint.every=0
     pid=$holder
     SLURM_JOB_ID=4242 SLURM_RESTART_COUNT=0 refused same.log \
       "output.dir 'out' is in use by another run \\(host [^,]+, pid $pid, Slurm job 4242 \\(restart 0\\), started" \
