@@ -383,9 +383,9 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y, bool 
     route(ctx, s, B, T, q0, Q);
   }
   // y += the shared experts' output first, then the routed experts' (the order of the sums).
-  // The shared experts run in two halves behind the all-to-alls (doc/moe.md, "Overlapped
-  // all-to-alls"): their gate and up GEMMs while the dispatch travels, their activation, down
-  // and tp sum while the combine does (with the two-level dispatch, the cross-node legs).
+  // The shared experts run in two halves behind the all-to-alls (doc/moe-overlap.md): their
+  // gate and up GEMMs while the dispatch travels, their activation, down and tp sum while the
+  // combine does (with the two-level dispatch, the cross-node legs).
   StepTransfers dispatch(ctx.par.ep_timing), combine(ctx.par.ep_timing);
   auto behind = [&](StepTransfers& transfers, auto&& work) {
     if (!shared_) return;

@@ -172,7 +172,7 @@ class Moe {
   void exchange_counts(StepContext& ctx, Saved& s);
   void to_experts(StepContext& ctx, const Saved& s, const Tensor& packed, const Tensor& side);
   void from_experts(StepContext& ctx, const Saved& s, const Tensor& side, const Tensor& packed);
-  // The same all-to-alls split around compute (doc/moe.md, "Overlapped all-to-alls"): post_*
+  // The same all-to-alls split around compute (doc/moe-overlap.md): post_*
   // starts one into `transfers` (nothing with ep 1), finish_* waits and, for the dispatch,
   // places the rows on the expert side.
   void post_to_experts(StepContext& ctx, const Saved& s, const Tensor& packed,
@@ -196,7 +196,7 @@ class Moe {
   // combine weights' gradients back into `weights`, and nodes_backward_weights, which finishes
   // them into dw[N, K]); nodes_backward_combine brings the experts' input gradients d_xe back,
   // summed per node, and posts them over ep_cross into src_rows_. Only the ep_cross legs are
-  // non-blocking (doc/moe.md, "Overlapped all-to-alls").
+  // non-blocking (doc/moe-overlap.md).
   void nodes_post_dispatch(StepContext& ctx, Saved& s, const Tensor& x, int64_t q0, int64_t Q,
                            StepTransfers& transfers);
   void nodes_fan_out(StepContext& ctx, Saved& s, StepTransfers& transfers);

@@ -84,7 +84,7 @@ std::string ExpertsReport::metrics(const StepResult&) const {
 std::string ExpertsReport::summary(SummaryPart part) const {
   const ModelConfig& c = trainer_.config();
   if (part == SummaryPart::communication && c.moe.enabled() && grid_.group(Group::ep).size() > 1) {
-    // doc/moe.md, "Overlapped all-to-alls".
+    // doc/moe-overlap.md.
     const OverlapTiming& t = trainer_.ep_timing();
     const char* behind =
         c.moe.two_level
