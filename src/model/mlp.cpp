@@ -4,6 +4,7 @@
 
 #include "kernels/kernels.hpp"
 #include "model/tensor_parallel.hpp"
+#include "model/transfers.hpp"
 
 namespace tessera {
 Mlp::Mlp(ParamStore& store, const std::string& name, const ModelConfig& cfg)
@@ -57,13 +58,25 @@ Tensor Mlp::activate(int64_t N, Saved& in, Saved& out, bool bias) const {
 }
 
 void Mlp::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
-  const int64_t N = ctx.batch * cfg_.seq_local(), C = cfg_.d_model;
+  forward_hidden(ctx, x);
+  forward_output(ctx, y);
+}
+
+void Mlp::forward_hidden(StepContext& ctx, const Tensor& x) {
   Saved& s = kept(ctx);
-  Saved& a = activated(ctx);
+  // The activation's buffer is allocated here, as before the split.
+  activated(ctx);
   const Tensor xc = up_.operand(ctx, x);  // cast once for both maps
   up_.forward_gemm(ctx, xc, s.up.view());  // the biases: in activate's pass
   if (swiglu_) gate_.forward_gemm(ctx, xc, s.gate.view());
+}
+
+void Mlp::forward_output(StepContext& ctx, const Tensor& y) {
+  const int64_t N = ctx.batch * cfg_.seq_local(), C = cfg_.d_model;
+  Saved& s = kept(ctx);
+  Saved& a = activated(ctx);
   const Tensor act = activate(N, s, a, /*bias=*/true);
+  if (ctx.in_flight) ctx.in_flight->poll();  // (the fused pass is the only compute before down)
   if (tp::size(ctx) == 1) return down_.forward(ctx, act, y, /*accumulate=*/true);
   const Tensor partial = ctx.scratch.get(ScratchId::tp_partial, {N, C});
   down_.forward(ctx, act, partial);

@@ -31,6 +31,13 @@ class Mlp {
   // y[rows,C] += down(act(x)) for x[N,C] (kept by the caller until backward); rows as in
   // Attention::forward.
   void forward(StepContext& ctx, const Tensor& x, const Tensor& y);
+  // The same forward in two halves, for compute behind a transfer (Moe::forward,
+  // doc/moe-overlap.md): forward_hidden runs the gate and up GEMMs into the saved hidden
+  // tensors, forward_output the activation, down and its tensor-parallel sum into y. The same
+  // GEMMs on the same operands as forward, so the same bits; nothing may run between the two
+  // that uses this micro-batch's saved set or the tensor-parallel scratch.
+  void forward_hidden(StepContext& ctx, const Tensor& x);
+  void forward_output(StepContext& ctx, const Tensor& y);
   // dx[rows,C] overwritten for dy[N,C]; parameter gradients accumulated.
   void backward(StepContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx);
 

@@ -184,7 +184,7 @@ void Moe::route(StepContext& ctx, Saved& s, int64_t B, int64_t T, int64_t r0, in
     int64_t away = 0;  // dispatched rows (after capacity) for experts on other nodes
     for (int64_t e = 0; e < E; ++e)
       if (e < lo || e >= hi) away += s.offset[size_t(e) + 1] - s.offset[size_t(e)];
-    // The two-level dispatch measures what it sends (nodes_dispatch).
+    // The two-level dispatch measures what it sends (nodes_post_dispatch).
     if (!cfg_.moe.two_level) step_.cross_bytes += double(away) * row_bytes;
     step_.cross_bytes_free += st[E + 3] * row_bytes;
     // Once per node: each token's kept choices' distinct other nodes, read from the choices
@@ -382,15 +382,23 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y, bool 
   } else {
     route(ctx, s, B, T, q0, Q);
   }
-  Tensor partial;  // two-level: the per-node sums of the rows this rank sent
   // y += the shared experts' output first, then the routed experts' (the order of the sums).
-  // With the flat dispatch the shared experts run while the dispatch is in flight (doc/moe.md,
-  // "Overlapped all-to-alls"); the two-level dispatch stays blocking.
+  // The shared experts run in two halves behind the all-to-alls (doc/moe-overlap.md): their
+  // gate and up GEMMs while the dispatch travels, their activation, down and tp sum while the
+  // combine does (with the two-level dispatch, the cross-node legs).
+  StepTransfers dispatch(ctx.par.ep_timing), combine(ctx.par.ep_timing);
+  auto behind = [&](StepTransfers& transfers, auto&& work) {
+    if (!shared_) return;
+    ctx.in_flight = &transfers;
+    work();
+    ctx.in_flight = nullptr;
+  };
   if (s.nodes > 0) {
-    if (shared_) shared_->forward(ctx, x, y);
-    nodes_dispatch(ctx, s, x, q0, Q);
+    nodes_post_dispatch(ctx, s, x, q0, Q, dispatch);
+    behind(dispatch, [&] { shared_->forward_hidden(ctx, x); });
+    nodes_fan_out(ctx, s, dispatch);
     run_experts(ctx, s);
-    partial = nodes_combine(ctx, s);
+    nodes_post_combine(ctx, s, combine);
   } else {
     if (whole)
       for (const Run& u : runs(ctx, q0, Q))
@@ -398,25 +406,22 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y, bool 
     else
       kernels::moe_gather(x, s.row.view(), s.xin.view(), q0, Q, K, C);
     exchange_counts(ctx, s);
-    StepTransfers dispatch(ctx.par.ep_timing);
     post_to_experts(ctx, s, s.xin.view(), dispatch);
-    if (shared_) {
-      ctx.in_flight = &dispatch;
-      shared_->forward(ctx, x, y);
-      ctx.in_flight = nullptr;
-    }
+    behind(dispatch, [&] { shared_->forward_hidden(ctx, x); });
     finish_to_experts(ctx, s, s.xe, dispatch);
     run_experts(ctx, s);
-    from_experts(ctx, s, s.oe, s.out.view());
+    post_from_experts(ctx, s, s.oe, s.out.view(), combine);
   }
+  behind(combine, [&] { shared_->forward_output(ctx, y); });
+  combine.finish();
   // Without sequence parallelism every rank needs every row's routed output: each fills its
   // own rows of a zeroed N x C buffer and the buffers are summed over tp.
   const bool gather = Q != tp::rows(ctx, N);
   const Tensor routed = gather ? ctx.scratch.get(ScratchId::moe_tp_rows, {N, C}) : y;
   if (gather) kernels::fill(routed, 0.0f, N * C);
   // routed holds the rows from token (gather ? 0 : r0) of the N.
-  if (s.nodes > 0)  // y[n] += each node's weighted sum, nodes in order
-    kernels::moe_combine(partial, s.table.view(), Tensor{},
+  if (s.nodes > 0)  // y[n] += each node's weighted sum (src_rows_), nodes in order
+    kernels::moe_combine(src_rows_.view(), s.table.view(), Tensor{},
                          rows(routed, q0 - (gather ? 0 : r0), Q, C), 0, Q, 0, s.nodes, C);
   else
     for (const Run& u : runs(ctx, q0, Q))  // token u.n is local row u.l
@@ -461,9 +466,11 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   ctx.scratch.get(ScratchId::mlp_d_act, {Rx, F});
   hidden_grad(ctx, ScratchId::mlp_d_up, Rx, F, t);
   hidden_grad(ctx, ScratchId::mlp_d_gate, swiglu_ ? Rx : 1, F, t);
-  StepTransfers dispatch(ctx.par.ep_timing);
+  // (Two-level: the output gradients' cross-node leg behind the shared experts, the combine
+  // weights' gradients' return behind the routed experts.)
+  StepTransfers dispatch(ctx.par.ep_timing), weights(ctx.par.ep_timing);
   if (s.nodes > 0)
-    nodes_backward_dispatch(ctx, s, rows(dy, q0 - r0, Q, C), q0, Q, d_oe, dw);
+    nodes_backward_post(ctx, s, rows(dy, q0 - r0, Q, C), Q, dispatch);
   else
     post_to_experts(ctx, s, d_out, dispatch);
   if (shared_) {
@@ -476,13 +483,17 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
     shared_->backward(ctx, x, dyg, dx);
     ctx.in_flight = nullptr;
   }
-  if (s.nodes == 0) finish_to_experts(ctx, s, d_oe, dispatch);
+  if (s.nodes > 0)
+    nodes_backward_fan_out(ctx, s, dispatch, d_oe, weights);
+  else
+    finish_to_experts(ctx, s, d_oe, dispatch);
   // The hidden gradients as the dense Mlp's: one fused pass writes them (in 16 bits only the
   // GEMMs' operands, at the start of the fp32 buffers) and adds the bias gradients.
   const Tensor d_act = ctx.scratch.get(ScratchId::mlp_d_act, {Rx, F});
   const Tensor d_up = hidden_grad(ctx, ScratchId::mlp_d_up, Rx, F, t);
   const Tensor d_gate = hidden_grad(ctx, ScratchId::mlp_d_gate, swiglu_ ? Rx : 1, F, t);
   const Tensor none, activated = activation(ctx, s);
+  ctx.in_flight = &weights;  // (empty but for the two-level dispatch)
   for (int64_t e = 0; e < El; ++e) {
     const int64_t first = s.eoffset[size_t(e)], n = s.eoffset[size_t(e) + 1] - first;
     if (n == 0) continue;
@@ -511,10 +522,14 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
       ex.up.backward_gemms(ctx, xin, du, dxe);
     }
   }
+  ctx.in_flight = nullptr;
+  if (s.nodes > 0) nodes_backward_weights(s, q0, Q, dw, weights);
   // The input gradients go back to the sources while the router's backward runs.
   StepTransfers back(ctx.par.ep_timing);
-  const Tensor partial = s.nodes > 0 ? nodes_backward_combine(ctx, s, d_xe) : Tensor{};
-  if (s.nodes == 0) post_from_experts(ctx, s, d_xe, d_in, back);
+  if (s.nodes > 0)
+    nodes_backward_combine(ctx, s, d_xe, back);
+  else
+    post_from_experts(ctx, s, d_xe, d_in, back);
   const Tensor dl = ctx.scratch.get(ScratchId::moe_d_logits, {Q, E});
   // d(objective)/d(router logits): the combine weights, the balancing loss, the z-loss.
   const double aux = double(cfg_.moe.aux_loss) * double(ctx.loss_scale);
@@ -536,8 +551,8 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   back.finish();
   // own holds the rows from token (gather ? 0 : r0) of the N.
   if (s.nodes > 0)
-    kernels::moe_combine(partial, s.table.view(), Tensor{}, rows(own, q0 - (gather ? 0 : r0), Q, C),
-                         0, Q, 0, s.nodes, C);
+    kernels::moe_combine(src_rows_.view(), s.table.view(), Tensor{},
+                         rows(own, q0 - (gather ? 0 : r0), Q, C), 0, Q, 0, s.nodes, C);
   else
     for (const Run& u : runs(ctx, q0, Q))
       kernels::moe_combine(d_in, s.row.view(), Tensor{}, own, u.n, u.count,

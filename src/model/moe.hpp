@@ -172,7 +172,7 @@ class Moe {
   void exchange_counts(StepContext& ctx, Saved& s);
   void to_experts(StepContext& ctx, const Saved& s, const Tensor& packed, const Tensor& side);
   void from_experts(StepContext& ctx, const Saved& s, const Tensor& side, const Tensor& packed);
-  // The same all-to-alls split around compute (doc/moe.md, "Overlapped all-to-alls"): post_*
+  // The same all-to-alls split around compute (doc/moe-overlap.md): post_*
   // starts one into `transfers` (nothing with ep 1), finish_* waits and, for the dispatch,
   // places the rows on the expert side.
   void post_to_experts(StepContext& ctx, const Saved& s, const Tensor& packed,
@@ -186,22 +186,34 @@ class Moe {
   void for_each_chunk(const Saved& s, Fn&& fn) const;
   Communicator& expert_group(const StepContext& ctx, const Saved& s) const;
 
-  // The two-level dispatch (moe_two_level.cpp). Forward: each token of rows [q0, q0 + Q) of x
-  // once to every node holding one of its kept experts (ep_cross), fanned out there to the
-  // experts' ranks (ep_intra) onto the expert side. Then back: the node's weighted sum per
-  // token (ep_intra, then ep_cross) into `partial` (the source's rows sent, for the combine
-  // over `table`). Backward: dy's rows the same way to the experts' output gradients d_oe,
-  // the combine weights' gradient into dw[N, K]; then the experts' input gradients d_xe back,
-  // summed per node, into `partial`.
-  void nodes_dispatch(StepContext& ctx, Saved& s, const Tensor& x, int64_t q0, int64_t Q);
-  Tensor nodes_combine(StepContext& ctx, Saved& s);
-  void nodes_backward_dispatch(StepContext& ctx, Saved& s, const Tensor& dy_rows, int64_t q0,
-                               int64_t Q, const Tensor& d_oe, const Tensor& dw);
-  Tensor nodes_backward_combine(StepContext& ctx, Saved& s, const Tensor& d_xe);
+  // The two-level dispatch (moe_two_level.cpp). Forward: nodes_post_dispatch posts each token
+  // of rows [q0, q0 + Q) of x once to every node holding one of its kept experts (ep_cross,
+  // into `transfers`); nodes_fan_out finishes that and sends the rows on to the experts' ranks
+  // (ep_intra) onto the expert side; nodes_post_combine brings the experts' outputs back to the
+  // relay (ep_intra), which posts the node's weighted sum per token back over ep_cross into
+  // src_rows_ (the source's rows sent, for the combine over `table`). Backward: dy's rows
+  // cross the same way (nodes_backward_post, then nodes_backward_fan_out, which posts the
+  // combine weights' gradients back into `weights`, and nodes_backward_weights, which finishes
+  // them into dw[N, K]); nodes_backward_combine brings the experts' input gradients d_xe back,
+  // summed per node, and posts them over ep_cross into src_rows_. Only the ep_cross legs are
+  // non-blocking (doc/moe-overlap.md).
+  void nodes_post_dispatch(StepContext& ctx, Saved& s, const Tensor& x, int64_t q0, int64_t Q,
+                           StepTransfers& transfers);
+  void nodes_fan_out(StepContext& ctx, Saved& s, StepTransfers& transfers);
+  void nodes_post_combine(StepContext& ctx, Saved& s, StepTransfers& transfers);
+  void nodes_backward_post(StepContext& ctx, Saved& s, const Tensor& dy_rows, int64_t Q,
+                           StepTransfers& transfers);
+  void nodes_backward_fan_out(StepContext& ctx, Saved& s, StepTransfers& transfers,
+                              const Tensor& d_oe, StepTransfers& weights);
+  void nodes_backward_weights(Saved& s, int64_t q0, int64_t Q, const Tensor& dw,
+                              StepTransfers& weights);
+  void nodes_backward_combine(StepContext& ctx, Saved& s, const Tensor& d_xe,
+                              StepTransfers& transfers);
   // Rows of width W between the sources and the relays over ep_cross (back: relay -> source);
-  // the own node's block is copied, not sent. Returns the bytes the call counted.
+  // the own node's block is copied, not sent; posted into `transfers` when given. Returns the
+  // bytes the call counted.
   int64_t cross_rows(StepContext& ctx, const Saved& s, bool back, const float* from, float* to,
-                     int64_t W);
+                     int64_t W, StepTransfers* transfers = nullptr);
   void kept_nodes(const StepContext& ctx, Saved& s);
   void node_workspace(const StepContext& ctx);
 

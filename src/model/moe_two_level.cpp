@@ -18,6 +18,7 @@
 
 #include "kernels/kernels.hpp"
 #include "model/moe.hpp"
+#include "model/transfers.hpp"
 
 namespace tessera {
 namespace {
@@ -65,7 +66,7 @@ void Moe::node_workspace(const StepContext& ctx) {
 }
 
 int64_t Moe::cross_rows(StepContext& ctx, const Saved& s, bool back, const float* from, float* to,
-                        int64_t W) {
+                        int64_t W, StepTransfers* transfers) {
   Communicator& cross = *ctx.par.ep_cross;
   const size_t own = size_t(cross.rank());
   const std::vector<int64_t>& a = back ? s.recv : s.send;
@@ -81,14 +82,18 @@ int64_t Moe::cross_rows(StepContext& ctx, const Saved& s, bool back, const float
   // The own node's block crosses no node: copied here, not counted.
   std::copy(from + ad[own], from + ad[own] + ac[own], to + bd[own]);
   ac[own] = bc[own] = 0;
-  const int64_t before = cross.stats().bytes;
-  cross.all_to_allv(from, ac, ad, to, bc, bd);
+  const int64_t before = cross.stats().bytes;  // (counted when posted)
+  if (transfers)
+    transfers->add(cross.all_to_allv_async(from, ac, ad, to, bc, bd));
+  else
+    cross.all_to_allv(from, ac, ad, to, bc, bd);
   return cross.stats().bytes - before;
 }
 
-void Moe::nodes_dispatch(StepContext& ctx, Saved& s, const Tensor& x, int64_t q0, int64_t Q) {
+void Moe::nodes_post_dispatch(StepContext& ctx, Saved& s, const Tensor& x, int64_t q0, int64_t Q,
+                              StepTransfers& transfers) {
   const int64_t E = cfg_.moe.experts, K = cfg_.moe.top_k, C = cfg_.d_model;
-  const int64_t P = ep_size(ctx), D = s.nodes, L = P / D, En = E / D, El = E / P;
+  const int64_t D = s.nodes, En = E / D;
   const int32_t* choice = s.choice.view().i32();
   const int32_t* row = s.row.view().i32();
   const float* weight = s.weight.view().f32();
@@ -133,10 +138,15 @@ void Moe::nodes_dispatch(StepContext& ctx, Saved& s, const Tensor& x, int64_t q0
   s.received = 0;
   for (int64_t g = 0; g < D; ++g)
     s.recv[size_t(g)] = int64_t(cross_f_[size_t(D + g)]), s.received += s.recv[size_t(g)];
-  const int64_t sent = cross_rows(ctx, s, false, src_rows_.f32(), relay_rows_.f32(), C);
+  const int64_t sent = cross_rows(ctx, s, false, src_rows_.f32(), relay_rows_.f32(), C, &transfers);
   if (tally_) step_.cross_bytes += double(sent);
-  cross_rows(ctx, s, false, src_meta_.data(), relay_meta_.data(), 2 * K);
+  cross_rows(ctx, s, false, src_meta_.data(), relay_meta_.data(), 2 * K, &transfers);
+}
 
+void Moe::nodes_fan_out(StepContext& ctx, Saved& s, StepTransfers& transfers) {
+  const int64_t E = cfg_.moe.experts, K = cfg_.moe.top_k, C = cfg_.d_model;
+  const int64_t P = ep_size(ctx), D = s.nodes, L = P / D, En = E / D, El = E / P;
+  transfers.finish();
   // The relay: the received rows' choices on this node, node-packed [node expert][row] (rows
   // in order: source node, then its tokens in order).
   const int64_t R = s.received;
@@ -186,29 +196,38 @@ void Moe::nodes_dispatch(StepContext& ctx, Saved& s, const Tensor& x, int64_t q0
   to_experts(ctx, s, np_rows_.view(), s.xe);
 }
 
-Tensor Moe::nodes_combine(StepContext& ctx, Saved& s) {
+void Moe::nodes_post_combine(StepContext& ctx, Saved& s, StepTransfers& transfers) {
   const int64_t K = cfg_.moe.top_k, C = cfg_.d_model, R = s.received;
   from_experts(ctx, s, s.oe, s.np_out.view());
   // The relay's sum per received row: its choices on this node, weighted, in rank order.
   const Tensor part = rows(relay_rows_.view(), 0, R, C);
   kernels::fill(part, 0.0f, R * C);
   kernels::moe_combine(s.np_out.view(), s.rrow.view(), s.rweight.view(), part, 0, R, 0, K, C);
-  cross_rows(ctx, s, true, relay_rows_.f32(), src_rows_.f32(), C);
-  return src_rows_.view();
+  cross_rows(ctx, s, true, relay_rows_.f32(), src_rows_.f32(), C, &transfers);
 }
 
-void Moe::nodes_backward_dispatch(StepContext& ctx, Saved& s, const Tensor& dy_rows, int64_t q0,
-                                  int64_t Q, const Tensor& d_oe, const Tensor& dw) {
-  const int64_t E = cfg_.moe.experts, K = cfg_.moe.top_k, C = cfg_.d_model, D = s.nodes;
-  const int64_t En = E / D, R = s.received;
-  kernels::moe_gather(dy_rows, s.table.view(), src_rows_.view(), 0, Q, D, C);
-  cross_rows(ctx, s, false, src_rows_.f32(), relay_rows_.f32(), C);
+void Moe::nodes_backward_post(StepContext& ctx, Saved& s, const Tensor& dy_rows, int64_t Q,
+                              StepTransfers& transfers) {
+  kernels::moe_gather(dy_rows, s.table.view(), src_rows_.view(), 0, Q, s.nodes, cfg_.d_model);
+  cross_rows(ctx, s, false, src_rows_.f32(), relay_rows_.f32(), cfg_.d_model, &transfers);
+}
+
+void Moe::nodes_backward_fan_out(StepContext& ctx, Saved& s, StepTransfers& transfers,
+                                 const Tensor& d_oe, StepTransfers& weights) {
+  const int64_t K = cfg_.moe.top_k, C = cfg_.d_model, R = s.received;
+  transfers.finish();
   // The relay does what the flat dispatch's source does: w dy for each choice on its node, and
   // dy . (expert output) for the weights' gradient.
   kernels::moe_combine_backward(relay_rows_.view(), s.np_out.view(), s.rrow.view(),
                                 s.rweight.view(), np_rows_.view(), relay_dw_.view(), 0, R, 0, K, C);
   to_experts(ctx, s, np_rows_.view(), d_oe);
-  cross_rows(ctx, s, true, relay_dw_.f32(), src_dw_.f32(), K);
+  cross_rows(ctx, s, true, relay_dw_.f32(), src_dw_.f32(), K, &weights);
+}
+
+void Moe::nodes_backward_weights(Saved& s, int64_t q0, int64_t Q, const Tensor& dw,
+                                 StepTransfers& weights) {
+  const int64_t E = cfg_.moe.experts, K = cfg_.moe.top_k, D = s.nodes, En = E / D;
+  weights.finish();
   // Each choice's weight gradient from the node that ran it (0 for a dropped choice).
   const int32_t* choice = s.choice.view().i32();
   const int32_t* row = s.row.view().i32();
@@ -222,14 +241,14 @@ void Moe::nodes_backward_dispatch(StepContext& ctx, Saved& s, const Tensor& dy_r
     }
 }
 
-Tensor Moe::nodes_backward_combine(StepContext& ctx, Saved& s, const Tensor& d_xe) {
+void Moe::nodes_backward_combine(StepContext& ctx, Saved& s, const Tensor& d_xe,
+                                 StepTransfers& transfers) {
   const int64_t K = cfg_.moe.top_k, C = cfg_.d_model, R = s.received;
   from_experts(ctx, s, d_xe, np_rows_.view());
   const Tensor part = rows(relay_rows_.view(), 0, R, C);
   kernels::fill(part, 0.0f, R * C);
   kernels::moe_combine(np_rows_.view(), s.rrow.view(), Tensor{}, part, 0, R, 0, K, C);
-  cross_rows(ctx, s, true, relay_rows_.f32(), src_rows_.f32(), C);
-  return src_rows_.view();
+  cross_rows(ctx, s, true, relay_rows_.f32(), src_rows_.f32(), C, &transfers);
 }
 
 }  // namespace tessera

@@ -83,16 +83,27 @@ std::string ExpertsReport::metrics(const StepResult&) const {
 // Total and active parameters, and the last step's routing per block.
 std::string ExpertsReport::summary(SummaryPart part) const {
   const ModelConfig& c = trainer_.config();
-  if (part == SummaryPart::communication && c.moe.enabled() && !c.moe.two_level &&
-      grid_.group(Group::ep).size() > 1) {
-    // doc/moe.md, "Overlapped all-to-alls".
+  if (part == SummaryPart::communication && c.moe.enabled() && grid_.group(Group::ep).size() > 1) {
+    // doc/moe-overlap.md.
     const OverlapTiming& t = trainer_.ep_timing();
+    const char* behind =
+        c.moe.two_level
+            ? "the cross-node legs: the forward dispatch behind the shared experts' gate and up, "
+              "the combine behind their down, the output gradients behind their backward, the "
+              "weights' gradients behind the routed experts' backward, the input gradients "
+              "behind the router's backward; the intra-node legs are blocking"
+            : "each block's dispatch behind the shared experts' gate and up, the combine behind "
+              "their down, the output gradients behind their backward, the input gradients "
+              "behind the router's backward";
+    if (c.moe.shared == 0)  // nothing independent of the experts in forward (doc/moe.md)
+      behind = c.moe.two_level ? "the cross-node legs; no shared experts: only the weights' and "
+                                 "the input gradients' returns have compute behind them"
+                               : "no shared experts: only the input gradients' return has "
+                                 "compute behind it, the router's backward";
     return formatted(
-        "ep all-to-alls: %lld overlapped (each block's dispatch, forward and backward, behind "
-        "the shared experts; the input gradients' return behind the router's backward), in "
-        "flight %.1f ms, exposed %.1f ms (hidden %.0f%%; rank 0, all steps); the forward "
-        "combine is blocking\n",
-        (long long)t.transfers, 1e3 * t.in_flight, 1e3 * t.exposed,
+        "ep all-to-alls: %lld overlapped (%s), in flight %.1f ms, exposed %.1f ms (hidden "
+        "%.0f%%; rank 0, all steps)\n",
+        (long long)t.transfers, behind, 1e3 * t.in_flight, 1e3 * t.exposed,
         100 * std::max(0.0, 1 - t.exposed / std::max(t.in_flight, 1e-12)));
   }
   if (part != SummaryPart::state || !c.moe.enabled()) return {};
