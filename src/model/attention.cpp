@@ -11,16 +11,16 @@ namespace {
 
 // RoPE at each token's global position: this rank's tokens are segments of [B, len] rows
 // with contiguous positions (ContextParallel::segments); with document masking at each token's
-// position in its document.
+// position in its document. With y (bf16) the rotated x goes there, rounded, in the same pass.
 void rope_global(const StepContext& ctx, const ModelConfig& cfg, const Tensor& x, int64_t B,
-                 int64_t H, bool inverse) {
+                 int64_t H, bool inverse, const Tensor& y = {}) {
   if (ctx.docs.on())
     return kernels::rope_at(x, ctx.docs.position, B * cfg.seq_local(), H, cfg.head_dim,
-                            cfg.rope_theta, inverse);
+                            cfg.rope_theta, inverse, y);
   int64_t row = 0;
   for (const ContextParallel::Segment& g : cfg.cp.segments(cfg.seq_len)) {
     kernels::rope(x.rows(row, B * g.len), B, g.len, H, cfg.head_dim, g.pos0, cfg.rope_theta,
-                  inverse);
+                  inverse, y.data ? y.rows(row, B * g.len) : Tensor{});
     row += B * g.len;
   }
 }
@@ -45,9 +45,10 @@ Attention::Saved& Attention::kept(const StepContext& ctx) {
   const int64_t N = ctx.batch * cfg_.seq_local(), D = cfg_.head_dim;
   const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local();
   if (s.q.numel() != N * Hq * D) {
-    s.q = Buffer(ctx.alloc, Shape{N, Hq * D}, DType::f32, Charge::activations);
-    s.k = Buffer(ctx.alloc, Shape{N, Hkv * D}, DType::f32, Charge::activations);
-    s.v = Buffer(ctx.alloc, Shape{N, Hkv * D}, DType::f32, Charge::activations);
+    const DType t = resident_dtype();
+    s.q = Buffer(ctx.alloc, Shape{N, Hq * D}, t, Charge::activations);
+    s.k = Buffer(ctx.alloc, Shape{N, Hkv * D}, t, Charge::activations);
+    s.v = Buffer(ctx.alloc, Shape{N, Hkv * D}, t, Charge::activations);
   }
   return s;
 }
@@ -56,7 +57,8 @@ Attention::Saved& Attention::core(const StepContext& ctx) {
   Saved& s = mode_ == Recompute::none ? slots_.at(ctx.slot) : *shared_;
   const int64_t B = ctx.batch, T = cfg_.seq_local(), Hq = cfg_.heads_local();
   if (s.att.numel() != B * T * Hq * cfg_.head_dim) {
-    s.att = Buffer(ctx.alloc, Shape{B * T, Hq * cfg_.head_dim}, DType::f32, Charge::activations);
+    s.att = Buffer(ctx.alloc, Shape{B * T, Hq * cfg_.head_dim}, resident_dtype(),
+                   Charge::activations);
     s.lse = Buffer(ctx.alloc, Shape{B * Hq, T}, DType::f32, Charge::activations);
   }
   return s;
@@ -64,6 +66,10 @@ Attention::Saved& Attention::core(const StepContext& ctx) {
 
 DType Attention::core_dtype() const {
   return store_.compute_dtype() == DType::bf16 ? DType::bf16 : DType::f32;
+}
+
+DType Attention::resident_dtype() const {
+  return core_dtype() == DType::bf16 && cfg_.cp.size == 1 ? DType::bf16 : DType::f32;
 }
 
 void Attention::attend(StepContext& ctx, Saved& qkv, Saved& out) {
@@ -84,12 +90,30 @@ void Attention::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
   Saved& s = kept(ctx);
   Saved& c = core(ctx);
   const Tensor xc = q_.operand(ctx, x);  // cast once for the three maps
-  q_.forward(ctx, xc, s.q.view());
-  k_.forward(ctx, xc, s.k.view());
-  v_.forward(ctx, xc, s.v.view());
-  if (cfg_.arch == Arch::llama) {
-    rope_global(ctx, cfg_, s.q.view(), B, Hq, false);
-    rope_global(ctx, cfg_, s.k.view(), B, Hkv, false);
+  if (resident_dtype() == DType::f32) {
+    q_.forward(ctx, xc, s.q.view());
+    k_.forward(ctx, xc, s.k.view());
+    v_.forward(ctx, xc, s.v.view());
+    if (cfg_.arch == Arch::llama) {
+      rope_global(ctx, cfg_, s.q.view(), B, Hq, false);
+      rope_global(ctx, cfg_, s.k.view(), B, Hkv, false);
+    }
+  } else {
+    // Each map's fp32 output (with its bias) goes to scratch that backward's dq uses (not live
+    // in a forward), and is rounded once into the kept bf16 tensor: by RoPE's pass (llama), or
+    // cast (gpt2, and v).
+    const auto map = [&](const Linear& l, const Buffer& kept, int64_t H, bool rope) {
+      const Tensor y = ctx.scratch.get(ScratchId::attn_dq, {N, H * cfg_.head_dim});
+      l.forward(ctx, xc, y);
+      if (rope)
+        rope_global(ctx, cfg_, y, B, H, false, kept.view());
+      else
+        kernels::cast(y, kept.view(), y.numel());
+    };
+    const bool rope = cfg_.arch == Arch::llama;
+    map(q_, s.q, Hq, rope);
+    map(k_, s.k, Hkv, rope);
+    map(v_, s.v, Hkv, false);
   }
   attend(ctx, s, c);
   if (tp::size(ctx) == 1) return o_.forward(ctx, c.att.view(), y, /*accumulate=*/true);
