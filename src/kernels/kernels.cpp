@@ -276,12 +276,14 @@ void check_attention_compute(const char* kernel, const AttnShape& s) {
 // q, k, v in bf16 need the bf16 compute; the output may then be f32 or bf16.
 void check_attention_dtypes(const char* kernel, const AttnShape& s, const Tensor& q,
                             const Tensor& out) {
-  TESSERA_REQUIRE_LOCAL(q.dtype == DType::f32 || (q.dtype == DType::bf16 && s.compute == DType::bf16),
-                        "kernels::", kernel, ": q, k, v are ", dtype_name(q.dtype),
+  const bool q_ok =
+      q.dtype == DType::f32 || (q.dtype == DType::bf16 && s.compute == DType::bf16);
+  const bool out_ok =
+      out.dtype == DType::f32 || (out.dtype == DType::bf16 && q.dtype == DType::bf16);
+  TESSERA_REQUIRE_LOCAL(q_ok, "kernels::", kernel, ": q, k, v are ", dtype_name(q.dtype),
                         " with compute ", dtype_name(s.compute),
                         " (f32, or bf16 with the bf16 compute)");
-  TESSERA_REQUIRE_LOCAL(out.dtype == DType::f32 || (out.dtype == DType::bf16 && q.dtype == DType::bf16),
-                        "kernels::", kernel, ": out is ", dtype_name(out.dtype), " with q ",
+  TESSERA_REQUIRE_LOCAL(out_ok, "kernels::", kernel, ": out is ", dtype_name(out.dtype), " with q ",
                         dtype_name(q.dtype), " (f32, or bf16 with bf16 q, k, v)");
 }
 }  // namespace

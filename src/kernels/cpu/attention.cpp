@@ -259,7 +259,8 @@ void forward_tile(const In* q, const In* k, const In* v, float* out, uint16_t* o
     const TileRange K(G.Tk, jb);
     if (!tiles_meet(Q, K, G.shift)) break;
     if constexpr (Bf16) {
-      column_pairs(k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, D, Dp / 2, ws.Kd.data(), 1, kTile);
+      column_pairs(k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, D, Dp / 2, ws.Kd.data(), 1,
+                   kTile);
       row_pairs(v + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, D, Dp, ws.Vr.data(), Dp, 1);
       pair_gemm<false>(Q.n_rows, K.n_cols, Dp / 2, ws.Qp.data(), Dp / 2, ws.Kd.data(), kTile,
                        ws.S.data(), kTile);
@@ -315,8 +316,10 @@ void forward_tile(const In* q, const In* k, const In* v, float* out, uint16_t* o
   for (int64_t r = 0; r < Q.n; ++r) {
     const int64_t at = G.q_at(b, Q.start + r, h);
     if (ws.m[r] == kNoKey) {  // no key of the block is visible to this row
-      if (out16) std::fill(out16 + at, out16 + at + D, uint16_t(0));
-      else std::fill(out + at, out + at + D, 0.0f);
+      if (out16)
+        std::fill(out16 + at, out16 + at + D, uint16_t(0));
+      else
+        std::fill(out + at, out + at + D, 0.0f);
       lse[G.stat_at(b, h, Q.start + r)] = kNoKey;
       continue;
     }

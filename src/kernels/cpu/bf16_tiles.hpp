@@ -73,7 +73,8 @@ inline void column_pairs(const T* src, int64_t ld, int64_t n, int64_t padded_n, 
     for (int64_t p = 0; p < whole; ++p) out[p * ps] = pack(row[2 * p], row[2 * p + 1]);
     for (int64_t p = whole; p < pairs; ++p) {
       const int64_t c = 2 * p;
-      out[p * ps] = (c < cols ? bits16(row[c]) : 0u) | (c + 1 < cols ? bits16(row[c + 1]) : 0u) << 16;
+      const uint32_t lo = c < cols ? bits16(row[c]) : 0u, hi = c + 1 < cols ? bits16(row[c + 1]) : 0u;
+      out[p * ps] = lo | hi << 16;
     }
   }
 }

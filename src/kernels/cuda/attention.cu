@@ -384,9 +384,9 @@ __global__ void __launch_bounds__(kThreads)
 // One block per (query tile, b, h): dQ of its 64 queries.
 template <int kD, class In>
 __global__ void __launch_bounds__(kThreads)
-    attention_dq_kernel(const float* dout, const In* q, const In* k, const In* v,
-                        const float* lse, const float* dvec, float* dq, Geometry G, float scale,
-                        int64_t nt, int64_t nkt, bool bf16) {
+    attention_dq_kernel(const float* dout, const In* q, const In* k, const In* v, const float* lse,
+                        const float* dvec, float* dq, Geometry G, float scale, int64_t nt,
+                        int64_t nkt, bool bf16) {
   constexpr int kLd = kD + 1;
   extern __shared__ float smem[];
   float* Qs = smem;
@@ -495,8 +495,9 @@ void backward_impl(const float* dout, const In* q, const In* k, const In* v, con
       <<<dim3(unsigned(nkt), unsigned(s.B * s.Hkv)), kThreads, bytes, stream()>>>(
           dout, q, k, v, lse, dvec, dk, dv, G, s.scale, nt, s.compute == DType::bf16);
   TESSERA_CUDA_LAUNCHED("attention_dkdv_kernel");
-  attention_dq_kernel<kD, In><<<dim3(unsigned(nt), unsigned(s.B * s.Hq)), kThreads, bytes, stream()>>>(
-      dout, q, k, v, lse, dvec, dq, G, s.scale, nt, nkt, s.compute == DType::bf16);
+  attention_dq_kernel<kD, In>
+      <<<dim3(unsigned(nt), unsigned(s.B * s.Hq)), kThreads, bytes, stream()>>>(
+          dout, q, k, v, lse, dvec, dq, G, s.scale, nt, nkt, s.compute == DType::bf16);
   TESSERA_CUDA_LAUNCHED("attention_dq_kernel");
 }
 
