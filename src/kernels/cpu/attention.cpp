@@ -390,12 +390,12 @@ void load_query_tile(const BackwardArgs<In>& a, int64_t b, int64_t h, const Tile
     row_pairs(q, ld, Q.n, Q.n_rows, G.D, Dp, ws.Qr.data(), Dp, 1);
     column_pairs(dout, ld, Q.n, Q.n_rows, G.D, Dp / 2, ws.dOp.data(), Dp / 2, 1);
     row_pairs(dout, ld, Q.n, Q.n_rows, G.D, Dp, ws.dOr.data(), Dp, 1);
-    return;
+  } else {
+    load_rows(a.q + G.q_at(b, Q.start, h), G.Hq * G.D, Q.n, Q.n_rows, G.D, G.Dp, a.scale,
+              ws.Qs.data());
+    load_rows(a.dout + G.q_at(b, Q.start, h), G.Hq * G.D, Q.n, Q.n_rows, G.D, G.Dp, 1.0f,
+              ws.dOs.data());
   }
-  load_rows(a.q + G.q_at(b, Q.start, h), G.Hq * G.D, Q.n, Q.n_rows, G.D, G.Dp, a.scale,
-            ws.Qs.data());
-  load_rows(a.dout + G.q_at(b, Q.start, h), G.Hq * G.D, Q.n, Q.n_rows, G.D, G.Dp, 1.0f,
-            ws.dOs.data());
 }
 
 template <bool Bf16, class In>
@@ -409,11 +409,11 @@ void load_key_tile(const BackwardArgs<In>& a, int64_t b, int64_t g, const TileRa
     column_pairs(k, ld, K.n, K.n_cols, G.D, Dp / 2, ws.Kd.data(), 1, kTile);
     column_pairs(v, ld, K.n, K.n_cols, G.D, Dp / 2, ws.Vd.data(), 1, kTile);
     row_pairs(k, ld, K.n, K.n_cols, G.D, Dp, ws.Kr.data(), Dp, 1);
-    return;
+  } else {
+    load_transposed(a.k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, ws.KT.data());
+    load_transposed(a.v + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, ws.VT.data());
+    load_rows(a.k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, 1.0f, ws.Ks.data());
   }
-  load_transposed(a.k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, ws.KT.data());
-  load_transposed(a.v + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, ws.VT.data());
-  load_rows(a.k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, 1.0f, ws.Ks.data());
 }
 
 // For the loaded query tile (head h) against the loaded key tile: P = exp(scale Q K^T - lse)
