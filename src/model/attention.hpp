@@ -46,6 +46,11 @@ class Attention {
   // context parallelism (the ring merges fp32 partial outputs and moves fp32 blocks; the
   // Ulysses all-to-alls are fp32), else f32. doc/precision.md.
   DType resident_dtype() const;
+  // The softmax scale the attention kernel applies to its scores: 1/sqrt(D), or 1 with the
+  // bf16 core, whose q is kept with the scale folded in (rounded once with it: scaling the
+  // fp32 scores instead moved reference_llama_bf16's 50-step loss trajectory outside its band;
+  // doc/precision.md). The model then scales dq.
+  float kernel_scale() const;
 
   const ModelConfig& cfg_;
   const ParamStore& store_;
