@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
       {"gelu_backward N x 4C", 3 * nf,
        [&](const Backend& b) { b.gelu_backward(g.data(), x.data(), y.data(), N * F); }},
       {"rope q N x C", 2 * nc,
-       [&](const Backend& b) { b.rope(y.data(), 1, N, H, D, 0, 10000.0f, false); }},
+       [&](const Backend& b) { b.rope(y.data(), nullptr, 1, N, H, D, 0, 10000.0f, false); }},
       {"embedding_forward N x C", 2 * nc,
        [&](const Backend& b) { b.embedding_forward(ids.data(), table.data(), y.data(), N, C); }},
       {"embedding_backward N x C", 3 * nc,

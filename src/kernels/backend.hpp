@@ -90,11 +90,12 @@ struct Backend {
                                bool f16, float* dgate_bias, float* dup_bias, int64_t N,
                                int64_t C) = nullptr;
 
-  // rotary position embedding
-  void (*rope)(float* x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t pos0, float theta,
-               bool inverse) = nullptr;
-  void (*rope_at)(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta,
-                  bool inverse) = nullptr;
+  // rotary position embedding; y16: null (x rotated in place) or a bf16 output for the rotated
+  // x rounded (x is then left as it was)
+  void (*rope)(float* x, uint16_t* y16, int64_t B, int64_t T, int64_t H, int64_t D, int64_t pos0,
+               float theta, bool inverse) = nullptr;
+  void (*rope_at)(float* x, uint16_t* y16, const int32_t* pos, int64_t N, int64_t H, int64_t D,
+                  float theta, bool inverse) = nullptr;
 
   // causal attention; doc_start: [B, T] document starts (kernels.hpp), or null
   void (*attention_forward)(const float* q, const float* k, const float* v, float* out, float* lse,
@@ -102,6 +103,15 @@ struct Backend {
   void (*attention_backward)(const float* dout, const float* q, const float* k, const float* v,
                              const float* out, const float* lse, float* dq, float* dk, float* dv,
                              const AttnShape& s, const int32_t* doc_start) = nullptr;
+  // The same with q, k, v in bf16 (AttnShape::compute bf16), the output written to out (f32) or
+  // out16 (bf16), one of them, and read from out or out16 by the backward.
+  void (*attention_forward_bf16)(const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                 float* out, uint16_t* out16, float* lse, const AttnShape& s,
+                                 const int32_t* doc_start) = nullptr;
+  void (*attention_backward_bf16)(const float* dout, const uint16_t* q, const uint16_t* k,
+                                  const uint16_t* v, const float* out, const uint16_t* out16,
+                                  const float* lse, float* dq, float* dk, float* dv,
+                                  const AttnShape& s, const int32_t* doc_start) = nullptr;
   void (*attention_merge)(float* out, float* lse, const float* out_part, const float* lse_part,
                           int64_t B, int64_t T, int64_t H, int64_t D) = nullptr;
 

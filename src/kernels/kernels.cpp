@@ -250,15 +250,20 @@ void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx, int64_t 
 }
 
 void rope(const Tensor& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t pos0, float theta,
-          bool inverse) {
-  const Backend& b = check("rope", {{"x", x, B * T * H * D}});
-  TESSERA_KERNEL(b, rope)(f(x), B, T, H, D, pos0, theta, inverse);
+          bool inverse, const Tensor& y) {
+  const int64_t n = B * T * H * D;
+  const Backend& b =
+      check("rope", {{"x", x, n}, {"y", y, y.data ? n : 0, DType::bf16}});
+  TESSERA_KERNEL(b, rope)(f(x), y.data ? h(y) : nullptr, B, T, H, D, pos0, theta, inverse);
 }
 
 void rope_at(const Tensor& x, const Tensor& pos, int64_t N, int64_t H, int64_t D, float theta,
-             bool inverse) {
-  const Backend& b = check("rope_at", {{"x", x, N * H * D}, {"pos", pos, N, DType::i32}});
-  TESSERA_KERNEL(b, rope_at)(f(x), i(pos), N, H, D, theta, inverse);
+             bool inverse, const Tensor& y) {
+  const int64_t n = N * H * D;
+  const Backend& b = check("rope_at", {{"x", x, n},
+                                       {"pos", pos, N, DType::i32},
+                                       {"y", y, y.data ? n : 0, DType::bf16}});
+  TESSERA_KERNEL(b, rope_at)(f(x), y.data ? h(y) : nullptr, i(pos), N, H, D, theta, inverse);
 }
 
 namespace {
@@ -267,29 +272,74 @@ void check_attention_compute(const char* kernel, const AttnShape& s) {
                         ": compute dtype ", dtype_name(s.compute),
                         " is not supported (f32 or bf16)");
 }
+
+// q, k, v in bf16 need the bf16 compute; the output may then be f32 or bf16.
+void check_attention_dtypes(const char* kernel, const AttnShape& s, const Tensor& q,
+                            const Tensor& out) {
+  const bool q_ok =
+      q.dtype == DType::f32 || (q.dtype == DType::bf16 && s.compute == DType::bf16);
+  const bool out_ok =
+      out.dtype == DType::f32 || (out.dtype == DType::bf16 && q.dtype == DType::bf16);
+  TESSERA_REQUIRE_LOCAL(q_ok, "kernels::", kernel, ": q, k, v are ", dtype_name(q.dtype),
+                        " with compute ", dtype_name(s.compute),
+                        " (f32, or bf16 with the bf16 compute)");
+  TESSERA_REQUIRE_LOCAL(out_ok, "kernels::", kernel, ": out is ", dtype_name(out.dtype), " with q ",
+                        dtype_name(q.dtype), " (f32, or bf16 with bf16 q, k, v)");
+}
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                        const Tensor& lse, const AttnShape& s, const Tensor& doc_start) {
   check_attention_compute("attention_forward", s);
+  check_attention_dtypes("attention_forward", s, q, out);
   const int64_t nq = s.B * s.T * s.Hq * s.D, nkv = s.B * s.keys() * s.Hkv * s.D;
   const int64_t nd = doc_start.data ? s.B * s.T : 0;
+  const int32_t* docs = nd > 0 ? i(doc_start) : nullptr;
+  if (q.dtype == DType::bf16) {
+    const DType o = out.dtype;
+    const Backend& b = check("attention_forward", {{"q", q, nq, DType::bf16},
+                                                   {"k", k, nkv, DType::bf16},
+                                                   {"v", v, nkv, DType::bf16},
+                                                   {"out", out, nq, o},
+                                                   {"lse", lse, s.B * s.Hq * s.T},
+                                                   {"doc_start", doc_start, nd, DType::i32}});
+    return TESSERA_KERNEL(b, attention_forward_bf16)(
+        h(q), h(k), h(v), o == DType::f32 ? f(out) : nullptr, o == DType::bf16 ? h(out) : nullptr,
+        f(lse), s, docs);
+  }
   const Backend& b = check("attention_forward", {{"q", q, nq},
                                                  {"k", k, nkv},
                                                  {"v", v, nkv},
                                                  {"out", out, nq},
                                                  {"lse", lse, s.B * s.Hq * s.T},
                                                  {"doc_start", doc_start, nd, DType::i32}});
-  TESSERA_KERNEL(b, attention_forward)
-  (f(q), f(k), f(v), f(out), f(lse), s, nd > 0 ? i(doc_start) : nullptr);
+  TESSERA_KERNEL(b, attention_forward)(f(q), f(k), f(v), f(out), f(lse), s, docs);
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, const AttnShape& s, const Tensor& doc_start) {
   check_attention_compute("attention_backward", s);
+  check_attention_dtypes("attention_backward", s, q, out);
   const int64_t nq = s.B * s.T * s.Hq * s.D, nkv = s.B * s.keys() * s.Hkv * s.D;
   const int64_t nd = doc_start.data ? s.B * s.T : 0;
+  const int32_t* docs = nd > 0 ? i(doc_start) : nullptr;
+  if (q.dtype == DType::bf16) {
+    const DType o = out.dtype;
+    const Backend& b = check("attention_backward", {{"dout", dout, nq},
+                                                    {"q", q, nq, DType::bf16},
+                                                    {"k", k, nkv, DType::bf16},
+                                                    {"v", v, nkv, DType::bf16},
+                                                    {"out", out, nq, o},
+                                                    {"lse", lse, s.B * s.Hq * s.T},
+                                                    {"dq", dq, nq},
+                                                    {"dk", dk, nkv},
+                                                    {"dv", dv, nkv},
+                                                    {"doc_start", doc_start, nd, DType::i32}});
+    return TESSERA_KERNEL(b, attention_backward_bf16)(
+        f(dout), h(q), h(k), h(v), o == DType::f32 ? f(out) : nullptr,
+        o == DType::bf16 ? h(out) : nullptr, f(lse), f(dq), f(dk), f(dv), s, docs);
+  }
   const Backend& b = check("attention_backward", {{"dout", dout, nq},
                                                   {"q", q, nq},
                                                   {"k", k, nkv},
@@ -301,8 +351,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                                                   {"dv", dv, nkv},
                                                   {"doc_start", doc_start, nd, DType::i32}});
   TESSERA_KERNEL(b, attention_backward)
-  (f(dout), f(q), f(k), f(v), f(out), f(lse), f(dq), f(dk), f(dv), s,
-   nd > 0 ? i(doc_start) : nullptr);
+  (f(dout), f(q), f(k), f(v), f(out), f(lse), f(dq), f(dk), f(dv), s, docs);
 }
 
 void attention_merge(const Tensor& out, const Tensor& lse, const Tensor& out_part,

@@ -172,13 +172,15 @@ void swiglu_bias_backward(const Tensor& dact, const Tensor& gate, const Tensor& 
 // ---- rotary position embedding ------------------------------------------------------------
 // x is [B,T,H,D] (D even), rotated in place; position of token t is pos0 + t.
 // Pairs are (x[2i], x[2i+1]) with frequency theta^(-2i/D) (the Llama convention).
-// inverse = true applies the transpose rotation (used by backward).
+// inverse = true applies the transpose rotation (used by backward). With y (bf16, the size of
+// x) the rotated x is written there, rounded to nearest even (as kernels::cast rounds it), and
+// x is left unchanged: the rotation and the rounding in one pass.
 void rope(const Tensor& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t pos0, float theta,
-          bool inverse);
+          bool inverse, const Tensor& y = {});
 // The same rotation of x[N,H,D] with token n at position pos[n] (i32): document masking's
 // positions, which restart at each document (doc/data.md, "Document masks").
 void rope_at(const Tensor& x, const Tensor& pos, int64_t N, int64_t H, int64_t D, float theta,
-             bool inverse);
+             bool inverse, const Tensor& y = {});
 
 // ---- causal attention -----------------------------------------------------------------
 // q[B,T,Hq,D], k,v[B,Tk,Hkv,D], out[B,T,Hq,D], lse[B,Hq,T] (log-sum-exp of the scaled
@@ -195,19 +197,24 @@ void rope_at(const Tensor& x, const Tensor& pos, int64_t N, int64_t H, int64_t D
 // key tiles that no query row of a tile sees are skipped (the work falls with short
 // documents). An empty doc_start is plain causal attention.
 // The cuda backend takes D <= 128.
-// Precision (compute): the tensors are f32 either way. f32 multiplies in fp32. bf16 rounds the
-// operands of the tile products to bf16 (scale q, k, v, dout) and multiplies them with fp32
-// sums; the probabilities are rounded to bf16 before P V and P^T dO, dS before dS K and dS^T Q
-// (in the forward, P = exp(s - m) with m the running row maximum over the 64-key tiles seen so
-// far, in key order from the block's first key, and the row sum l adds the rounded P; in the
-// backward, P = exp(s - lse)); the scores, softmax statistics, lse, Dvec = rowsum(bf16(dout) *
-// out) and all sums are fp32.
+// Precision (compute): f32 multiplies in fp32, with f32 tensors; the scores are (scale q) k^T.
+// bf16 multiplies bf16 operands with fp32 sums: q, k, v are bf16 tensors read as they are, or
+// f32 tensors rounded to bf16 as the tiles are copied (the same bits as rounding them first
+// with kernels::cast), and dout (f32) is rounded as it is copied; the scores are
+// scale (q k^T), the scale applied to the fp32 products (as flash-attention does), and
+// dk = scale (dS^T q). The probabilities are rounded to bf16 before P V and P^T dO, dS before
+// dS K and dS^T Q (in the forward, P = exp(s - m) with m the running row maximum over the
+// 64-key tiles seen so far, in key order from the block's first key, and the row sum l adds
+// the rounded P; in the backward, P = exp(s - lse)); the scores, softmax statistics, lse,
+// Dvec = rowsum(bf16(dout) * out) and all sums are fp32. With bf16 q, k, v the output may be
+// bf16 (the fp32 result rounded once, as kernels::cast rounds it; the backward then reads it
+// as stored) or f32 (context parallelism's partial outputs, merged in fp32).
 struct AttnShape {
   int64_t B, T, Hq, Hkv, D;
   float scale;                     // usually 1/sqrt(D)
   int64_t Tk = 0;                  // key rows; 0: T
   int64_t q_pos0 = 0, k_pos0 = 0;  // global positions of the first query and key rows
-  DType compute = DType::f32;      // f32 or bf16: the products' operands
+  DType compute = DType::f32;      // f32 or bf16: the products' operands (above)
   int64_t keys() const { return Tk > 0 ? Tk : T; }
 };
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

@@ -11,16 +11,16 @@ namespace {
 
 // RoPE at each token's global position: this rank's tokens are segments of [B, len] rows
 // with contiguous positions (ContextParallel::segments); with document masking at each token's
-// position in its document.
+// position in its document. With y (bf16) the rotated x goes there, rounded, in the same pass.
 void rope_global(const StepContext& ctx, const ModelConfig& cfg, const Tensor& x, int64_t B,
-                 int64_t H, bool inverse) {
+                 int64_t H, bool inverse, const Tensor& y = {}) {
   if (ctx.docs.on())
     return kernels::rope_at(x, ctx.docs.position, B * cfg.seq_local(), H, cfg.head_dim,
-                            cfg.rope_theta, inverse);
+                            cfg.rope_theta, inverse, y);
   int64_t row = 0;
   for (const ContextParallel::Segment& g : cfg.cp.segments(cfg.seq_len)) {
     kernels::rope(x.rows(row, B * g.len), B, g.len, H, cfg.head_dim, g.pos0, cfg.rope_theta,
-                  inverse);
+                  inverse, y.data ? y.rows(row, B * g.len) : Tensor{});
     row += B * g.len;
   }
 }
@@ -45,9 +45,10 @@ Attention::Saved& Attention::kept(const StepContext& ctx) {
   const int64_t N = ctx.batch * cfg_.seq_local(), D = cfg_.head_dim;
   const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local();
   if (s.q.numel() != N * Hq * D) {
-    s.q = Buffer(ctx.alloc, Shape{N, Hq * D}, DType::f32, Charge::activations);
-    s.k = Buffer(ctx.alloc, Shape{N, Hkv * D}, DType::f32, Charge::activations);
-    s.v = Buffer(ctx.alloc, Shape{N, Hkv * D}, DType::f32, Charge::activations);
+    const DType t = resident_dtype();
+    s.q = Buffer(ctx.alloc, Shape{N, Hq * D}, t, Charge::activations);
+    s.k = Buffer(ctx.alloc, Shape{N, Hkv * D}, t, Charge::activations);
+    s.v = Buffer(ctx.alloc, Shape{N, Hkv * D}, t, Charge::activations);
   }
   return s;
 }
@@ -56,7 +57,8 @@ Attention::Saved& Attention::core(const StepContext& ctx) {
   Saved& s = mode_ == Recompute::none ? slots_.at(ctx.slot) : *shared_;
   const int64_t B = ctx.batch, T = cfg_.seq_local(), Hq = cfg_.heads_local();
   if (s.att.numel() != B * T * Hq * cfg_.head_dim) {
-    s.att = Buffer(ctx.alloc, Shape{B * T, Hq * cfg_.head_dim}, DType::f32, Charge::activations);
+    s.att = Buffer(ctx.alloc, Shape{B * T, Hq * cfg_.head_dim}, resident_dtype(),
+                   Charge::activations);
     s.lse = Buffer(ctx.alloc, Shape{B * Hq, T}, DType::f32, Charge::activations);
   }
   return s;
@@ -66,14 +68,21 @@ DType Attention::core_dtype() const {
   return store_.compute_dtype() == DType::bf16 ? DType::bf16 : DType::f32;
 }
 
+DType Attention::resident_dtype() const {
+  return core_dtype() == DType::bf16 && cfg_.cp.size == 1 ? DType::bf16 : DType::f32;
+}
+
+float Attention::kernel_scale() const {
+  return core_dtype() == DType::bf16 ? 1.0f : 1.0f / std::sqrt(float(cfg_.head_dim));
+}
+
 void Attention::attend(StepContext& ctx, Saved& qkv, Saved& out) {
   const int64_t B = ctx.batch, T = cfg_.seq_local(), D = cfg_.head_dim;
   const int64_t Hq = cfg_.heads_local(), Hkv = cfg_.kv_heads_local();
   if (cp::size(ctx) > 1)
     return cp::attention_forward(ctx, cfg_, qkv.q.view(), qkv.k.view(), qkv.v.view(),
                                  out.att.view(), out.lse.view(), core_dtype());
-  const kernels::AttnShape shape{B, T, Hq, Hkv,         D, 1.0f / std::sqrt(float(D)),
-                                 0, 0, 0,  core_dtype()};
+  const kernels::AttnShape shape{B, T, Hq, Hkv, D, kernel_scale(), 0, 0, 0, core_dtype()};
   kernels::attention_forward(qkv.q.view(), qkv.k.view(), qkv.v.view(), out.att.view(),
                              out.lse.view(), shape, ctx.docs.start);
 }
@@ -84,12 +93,34 @@ void Attention::forward(StepContext& ctx, const Tensor& x, const Tensor& y) {
   Saved& s = kept(ctx);
   Saved& c = core(ctx);
   const Tensor xc = q_.operand(ctx, x);  // cast once for the three maps
-  q_.forward(ctx, xc, s.q.view());
-  k_.forward(ctx, xc, s.k.view());
-  v_.forward(ctx, xc, s.v.view());
-  if (cfg_.arch == Arch::llama) {
-    rope_global(ctx, cfg_, s.q.view(), B, Hq, false);
-    rope_global(ctx, cfg_, s.k.view(), B, Hkv, false);
+  const float fold = 1.0f / std::sqrt(float(cfg_.head_dim));  // the bf16 core's q scale
+  if (resident_dtype() == DType::f32) {
+    q_.forward(ctx, xc, s.q.view());
+    k_.forward(ctx, xc, s.k.view());
+    v_.forward(ctx, xc, s.v.view());
+    if (cfg_.arch == Arch::llama) {
+      rope_global(ctx, cfg_, s.q.view(), B, Hq, false);
+      rope_global(ctx, cfg_, s.k.view(), B, Hkv, false);
+    }
+    // A bf16 core with fp32 q (context parallelism) reads q with the scale folded in.
+    if (core_dtype() == DType::bf16) kernels::scale_inplace(s.q.view(), fold, s.q.numel());
+  } else {
+    // Each map's fp32 output (with its bias) goes to scratch that backward's dq uses (not live
+    // in a forward), and is rounded once into the kept bf16 tensor: by RoPE's pass (llama), or
+    // cast (gpt2, and v). q is kept with the softmax scale folded in (kernel_scale).
+    const auto map = [&](const Linear& l, const Buffer& kept, int64_t H, bool rope) {
+      const Tensor y = ctx.scratch.get(ScratchId::attn_dq, {N, H * cfg_.head_dim});
+      l.forward(ctx, xc, y);
+      if (&l == &q_) kernels::scale_inplace(y, fold, y.numel());
+      if (rope)
+        rope_global(ctx, cfg_, y, B, H, false, kept.view());
+      else
+        kernels::cast(y, kept.view(), y.numel());
+    };
+    const bool rope = cfg_.arch == Arch::llama;
+    map(q_, s.q, Hq, rope);
+    map(k_, s.k, Hkv, rope);
+    map(v_, s.v, Hkv, false);
   }
   attend(ctx, s, c);
   if (tp::size(ctx) == 1) return o_.forward(ctx, c.att.view(), y, /*accumulate=*/true);
@@ -116,11 +147,13 @@ void Attention::backward(StepContext& ctx, const Tensor& x, const Tensor& dy, co
     cp::attention_backward(ctx, cfg_, d_att, s.q.view(), s.k.view(), s.v.view(), c.att.view(),
                            c.lse.view(), dq, dk, dv, core_dtype());
   } else {
-    const kernels::AttnShape shape{B, T, Hq, Hkv,         D, 1.0f / std::sqrt(float(D)),
-                                   0, 0, 0,  core_dtype()};
+    const kernels::AttnShape shape{B, T, Hq, Hkv, D, kernel_scale(), 0, 0, 0, core_dtype()};
     kernels::attention_backward(d_att, s.q.view(), s.k.view(), s.v.view(), c.att.view(),
                                 c.lse.view(), dq, dk, dv, shape, ctx.docs.start);
   }
+  // The gradient of the unscaled q (the kernel's is of the q it read, scaled: kernel_scale).
+  if (core_dtype() == DType::bf16)
+    kernels::scale_inplace(dq, 1.0f / std::sqrt(float(D)), dq.numel());
   if (cfg_.arch == Arch::llama) {
     rope_global(ctx, cfg_, dq, B, Hq, true);
     rope_global(ctx, cfg_, dk, B, Hkv, true);

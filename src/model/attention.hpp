@@ -12,7 +12,9 @@ namespace tessera {
 
 class Attention {
  public:
-  // What backward reads: q, k, v after RoPE, the attention output and its log-sum-exp.
+  // What backward reads: q, k, v after RoPE, the attention output and its log-sum-exp. q, k,
+  // v and the output are bf16 in a bf16 run without context parallelism (resident_dtype), the
+  // log-sum-exp fp32.
   struct Saved {
     Buffer q, k, v, att, lse;
   };
@@ -40,6 +42,15 @@ class Attention {
   // The dtype of the attention core's products: bf16 when the weights' compute copy is bf16
   // (train.precision = bf16), else f32 (fp16 runs keep an fp32 core; doc/precision.md).
   DType core_dtype() const;
+  // The dtype of the kept q, k, v and the attention output: bf16 with the bf16 core and no
+  // context parallelism (the ring merges fp32 partial outputs and moves fp32 blocks; the
+  // Ulysses all-to-alls are fp32), else f32. doc/precision.md.
+  DType resident_dtype() const;
+  // The softmax scale the attention kernel applies to its scores: 1/sqrt(D), or 1 with the
+  // bf16 core, whose q is kept with the scale folded in (rounded once with it: scaling the
+  // fp32 scores instead moved reference_llama_bf16's 50-step loss trajectory outside its band;
+  // doc/precision.md). The model then scales dq.
+  float kernel_scale() const;
 
   const ModelConfig& cfg_;
   const ParamStore& store_;

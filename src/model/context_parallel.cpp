@@ -17,7 +17,9 @@ kernels::AttnShape block_shape(const ModelConfig& cfg, int64_t B, int64_t Tq, in
                                int64_t q_pos0, int64_t k_pos0, int64_t Hq, int64_t Hkv,
                                DType compute) {
   const int64_t D = cfg.head_dim;
-  return {B, Tq, Hq, Hkv, D, 1.0f / std::sqrt(float(D)), Tk, q_pos0, k_pos0, compute};
+  // A bf16 core's q comes with the softmax scale folded in (Attention::kernel_scale).
+  const float scale = compute == DType::bf16 ? 1.0f : 1.0f / std::sqrt(float(D));
+  return {B, Tq, Hq, Hkv, D, scale, Tk, q_pos0, k_pos0, compute};
 }
 
 // ---- ring ---------------------------------------------------------------------------------

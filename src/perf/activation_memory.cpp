@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "perf/memory.hpp"
+
 namespace tessera {
 
 double activation_element_bytes(const Layout& l) {
@@ -127,13 +129,14 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
          + 2 * N * std::max(Hq, Hkv) * D;  // the all-to-all's send and receive buffers
   const double tokens = B * double(c.seq_len + 1) + 2 * N;  // int32 tokens (whole), inputs, targets
   // 16-bit GEMM operands cast in scratch: the widest input (the head's normed input, the
-  // attention output) and the widest output gradient (of q/k/v, o: N rows; of a chunk of the
+  // attention output unless the attention core writes it in bf16: attention_io_bytes,
+  // perf/memory.hpp) and the widest output gradient (of q/k/v, o: N rows; of a chunk of the
   // logits). The norms' outputs and a dense MLP's activation are kept in 16 bits (model/block.cpp,
   // mlp.cpp) and its hidden gradients written in 16 bits by its fused epilogue into the start of
   // their own fp32 buffers (d_up, d_gate above): none of them is cast. A mixture of experts casts
   // each expert's rows and activation (x) and output gradients (dy), its buffers taken for the
   // worst case, the expert side's Rx rows (Moe::run_experts).
-  double x16 = N * std::max({C, Hq * D});
+  double x16 = N * std::max({C, attention_io_bytes(c) == 2 ? 0.0 : Hq * D});
   double dy16 = std::max(N * std::max({C, Hq * D, Hkv * D}), H * Vl);
   if (c.moe.enabled()) {
     const double Rx = double(c.experts_held.size) * N * double(c.moe.top_k);

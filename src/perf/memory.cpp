@@ -16,6 +16,12 @@ std::string model_state_formula(const RankLayout& r) {
   return f;
 }
 
+// Bytes per element of q, k, v and the attention output: 2 where the attention core keeps them
+// in bf16 (a bf16 run without context parallelism, model/attention.cpp), else 4.
+double attention_io_bytes(const ModelConfig& cfg) {
+  return cfg.compute == DType::bf16 && cfg.cp.size == 1 ? 2 : 4;
+}
+
 double activation_bytes_per_block(const ModelConfig& cfg, int64_t batch) {
   // Tokens this rank holds: a context-parallel rank holds seq_len / cp of each sequence.
   const double t = double(cfg.tp.size), N = double(batch * cfg.seq_local()), C = double(cfg.d_model);
@@ -23,26 +29,30 @@ double activation_bytes_per_block(const ModelConfig& cfg, int64_t batch) {
   const bool layernorm = cfg.arch == Arch::gpt2;
   const double ob = cfg.operand_bytes();  // what feeds GEMMs only (model/block.cpp, mlp.cpp)
   double e = 2 * R * C + (layernorm ? 4 : 2) * R;  // fp32: h, out; the norms' statistics
-  e += (2 * double(cfg.heads) + 2 * double(cfg.kv_heads)) / t * double(cfg.head_dim) * N;
   e += double(batch) * double(cfg.heads) / t * double(cfg.seq_local());  // lse
   e += (cfg.arch == Arch::llama ? 2 : 1) * double(cfg.ffn_hidden) / t * N;  // (gate,) up
-  return 4 * e + ob * (2 * R * C + double(cfg.ffn_hidden) / t * N);  // n1, n2; act
+  const double qkvo = (2 * double(cfg.heads) + 2 * double(cfg.kv_heads)) / t *
+                      double(cfg.head_dim) * N;  // q, k, v, the attention output
+  return 4 * e + attention_io_bytes(cfg) * qkvo +
+         ob * (2 * R * C + double(cfg.ffn_hidden) / t * N);  // n1, n2; act
 }
 
 namespace {
 
-// The attention's activations: q, k, v, its output and the log-sum-exp (fp32).
+// The attention's activations: q, k, v, its output (attention_io_bytes) and the log-sum-exp
+// (fp32).
 double attention_bytes(const ModelConfig& cfg, int64_t batch) {
   const double t = double(cfg.tp.size), N = double(batch * cfg.seq_local());
-  return 4 * ((2 * double(cfg.heads) + 2 * double(cfg.kv_heads)) / t * double(cfg.head_dim) * N +
-              double(batch) * double(cfg.heads) / t * double(cfg.seq_local()));
+  return attention_io_bytes(cfg) *
+             ((2 * double(cfg.heads) + 2 * double(cfg.kv_heads)) / t * double(cfg.head_dim) * N) +
+         4 * double(batch) * double(cfg.heads) / t * double(cfg.seq_local());
 }
 
-// Bytes of the attention's pieces selective recompute drops: its output and lse (fp32).
+// Bytes of the attention's pieces selective recompute drops: its output and lse.
 double selective_attention(const ModelConfig& cfg, int64_t batch) {
   const double t = double(cfg.tp.size), N = double(batch * cfg.seq_local());
-  return 4 * (double(cfg.heads) / t * double(cfg.head_dim) * N +
-              double(batch) * double(cfg.heads) / t * double(cfg.seq_local()));
+  return attention_io_bytes(cfg) * double(cfg.heads) / t * double(cfg.head_dim) * N +
+         4 * double(batch) * double(cfg.heads) / t * double(cfg.seq_local());
 }
 
 // ... and of the MLP's: a dense block's activation output (in the operand dtype), or a

@@ -42,16 +42,20 @@ std::string model_state_formula(const RankLayout& r);
 // bytes, exactly as its layers allocate them (cfg.tp gives the tensor-parallel split; R = rows
 // of the residual stream: B*T, or B*T/t with sequence parallelism). Elements are fp32 except
 // those that feed only GEMMs (the norms' outputs and the MLP activation), which are in the
-// operand dtype (cfg.operand_bytes(): 2 in a 16-bit run):
+// operand dtype (cfg.operand_bytes(): 2 in a 16-bit run), and q, k, v and the attention
+// output, which are bf16 in a bf16 run without context parallelism (attention_io_bytes: the
+// attention core reads and writes them so; fp32 in fp16 runs and with context parallelism):
 //   per block: norm outputs 2*R*C (operand dtype; a mixture-of-experts block's second in fp32,
 //     the router's input), residual copy and block output 2*R*C, norm statistics 2*R
-//     (LayerNorm 4*R); q, k, v and the attention output (2*Hq + 2*Hkv)/t * D * B*T, the
-//     softmax log-sum-exp B*Hq/t*T (flash-style: no T x T scores); MLP 2*F/t*B*T (SwiGLU:
+//     (LayerNorm 4*R); q, k, v and the attention output (2*Hq + 2*Hkv)/t * D * B*T
+//     (attention_io_bytes), the softmax log-sum-exp B*Hq/t*T (flash-style: no T x T scores,
+//     fp32); MLP 2*F/t*B*T (SwiGLU:
 //     gate, up) or F/t*B*T (GELU: input) and the activation F/t*B*T (operand dtype)
 //   embedding output R*C; head: norm statistics R (LayerNorm 2R) and its input gradient R*C.
 // Recompute (cfg.recompute, doc/recompute.md) changes what a block keeps per micro-batch:
 //   selective: all but the attention output and its log-sum-exp and the MLP activation's
-//     output (q/t*D*B*T + B*Hq/t*T fp32 and F/t*B*T operand-dtype elements fewer);
+//     output (Hq/t*D*B*T attention_io_bytes, B*Hq/t*T fp32 and F/t*B*T operand-dtype elements
+//     fewer);
 //   full: its output R*C only (the next block's kept input; a block's own input is its
 //     predecessor's output);
 // and adds one shared set for the block being rebuilt: what selective drops, or a whole
@@ -67,6 +71,8 @@ double activation_bytes(const ModelConfig& cfg, int64_t batch);
 // the relay's tables and node-packed outputs (model/moe_two_level.cpp).
 double moe_block_extra_bytes(const ModelConfig& cfg, int64_t batch);
 double activation_bytes_per_block(const ModelConfig& cfg, int64_t batch);
+// 2 or 4: the bytes of an element of q, k, v and the attention output (above).
+double attention_io_bytes(const ModelConfig& cfg);
 // What one block (a mixture-of-experts block when `moe`) keeps per micro-batch in flight,
 // treated as `mode` says. A mixture-of-experts block under selective recompute drops the
 // attention's output and lse and the experts' activation outputs (routed, fp32, and shared);

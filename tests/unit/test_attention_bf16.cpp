@@ -1,10 +1,15 @@
 // The CPU attention with bf16 products (AttnShape::compute = bf16), with and without document
 // masks, against a plain loop in
-// double over the operands the kernel multiplies: bf16(scale q), bf16(k), bf16(v), bf16(dout),
-// with P and dS rounded to bf16 where the kernel rounds them (kernels.hpp, "Precision"): in the
-// forward P = exp(s - m) against the running maximum m over the 64-key tiles seen so far (the
-// row sum adds the rounded P), in the backward P = exp(s - lse) with the kernel's own out and
-// lse, as training passes them.
+// double over the operands the kernel multiplies: bf16(q), bf16(k), bf16(v), bf16(dout), the
+// scores scale (q k^T), with P and dS rounded to bf16 where the kernel rounds them (kernels.hpp,
+// "Precision"): in the forward P = exp(s - m) against the running maximum m over the 64-key
+// tiles seen so far (the row sum adds the rounded P), in the backward P = exp(s - lse) with the
+// kernel's own out and lse, as training passes them.
+//
+// The kernel takes q, k, v as bf16 tensors (a bf16 run keeps them so) or as f32 tensors that
+// it rounds as it copies its tiles: both must give the same bits. With bf16 q, k, v it writes
+// the output in f32 or in bf16; the bf16 output must be the f32 one rounded (bit for bit), and
+// the backward that reads it is checked against the reference given that output.
 //
 // What is left between the two is fp32 summation (~1e-6) and, now and then, a value that
 // lies within fp32 error of a bf16 rounding boundary and rounds the other way: one P or dS
@@ -23,6 +28,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "../test_vectors.hpp"
@@ -78,7 +84,8 @@ void PrintTo(const Case& c, std::ostream* os) {
       << c.D << " q_pos0 " << c.q_pos0 << " k_pos0 " << c.k_pos0 << " std " << c.input_std;
 }
 
-// The reference. Its operands are the kernel's rounded ones: qs = bf16(scale q), k, v, dout.
+// The reference. Its operands are the kernel's rounded ones: qs = bf16(q), k, v, dout; the
+// scale multiplies the scores.
 struct Reference {
   Case c;
   AttnShape s;
@@ -87,7 +94,7 @@ struct Reference {
 
   Reference(const Case& cs, const FVec& q, const FVec& kf, const FVec& vf, const FVec& df)
       : c(cs), s(cs.shape(DType::bf16)), doc(cs.doc_start()) {
-    for (float x : q) qs.push_back(bf16(double(s.scale * x)));
+    for (float x : q) qs.push_back(bf16(x));
     for (float x : kf) k.push_back(bf16(x));
     for (float x : vf) v.push_back(bf16(x));
     for (float x : df) dout.push_back(bf16(x));
@@ -108,7 +115,7 @@ struct Reference {
   double score(int64_t b, int64_t h, int64_t i, int64_t j) const {
     double acc = 0;
     for (int64_t d = 0; d < s.D; ++d) acc += qs[qi(b, i, h) + d] * k[ki(b, j, head(h)) + d];
-    return acc;
+    return double(s.scale) * acc;
   }
 
   void forward(DVec& out, DVec& lse) const {
@@ -160,7 +167,7 @@ struct Reference {
             for (int64_t d = 0; d < s.D; ++d) {
               dv[ki(b, j, g) + d] += pb * dout[r + d];
               dq[r + d] += s.scale * ds * k[ki(b, j, g) + d];
-              dk[ki(b, j, g) + d] += ds * qs[r + d];
+              dk[ki(b, j, g) + d] += s.scale * ds * qs[r + d];
             }
           }
         }
@@ -181,18 +188,75 @@ struct Run {
   FVec out, lse, dq, dk, dv;
 };
 
+using HVec = std::vector<uint16_t>;
+HVec to_bf16(const FVec& x) {
+  HVec y;
+  for (float v : x) y.push_back(half::to_bf16(v));
+  return y;
+}
+FVec widen(const HVec& x) {
+  FVec y;
+  for (uint16_t v : x) y.push_back(half::from_bf16(v));
+  return y;
+}
+Tensor bf16_view(const HVec& v) {
+  return view_of(v.data(), DType::bf16, Shape{int64_t(v.size())});
+}
+
+// How the kernel is given q, k, v and its output: f32 tensors, bf16 q, k, v with an f32
+// output, or bf16 q, k, v and output (the output of Run is then the bf16 one, widened).
+enum class Io { f32, bf16_in, bf16_all };
+
 Run run_kernel(const Case& c, DType compute, const FVec& q, const FVec& k, const FVec& v,
-               const FVec& dout) {
+               const FVec& dout, Io io = Io::f32) {
   const float nan = std::numeric_limits<float>::quiet_NaN();  // unwritten outputs show up
   Run r{FVec(c.q_size(), nan), FVec(c.lse_size(), nan), FVec(c.q_size(), nan),
         FVec(c.kv_size(), nan), FVec(c.kv_size(), nan)};
   const AttnShape s = c.shape(compute);
   const std::vector<int32_t> doc = c.doc_start();
   const Tensor d = doc.empty() ? Tensor{} : host(doc);
-  attention_forward(host(q), host(k), host(v), host(r.out), host(r.lse), s, d);
-  attention_backward(host(dout), host(q), host(k), host(v), host(r.out), host(r.lse), host(r.dq),
-                     host(r.dk), host(r.dv), s, d);
+  if (io == Io::f32) {
+    attention_forward(host(q), host(k), host(v), host(r.out), host(r.lse), s, d);
+    attention_backward(host(dout), host(q), host(k), host(v), host(r.out), host(r.lse),
+                       host(r.dq), host(r.dk), host(r.dv), s, d);
+    return r;
+  }
+  const HVec qb = to_bf16(q), kb = to_bf16(k), vb = to_bf16(v);
+  HVec out16(c.q_size(), 0x7fc0);  // NaN
+  const Tensor out = io == Io::bf16_all ? bf16_view(out16) : host(r.out);
+  attention_forward(bf16_view(qb), bf16_view(kb), bf16_view(vb), out, host(r.lse), s, d);
+  attention_backward(host(dout), bf16_view(qb), bf16_view(kb), bf16_view(vb), out, host(r.lse),
+                     host(r.dq), host(r.dk), host(r.dv), s, d);
+  if (io == Io::bf16_all) r.out = widen(out16);
   return r;
+}
+
+bool same_bits(const FVec& a, const FVec& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
+           return half::bits(x) == half::bits(y);
+         });
+}
+
+// The kernel's bf16 q, k, v against its f32 ones (the same bits), and its bf16 output against
+// its f32 one rounded; the backward from the bf16 output against the reference given it.
+void check_bf16_io(const Case& c, const Reference& ref, const Run& f32_in, const FVec& q,
+                   const FVec& k, const FVec& v, const FVec& dout) {
+  const Run in = run_kernel(c, DType::bf16, q, k, v, dout, Io::bf16_in);
+  for (const auto& [a, b, name] : {std::tuple{&in.out, &f32_in.out, "out"},
+                                   std::tuple{&in.lse, &f32_in.lse, "lse"},
+                                   std::tuple{&in.dq, &f32_in.dq, "dq"},
+                                   std::tuple{&in.dk, &f32_in.dk, "dk"},
+                                   std::tuple{&in.dv, &f32_in.dv, "dv"}})
+    EXPECT_TRUE(same_bits(*a, *b)) << name << ": bf16 q, k, v and f32 ones rounded differ";
+  const Run all = run_kernel(c, DType::bf16, q, k, v, dout, Io::bf16_all);
+  EXPECT_TRUE(same_bits(all.out, widen(to_bf16(f32_in.out))))
+      << "the bf16 output is not the f32 output rounded";
+  EXPECT_TRUE(same_bits(all.lse, f32_in.lse)) << "lse";
+  DVec dq, dk, dv;
+  ref.backward(all.out, all.lse, dq, dk, dv);
+  EXPECT_LE(normwise(all.dq, dq), kTol) << "dq from the bf16 output";
+  EXPECT_LE(normwise(all.dk, dk), kTol) << "dk from the bf16 output";
+  EXPECT_LE(normwise(all.dv, dv), kTol) << "dv from the bf16 output";
 }
 
 // Forward and backward of the bf16 kernel against the reference, and the fp32 kernel away
@@ -225,6 +289,7 @@ void check(const Case& c) {
     lse_want.push_back(lse[i]);
   }
   EXPECT_LE(normwise(lse_seen, lse_want), kTol) << "lse";
+  check_bf16_io(c, ref, bf, q, k, v, dout);
 
   // The same inputs through the fp32 kernel: far from the bf16 reference, for every output
   // the reference does not have at zero (the gradients of a single key, a block wholly in the
@@ -292,6 +357,41 @@ TEST(AttentionBf16Api, Fp16ComputeIsAnError) {
   FVec x(c.q_size()), lse(c.lse_size());
   EXPECT_THROW(
       attention_forward(host(x), host(x), host(x), host(x), host(lse), c.shape(DType::f16)), Error);
+}
+
+// bf16 q, k, v need the bf16 compute; a bf16 output needs bf16 q, k, v.
+TEST(AttentionBf16Api, Bf16TensorsNeedTheBf16Compute) {
+  const Case c{1, 4, 1, 1, 8};
+  FVec x(c.q_size()), lse(c.lse_size());
+  HVec h(c.q_size());
+  EXPECT_THROW(attention_forward(bf16_view(h), bf16_view(h), bf16_view(h), host(x), host(lse),
+                                 c.shape(DType::f32)),
+               Error);
+  EXPECT_THROW(attention_forward(host(x), host(x), host(x), bf16_view(h), host(lse),
+                                 c.shape(DType::bf16)),
+               Error);
+  EXPECT_NO_THROW(attention_forward(bf16_view(h), bf16_view(h), bf16_view(h), bf16_view(h),
+                                    host(lse), c.shape(DType::bf16)));
+}
+
+// RoPE with a bf16 output (a bf16 run's q and k): the fp32 rotation rounded, bit for bit, and
+// the input left as it was; by position range and by per-token positions.
+TEST(RopeBf16Output, IsTheFp32RotationRounded) {
+  const int64_t B = 2, T = 5, H = 3, D = 8, n = B * T * H * D;
+  const FVec x = test::randn(n, 41);
+  FVec in_place = x, kept = x;
+  HVec y(n, 0x7fc0);
+  rope(host(in_place), B, T, H, D, 7, 10000.0f, false);
+  rope(host(kept), B, T, H, D, 7, 10000.0f, false, bf16_view(y));
+  EXPECT_TRUE(same_bits(kept, x));
+  EXPECT_TRUE(same_bits(widen(y), widen(to_bf16(in_place))));
+  std::vector<int32_t> pos;
+  for (int64_t i = 0; i < B * T; ++i) pos.push_back(int32_t(i % 3));
+  FVec at = x;
+  rope_at(host(at), host(pos), B * T, H, D, 10000.0f, true);
+  rope_at(host(kept), host(pos), B * T, H, D, 10000.0f, true, bf16_view(y));
+  EXPECT_TRUE(same_bits(kept, x));
+  EXPECT_TRUE(same_bits(widen(y), widen(to_bf16(at))));
 }
 
 }  // namespace

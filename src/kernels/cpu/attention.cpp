@@ -4,8 +4,8 @@
 // The forward walks 64x64 query/key tiles with an online softmax and saves only out and lse.
 // The backward recomputes each probability tile P = exp(S - lse) and applies
 //   dV += P^T dO,  dS = P * (dO V^T - rowsum(dO * out)),  dQ += scale dS K,  dK += scale dS^T Q.
-// Both passes compute S as (scale Q) K^T with the same code, so the backward recomputes
-// exactly the scores that the forward's lse normalised.
+// Both passes compute S as (scale Q) K^T (bf16: scale (Q K^T)) with the same code, so the
+// backward recomputes exactly the scores that the forward's lse normalised.
 // Tiles are copied into zero-padded thread-local buffers so that every product is a small
 // dense GEMM over whole register blocks.
 //
@@ -13,11 +13,15 @@
 // k_pos0 + j >= doc_start[b, i], so its visible keys are the local range [first_i, last_i];
 // a key tile below every row's first key of a query tile is skipped like a future one.
 //
-// With AttnShape::compute = bf16 the copies round the operands to bf16 (scale q, k, v, dout)
-// into pair layouts (bf16_tiles.hpp) and the seven tile products multiply bf16 operands with
-// fp32 sums; the probabilities P and dS are rounded to bf16 just before the products that read
-// them (P V, P^T dO, dS K, dS^T Q), as flash-attention does on tensor cores. The scores, the
-// online softmax, lse, Dvec (from bf16 dout and fp32 out) and every accumulator stay fp32. The
+// With AttnShape::compute = bf16 the copies take q, k, v as stored in bf16, or round fp32 ones
+// (the same bits), and round dout, into pair layouts (bf16_tiles.hpp); the seven tile products
+// multiply bf16 operands with fp32 sums. The scale multiplies the fp32 scores
+// (S = scale (Q K^T), dK = scale dS^T Q) instead of the query copy, as flash-attention does, so
+// that a bf16 q is read as it is kept. The probabilities P and dS are rounded to bf16 just
+// before the products that read them (P V, P^T dO, dS K, dS^T Q), as flash-attention does on
+// tensor cores. The scores, the online softmax, lse, Dvec (from bf16 dout and the output as
+// stored) and every accumulator stay fp32; the output is written in fp32 or rounded once to
+// bf16 (a bf16 run's kept output). The
 // forward rounds its unnormalised P = exp(s - m), m the running maximum over the key tiles seen
 // so far, and sums the row from the rounded values, so that out = sum P v / sum P is a convex
 // combination of the bf16 v rows (with the fp32 sum instead, reference_llama_bf16's 50-step
@@ -229,16 +233,19 @@ struct ForwardScratch {
         Pp(Bf16 ? kTile * kTile / 2 : 0) {}
 };
 
-// One query tile of one (b, h): its out rows and lse.
-template <bool Bf16>
-void forward_tile(const float* q, const float* k, const float* v, float* out, float* lse,
+// One query tile of one (b, h): its out rows (out, or out16 in bf16 when given) and lse.
+// In: the element type of q, k, v (float; in bf16, float or uint16_t, bf16 bit patterns).
+template <bool Bf16, class In>
+void forward_tile(const In* q, const In* k, const In* v, float* out, uint16_t* out16, float* lse,
                   const Geometry& G, float scale, int64_t b, int64_t h, int64_t ib,
                   ForwardScratch<Bf16>& ws) {
   const int64_t D = G.D, Dp = G.Dp, g = h / G.group, ld = G.Hkv * D;
   const TileRange Q(G.T, ib);
-  // The scale is folded into the query copy.
+  // fp32: the scale is folded into the query copy; bf16: q is read as it is stored and the
+  // scores are scaled in fp32 (sscale), as flash-attention does.
+  const float sscale = Bf16 ? scale : 1.0f;
   if constexpr (Bf16)
-    column_pairs(q + G.q_at(b, Q.start, h), G.Hq * D, Q.n, Q.n_rows, D, Dp / 2, scale, ws.Qp.data(),
+    column_pairs(q + G.q_at(b, Q.start, h), G.Hq * D, Q.n, Q.n_rows, D, Dp / 2, ws.Qp.data(),
                  Dp / 2, 1);
   else
     load_rows(q + G.q_at(b, Q.start, h), G.Hq * D, Q.n, Q.n_rows, D, Dp, scale, ws.Qs.data());
@@ -252,9 +259,9 @@ void forward_tile(const float* q, const float* k, const float* v, float* out, fl
     const TileRange K(G.Tk, jb);
     if (!tiles_meet(Q, K, G.shift)) break;
     if constexpr (Bf16) {
-      column_pairs(k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, D, Dp / 2, 1.0f, ws.Kd.data(), 1,
+      column_pairs(k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, D, Dp / 2, ws.Kd.data(), 1,
                    kTile);
-      row_pairs(v + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, D, Dp, 1.0f, ws.Vr.data(), Dp, 1);
+      row_pairs(v + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, D, Dp, ws.Vr.data(), Dp, 1);
       pair_gemm<false>(Q.n_rows, K.n_cols, Dp / 2, ws.Qp.data(), Dp / 2, ws.Kd.data(), kTile,
                        ws.S.data(), kTile);
     } else {
@@ -273,8 +280,9 @@ void forward_tile(const float* q, const float* k, const float* v, float* out, fl
         continue;
       }
       vfloat vmx = vsplat(ws.m[r]);
+      const vfloat vscale = vsplat(sscale);  // x 1 in fp32: exact
       for (int64_t c0 = 0; c0 < K.n_cols; c0 += kLanes) {
-        const vfloat x = vload(s + c0);
+        const vfloat x = vload(s + c0) * vscale;
         vmx = vselect(visible_lanes(c0, lo, nc) & (x > vmx), x, vmx);
       }
       const float mx = hmax(vmx);
@@ -282,7 +290,7 @@ void forward_tile(const float* q, const float* k, const float* v, float* out, fl
       const float corr = first ? 0.0f : std::exp(ws.m[r] - mx);
       vfloat sum = {};
       for (int64_t c0 = 0; c0 < K.n_cols; c0 += kLanes) {
-        vfloat e = vselect(visible_lanes(c0, lo, nc), vexp(vload(s + c0) - mx), vfloat{});
+        vfloat e = vselect(visible_lanes(c0, lo, nc), vexp(vload(s + c0) * vscale - mx), vfloat{});
         if constexpr (Bf16) e = round_bf16(e);  // the row sums the weights P V multiplies
         vstore(s + c0, e);
         sum += e;
@@ -296,8 +304,8 @@ void forward_tile(const float* q, const float* k, const float* v, float* out, fl
       }
     }
     if constexpr (Bf16) {
-      column_pairs(ws.S.data(), kTile, Q.n_rows, Q.n_rows, K.n_cols, K.n_cols / 2, 1.0f,
-                   ws.Pp.data(), kTile / 2, 1);
+      column_pairs(ws.S.data(), kTile, Q.n_rows, Q.n_rows, K.n_cols, K.n_cols / 2, ws.Pp.data(),
+                   kTile / 2, 1);
       pair_gemm<true>(Q.n_rows, Dp, K.n_cols / 2, ws.Pp.data(), kTile / 2, ws.Vr.data(), Dp,
                       ws.O.data(), Dp);
     } else {
@@ -306,33 +314,48 @@ void forward_tile(const float* q, const float* k, const float* v, float* out, fl
     }
   }
   for (int64_t r = 0; r < Q.n; ++r) {
-    float* dst = out + G.q_at(b, Q.start + r, h);
+    const int64_t at = G.q_at(b, Q.start + r, h);
     if (ws.m[r] == kNoKey) {  // no key of the block is visible to this row
-      std::fill(dst, dst + D, 0.0f);
+      if (out16)
+        std::fill(out16 + at, out16 + at + D, uint16_t(0));
+      else
+        std::fill(out + at, out + at + D, 0.0f);
       lse[G.stat_at(b, h, Q.start + r)] = kNoKey;
       continue;
     }
     const float inv = 1.0f / ws.l[r];
     const float* o = ws.O.data() + r * Dp;
+    if (out16) {  // the fp32 row rounded once
+      uint16_t* dst = out16 + at;
 #pragma omp simd
-    for (int64_t d = 0; d < D; ++d) dst[d] = o[d] * inv;
+      for (int64_t d = 0; d < D; ++d) dst[d] = uint16_t(bf16_tiles::bf16_bits(o[d] * inv));
+    } else {
+      float* dst = out + at;
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) dst[d] = o[d] * inv;
+    }
     lse[G.stat_at(b, h, Q.start + r)] = ws.m[r] + std::log(ws.l[r]);
   }
 }
 
 // ---- backward ---------------------------------------------------------------------------
 
-// Read-only inputs of the backward plus the per-row Dvec = rowsum(dout * out).
+// Read-only inputs of the backward plus the per-row Dvec = rowsum(dout * out); q, k, v of
+// element type In (as forward_tile's).
+template <class In>
 struct BackwardArgs {
-  const float *dout, *q, *k, *v, *lse, *dvec;
+  const float* dout;
+  const In *q, *k, *v;
+  const float *lse, *dvec;
   Geometry G;
   float scale;
 };
 
 // Per-thread tile buffers: the current query tile (Qs = scale * q, dOs), key tile (KT, VT,
 // Ks), the score tiles (P, dS) and the gradient accumulators. In bf16 the operand tiles are
-// pairs instead: of columns (Qp, dOp; and Pp, dSp from P, dS), of rows (Qr, dOr, Kr), over d
-// (Kd = k^T, Vd = v^T), and of P^T and dS^T (Pt, dSt).
+// pairs instead (q unscaled: the scale multiplies the scores and dK): of columns (Qp, dOp;
+// and Pp, dSp from P, dS), of rows (Qr, dOr, Kr), over d (Kd = k^T, Vd = v^T), and of P^T and
+// dS^T (Pt, dSt).
 template <bool Bf16>
 struct BackwardScratch {
   std::vector<float> Qs, dOs, KT, VT, Ks, P, dS, dK, dV, dQ;
@@ -355,47 +378,49 @@ struct BackwardScratch {
   }
 };
 
-template <bool Bf16>
-void load_query_tile(const BackwardArgs& a, int64_t b, int64_t h, const TileRange& Q,
+template <bool Bf16, class In>
+void load_query_tile(const BackwardArgs<In>& a, int64_t b, int64_t h, const TileRange& Q,
                      BackwardScratch<Bf16>& ws) {
   const Geometry& G = a.G;
   if constexpr (Bf16) {
-    const float *q = a.q + G.q_at(b, Q.start, h), *dout = a.dout + G.q_at(b, Q.start, h);
+    const In* q = a.q + G.q_at(b, Q.start, h);
+    const float* dout = a.dout + G.q_at(b, Q.start, h);
     const int64_t ld = G.Hq * G.D, Dp = G.Dp;
-    column_pairs(q, ld, Q.n, Q.n_rows, G.D, Dp / 2, a.scale, ws.Qp.data(), Dp / 2, 1);
-    row_pairs(q, ld, Q.n, Q.n_rows, G.D, Dp, a.scale, ws.Qr.data(), Dp, 1);
-    column_pairs(dout, ld, Q.n, Q.n_rows, G.D, Dp / 2, 1.0f, ws.dOp.data(), Dp / 2, 1);
-    row_pairs(dout, ld, Q.n, Q.n_rows, G.D, Dp, 1.0f, ws.dOr.data(), Dp, 1);
-    return;
+    column_pairs(q, ld, Q.n, Q.n_rows, G.D, Dp / 2, ws.Qp.data(), Dp / 2, 1);
+    row_pairs(q, ld, Q.n, Q.n_rows, G.D, Dp, ws.Qr.data(), Dp, 1);
+    column_pairs(dout, ld, Q.n, Q.n_rows, G.D, Dp / 2, ws.dOp.data(), Dp / 2, 1);
+    row_pairs(dout, ld, Q.n, Q.n_rows, G.D, Dp, ws.dOr.data(), Dp, 1);
+  } else {
+    load_rows(a.q + G.q_at(b, Q.start, h), G.Hq * G.D, Q.n, Q.n_rows, G.D, G.Dp, a.scale,
+              ws.Qs.data());
+    load_rows(a.dout + G.q_at(b, Q.start, h), G.Hq * G.D, Q.n, Q.n_rows, G.D, G.Dp, 1.0f,
+              ws.dOs.data());
   }
-  load_rows(a.q + G.q_at(b, Q.start, h), G.Hq * G.D, Q.n, Q.n_rows, G.D, G.Dp, a.scale,
-            ws.Qs.data());
-  load_rows(a.dout + G.q_at(b, Q.start, h), G.Hq * G.D, Q.n, Q.n_rows, G.D, G.Dp, 1.0f,
-            ws.dOs.data());
 }
 
-template <bool Bf16>
-void load_key_tile(const BackwardArgs& a, int64_t b, int64_t g, const TileRange& K,
+template <bool Bf16, class In>
+void load_key_tile(const BackwardArgs<In>& a, int64_t b, int64_t g, const TileRange& K,
                    BackwardScratch<Bf16>& ws) {
   const Geometry& G = a.G;
   const int64_t ld = G.Hkv * G.D;
   if constexpr (Bf16) {
-    const float *k = a.k + G.kv_at(b, K.start, g), *v = a.v + G.kv_at(b, K.start, g);
+    const In *k = a.k + G.kv_at(b, K.start, g), *v = a.v + G.kv_at(b, K.start, g);
     const int64_t Dp = G.Dp;
-    column_pairs(k, ld, K.n, K.n_cols, G.D, Dp / 2, 1.0f, ws.Kd.data(), 1, kTile);
-    column_pairs(v, ld, K.n, K.n_cols, G.D, Dp / 2, 1.0f, ws.Vd.data(), 1, kTile);
-    row_pairs(k, ld, K.n, K.n_cols, G.D, Dp, 1.0f, ws.Kr.data(), Dp, 1);
-    return;
+    column_pairs(k, ld, K.n, K.n_cols, G.D, Dp / 2, ws.Kd.data(), 1, kTile);
+    column_pairs(v, ld, K.n, K.n_cols, G.D, Dp / 2, ws.Vd.data(), 1, kTile);
+    row_pairs(k, ld, K.n, K.n_cols, G.D, Dp, ws.Kr.data(), Dp, 1);
+  } else {
+    load_transposed(a.k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, ws.KT.data());
+    load_transposed(a.v + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, ws.VT.data());
+    load_rows(a.k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, 1.0f, ws.Ks.data());
   }
-  load_transposed(a.k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, ws.KT.data());
-  load_transposed(a.v + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, ws.VT.data());
-  load_rows(a.k + G.kv_at(b, K.start, g), ld, K.n, K.n_cols, G.D, G.Dp, 1.0f, ws.Ks.data());
 }
 
 // For the loaded query tile (head h) against the loaded key tile: P = exp(scale Q K^T - lse)
-// and dS = P * (dO V^T - Dvec) (without the factor scale), zero where masked or padded.
-template <bool Bf16>
-void probs_and_dscores(const BackwardArgs& a, int64_t b, int64_t h, const TileRange& Q,
+// and dS = P * (dO V^T - Dvec) (without the factor scale), zero where masked or padded. The
+// scores are computed as the forward computes them: (scale Q) K^T in fp32, scale (Q K^T) in bf16.
+template <bool Bf16, class In>
+void probs_and_dscores(const BackwardArgs<In>& a, int64_t b, int64_t h, const TileRange& Q,
                        const TileRange& K, BackwardScratch<Bf16>& ws) {
   const Geometry& G = a.G;
   if constexpr (Bf16) {
@@ -411,6 +436,7 @@ void probs_and_dscores(const BackwardArgs& a, int64_t b, int64_t h, const TileRa
                             ws.dS.data(), kTile);
   }
   // Padding rows (r >= Q.n) are zero already: their Qs and dOs rows are zero.
+  const vfloat vscale = vsplat(Bf16 ? a.scale : 1.0f);  // x 1 in fp32: exact
   for (int64_t r = 0; r < Q.n; ++r) {
     const int64_t i = Q.start + r, nc = causal_count(i, K.start, K.n, G.shift);
     const int64_t lo = G.first_key(b, i) - K.start;
@@ -419,23 +445,24 @@ void probs_and_dscores(const BackwardArgs& a, int64_t b, int64_t h, const TileRa
     float* ds = ws.dS.data() + r * kTile;
     for (int64_t c0 = 0; c0 < K.n_cols; c0 += kLanes) {
       const vint keep = visible_lanes(c0, lo, nc);
-      const vfloat e = vselect(keep, vexp(vload(p + c0) - L), vfloat{});
+      const vfloat e = vselect(keep, vexp(vload(p + c0) * vscale - L), vfloat{});
       vstore(p + c0, e);
       vstore(ds + c0, vselect(keep, e * (vload(ds + c0) - Di), vfloat{}));
     }
   }
 }
 
-// dV += P^T dO and dK += dS^T (scale Q) into the key-tile accumulators.
-template <bool Bf16>
-void accumulate_dkdv(const BackwardArgs& a, const TileRange& Q, const TileRange& K,
+// dV += P^T dO and dK += dS^T (scale Q) into the key-tile accumulators (bf16: dS^T Q, the
+// scale applied when dK is stored).
+template <bool Bf16, class In>
+void accumulate_dkdv(const BackwardArgs<In>& a, const TileRange& Q, const TileRange& K,
                      BackwardScratch<Bf16>& ws) {
   const int64_t Dp = a.G.Dp;
   if constexpr (Bf16) {
     const int64_t kp = Q.n_rows / 2;
-    row_pairs(ws.P.data(), kTile, Q.n_rows, Q.n_rows, K.n_cols, K.n_cols, 1.0f, ws.Pt.data(), 1,
+    row_pairs(ws.P.data(), kTile, Q.n_rows, Q.n_rows, K.n_cols, K.n_cols, ws.Pt.data(), 1,
               kTile / 2);
-    row_pairs(ws.dS.data(), kTile, Q.n_rows, Q.n_rows, K.n_cols, K.n_cols, 1.0f, ws.dSt.data(), 1,
+    row_pairs(ws.dS.data(), kTile, Q.n_rows, Q.n_rows, K.n_cols, K.n_cols, ws.dSt.data(), 1,
               kTile / 2);
     pair_gemm<true>(K.n_cols, Dp, kp, ws.Pt.data(), kTile / 2, ws.dOr.data(), Dp, ws.dV.data(), Dp);
     pair_gemm<true>(K.n_cols, Dp, kp, ws.dSt.data(), kTile / 2, ws.Qr.data(), Dp, ws.dK.data(), Dp);
@@ -448,13 +475,13 @@ void accumulate_dkdv(const BackwardArgs& a, const TileRange& Q, const TileRange&
 }
 
 // ws.dQ = (or +=) dS K for the query tile; the factor scale is applied when it is stored.
-template <bool Accumulate, bool Bf16>
-void product_dq(const BackwardArgs& a, const TileRange& Q, const TileRange& K,
+template <bool Accumulate, bool Bf16, class In>
+void product_dq(const BackwardArgs<In>& a, const TileRange& Q, const TileRange& K,
                 BackwardScratch<Bf16>& ws) {
   const int64_t Dp = a.G.Dp;
   if constexpr (Bf16) {
-    column_pairs(ws.dS.data(), kTile, Q.n_rows, Q.n_rows, K.n_cols, K.n_cols / 2, 1.0f,
-                 ws.dSp.data(), kTile / 2, 1);
+    column_pairs(ws.dS.data(), kTile, Q.n_rows, Q.n_rows, K.n_cols, K.n_cols / 2, ws.dSp.data(),
+                 kTile / 2, 1);
     pair_gemm<Accumulate>(Q.n_rows, Dp, K.n_cols / 2, ws.dSp.data(), kTile / 2, ws.Kr.data(), Dp,
                           ws.dQ.data(), Dp);
     return;
@@ -476,8 +503,8 @@ void store_rows(const float* tile, int64_t Dp, int64_t n, int64_t D, float alpha
   }
 }
 
-template <bool Bf16>
-void forward_impl(const float* q, const float* k, const float* v, float* out, float* lse,
+template <bool Bf16, class In>
+void forward_impl(const In* q, const In* k, const In* v, float* out, uint16_t* out16, float* lse,
                   const AttnShape& s, const int32_t* doc_start) {
   const Geometry G(s, doc_start);
   const int64_t nt = num_tiles(s.T), B = s.B, Hq = s.Hq;
@@ -490,13 +517,14 @@ void forward_impl(const float* q, const float* k, const float* v, float* out, fl
     for (int64_t t = 0; t < nt; ++t)
       for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < Hq; ++h)
-          forward_tile(q, k, v, out, lse, G, s.scale, b, h, nt - 1 - t, ws);
+          forward_tile<Bf16>(q, k, v, out, out16, lse, G, s.scale, b, h, nt - 1 - t, ws);
   }
 }
 
-template <bool Bf16>
-void backward_impl(const float* dout, const float* q, const float* k, const float* v,
-                   const float* out, const float* lse, float* dq, float* dk, float* dv,
+// out: fp32, or out16 (bf16) when given.
+template <bool Bf16, class In>
+void backward_impl(const float* dout, const In* q, const In* k, const In* v, const float* out,
+                   const uint16_t* out16, const float* lse, float* dq, float* dk, float* dv,
                    const AttnShape& s, const int32_t* doc_start) {
   const Geometry G(s, doc_start);
   const int64_t B = s.B, T = s.T, Tk = s.keys(), Hq = s.Hq, Hkv = s.Hkv, D = s.D;
@@ -510,9 +538,14 @@ void backward_impl(const float* dout, const float* q, const float* k, const floa
     for (int64_t t = 0; t < T; ++t)
       for (int64_t h = 0; h < Hq; ++h) {
         const float* x = dout + G.q_at(b, t, h);
-        const float* y = out + G.q_at(b, t, h);
+        const float* y = out16 ? nullptr : out + G.q_at(b, t, h);
         float acc = 0.0f;
-        if constexpr (Bf16) {  // the dout that dP = dO V^T reads
+        if (out16) {  // bf16: both as stored, dout as dP = dO V^T reads it
+          const uint16_t* y16 = out16 + G.q_at(b, t, h);
+#pragma omp simd reduction(+ : acc)
+          for (int64_t d = 0; d < D; ++d)
+            acc += half::from_bf16(half::to_bf16(x[d])) * half::from_bf16(y16[d]);
+        } else if constexpr (Bf16) {  // the dout that dP = dO V^T reads
 #pragma omp simd reduction(+ : acc)
           for (int64_t d = 0; d < D; ++d) acc += half::from_bf16(half::to_bf16(x[d])) * y[d];
         } else {
@@ -521,7 +554,8 @@ void backward_impl(const float* dout, const float* q, const float* k, const floa
         }
         dvec[G.stat_at(b, h, t)] = acc;
       }
-  const BackwardArgs a{dout, q, k, v, lse, dvec.data(), G, s.scale};
+  const BackwardArgs<In> a{dout, q, k, v, lse, dvec.data(), G, s.scale};
+  const float dk_scale = Bf16 ? s.scale : 1.0f;  // fp32: in the query copy already
 
   // Fused (one pass per (b, kv head); that item owns the dq rows of its query heads, so dq
   // is race-free) costs ~5 tile products per tile pair but offers only B*Hkv work items.
@@ -556,11 +590,12 @@ void backward_impl(const float* dout, const float* q, const float* k, const floa
                 load_query_tile(a, b, h, Q, ws);
                 probs_and_dscores(a, b, h, Q, K, ws);
                 accumulate_dkdv(a, Q, K, ws);
-                product_dq<false>(a, Q, K, ws);
+                product_dq<false, Bf16>(a, Q, K, ws);
                 store_rows<true>(ws.dQ.data(), G.Dp, Q.n, D, s.scale, dq + G.q_at(b, Q.start, h),
                                  q_ld);
               }
-            store_rows<false>(ws.dK.data(), G.Dp, K.n, D, 1.0f, dk + G.kv_at(b, K.start, g), kv_ld);
+            store_rows<false>(ws.dK.data(), G.Dp, K.n, D, dk_scale, dk + G.kv_at(b, K.start, g),
+                              kv_ld);
             store_rows<false>(ws.dV.data(), G.Dp, K.n, D, 1.0f, dv + G.kv_at(b, K.start, g), kv_ld);
           }
         }
@@ -588,7 +623,8 @@ void backward_impl(const float* dout, const float* q, const float* k, const floa
               probs_and_dscores(a, b, h, Q, K, ws);
               accumulate_dkdv(a, Q, K, ws);
             }
-          store_rows<false>(ws.dK.data(), G.Dp, K.n, D, 1.0f, dk + G.kv_at(b, K.start, g), kv_ld);
+          store_rows<false>(ws.dK.data(), G.Dp, K.n, D, dk_scale, dk + G.kv_at(b, K.start, g),
+                            kv_ld);
           store_rows<false>(ws.dV.data(), G.Dp, K.n, D, 1.0f, dv + G.kv_at(b, K.start, g), kv_ld);
         }
 
@@ -606,7 +642,7 @@ void backward_impl(const float* dout, const float* q, const float* k, const floa
             if (!tiles_meet(Q, K, G.shift)) break;
             load_key_tile(a, b, g, K, ws);
             probs_and_dscores(a, b, h, Q, K, ws);
-            product_dq<true>(a, Q, K, ws);
+            product_dq<true, Bf16>(a, Q, K, ws);
           }
           store_rows<false>(ws.dQ.data(), G.Dp, Q.n, D, s.scale, dq + G.q_at(b, Q.start, h), q_ld);
         }
@@ -617,48 +653,41 @@ void backward_impl(const float* dout, const float* q, const float* k, const floa
 
 void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
                        const AttnShape& s, const int32_t* doc_start) {
-  if (s.compute == DType::bf16) return forward_impl<true>(q, k, v, out, lse, s, doc_start);
-  forward_impl<false>(q, k, v, out, lse, s, doc_start);
+  if (s.compute == DType::bf16)
+    return forward_impl<true>(q, k, v, out, nullptr, lse, s, doc_start);
+  forward_impl<false>(q, k, v, out, nullptr, lse, s, doc_start);
 }
 
 void attention_backward(const float* dout, const float* q, const float* k, const float* v,
                         const float* out, const float* lse, float* dq, float* dk, float* dv,
                         const AttnShape& s, const int32_t* doc_start) {
   if (s.compute == DType::bf16)
-    return backward_impl<true>(dout, q, k, v, out, lse, dq, dk, dv, s, doc_start);
-  backward_impl<false>(dout, q, k, v, out, lse, dq, dk, dv, s, doc_start);
+    return backward_impl<true>(dout, q, k, v, out, nullptr, lse, dq, dk, dv, s, doc_start);
+  backward_impl<false>(dout, q, k, v, out, nullptr, lse, dq, dk, dv, s, doc_start);
+}
+
+void attention_forward_bf16(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* out,
+                            uint16_t* out16, float* lse, const AttnShape& s,
+                            const int32_t* doc_start) {
+  forward_impl<true>(q, k, v, out, out16, lse, s, doc_start);
+}
+
+void attention_backward_bf16(const float* dout, const uint16_t* q, const uint16_t* k,
+                             const uint16_t* v, const float* out, const uint16_t* out16,
+                             const float* lse, float* dq, float* dk, float* dv, const AttnShape& s,
+                             const int32_t* doc_start) {
+  backward_impl<true>(dout, q, k, v, out, out16, lse, dq, dk, dv, s, doc_start);
 }
 
 void attention_merge(float* out, float* lse, const float* out_part, const float* lse_part,
-                     int64_t B, int64_t T, int64_t H, int64_t D) {
-  constexpr float kNoKey = -std::numeric_limits<float>::infinity();
-#pragma omp parallel for collapse(3) schedule(static)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t h = 0; h < H; ++h) {
-        const int64_t st = (b * H + h) * T + t, at = ((b * T + t) * H + h) * D;
-        const float la = lse[st], lb = lse_part[st];
-        if (lb == kNoKey) continue;  // the block adds nothing to this row
-        float* o = out + at;
-        const float* p = out_part + at;
-        if (la == kNoKey) {
-          std::copy(p, p + D, o);
-          lse[st] = lb;
-          continue;
-        }
-        const float m = std::max(la, lb);
-        const float wa = std::exp(la - m), wb = std::exp(lb - m), sum = wa + wb;
-        const float ca = wa / sum, cb = wb / sum;
-#pragma omp simd
-        for (int64_t d = 0; d < D; ++d) o[d] = ca * o[d] + cb * p[d];
-        lse[st] = m + std::log(sum);
-      }
-}
+                     int64_t B, int64_t T, int64_t H, int64_t D);
 
 void register_attention(Backend& b) {
   b.attention_forward = attention_forward;
   b.attention_backward = attention_backward;
-  b.attention_merge = attention_merge;
+  b.attention_forward_bf16 = attention_forward_bf16;
+  b.attention_backward_bf16 = attention_backward_bf16;
+  b.attention_merge = attention_merge;  // cpu/attention_merge.cpp
 }
 
 }  // namespace tessera::kernels::cpu

@@ -35,8 +35,16 @@ inline uint32_t bf16_bits(float x) {
   const uint32_t u = half::bits(x);
   return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
 }
-inline uint32_t pack(float lo, float hi) {
-  return bf16_bits(lo) | bf16_bits(hi) << 16;
+// An element's bf16 bits: an fp32 value rounded, a bf16 value (its bit pattern) as it is.
+inline uint32_t bits16(float x) {
+  return bf16_bits(x);
+}
+inline uint32_t bits16(uint16_t x) {
+  return x;
+}
+template <class T>
+inline uint32_t pack(T lo, T hi) {
+  return bits16(lo) | bits16(hi) << 16;
 }
 inline float low(uint32_t p) {
   return half::from_bits(p << 16);
@@ -45,12 +53,14 @@ inline float high(uint32_t p) {
   return half::from_bits(p & 0xffff0000u);
 }
 
-// The pairs of adjacent columns of rows of an fp32 matrix: dst[r * rs + p * ps] =
-// pack(alpha x[r][2p], alpha x[r][2p + 1]) with x[r][c] = src[r * ld + c] for r < n, c < cols,
-// and zero up to padded_n rows and `pairs` pairs. With rs = pairs, ps = 1 the result is an A
-// operand over x's columns; with rs = 1 and ps = its row stride, the B operand x^T.
-inline void column_pairs(const float* src, int64_t ld, int64_t n, int64_t padded_n, int64_t cols,
-                         int64_t pairs, float alpha, uint32_t* dst, int64_t rs, int64_t ps) {
+// The pairs of adjacent columns of rows of a matrix x of fp32 values (rounded to bf16) or of
+// bf16 values (bit patterns): dst[r * rs + p * ps] = pack(x[r][2p], x[r][2p + 1]) with
+// x[r][c] = src[r * ld + c] for r < n, c < cols, and zero up to padded_n rows and `pairs`
+// pairs. With rs = pairs, ps = 1 the result is an A operand over x's columns; with rs = 1 and
+// ps = its row stride, the B operand x^T.
+template <class T>
+inline void column_pairs(const T* src, int64_t ld, int64_t n, int64_t padded_n, int64_t cols,
+                         int64_t pairs, uint32_t* dst, int64_t rs, int64_t ps) {
   const int64_t whole = std::min(pairs, cols / 2);  // pairs inside x
   for (int64_t r = 0; r < padded_n; ++r) {
     uint32_t* out = dst + r * rs;
@@ -58,34 +68,33 @@ inline void column_pairs(const float* src, int64_t ld, int64_t n, int64_t padded
       for (int64_t p = 0; p < pairs; ++p) out[p * ps] = 0;
       continue;
     }
-    const float* row = src + r * ld;
+    const T* row = src + r * ld;
 #pragma omp simd
-    for (int64_t p = 0; p < whole; ++p)
-      out[p * ps] = pack(alpha * row[2 * p], alpha * row[2 * p + 1]);
+    for (int64_t p = 0; p < whole; ++p) out[p * ps] = pack(row[2 * p], row[2 * p + 1]);
     for (int64_t p = whole; p < pairs; ++p) {
       const int64_t c = 2 * p;
-      out[p * ps] =
-          pack(c < cols ? alpha * row[c] : 0.0f, c + 1 < cols ? alpha * row[c + 1] : 0.0f);
+      const uint32_t lo = c < cols ? bits16(row[c]) : 0u, hi = c + 1 < cols ? bits16(row[c + 1]) : 0u;
+      out[p * ps] = lo | hi << 16;
     }
   }
 }
 
-// The pairs of adjacent rows of an fp32 matrix: dst[p * ps + c * cs] = pack(alpha x[2p][c],
-// alpha x[2p + 1][c]) with x as in column_pairs, for p < padded_n / 2 (padded_n even) and
-// c < padded_cols, zero outside x. With ps = its row stride, cs = 1 the result is a B operand
-// over x's rows; with ps = 1 and cs = padded_n / 2, the A operand x^T.
-inline void row_pairs(const float* src, int64_t ld, int64_t n, int64_t padded_n, int64_t cols,
-                      int64_t padded_cols, float alpha, uint32_t* dst, int64_t ps, int64_t cs) {
+// The pairs of adjacent rows of x (as in column_pairs): dst[p * ps + c * cs] = pack(x[2p][c],
+// x[2p + 1][c]) for p < padded_n / 2 (padded_n even) and c < padded_cols, zero outside x. With
+// ps = its row stride, cs = 1 the result is a B operand over x's rows; with ps = 1 and
+// cs = padded_n / 2, the A operand x^T.
+template <class T>
+inline void row_pairs(const T* src, int64_t ld, int64_t n, int64_t padded_n, int64_t cols,
+                      int64_t padded_cols, uint32_t* dst, int64_t ps, int64_t cs) {
   for (int64_t p = 0; p < padded_n / 2; ++p) {
     const int64_t r = 2 * p;
     uint32_t* out = dst + p * ps;
     if (r + 1 < n) {  // both rows inside x
-      const float *lo = src + r * ld, *hi = lo + ld;
+      const T *lo = src + r * ld, *hi = lo + ld;
 #pragma omp simd
-      for (int64_t c = 0; c < cols; ++c) out[c * cs] = pack(alpha * lo[c], alpha * hi[c]);
+      for (int64_t c = 0; c < cols; ++c) out[c * cs] = pack(lo[c], hi[c]);
     } else {
-      for (int64_t c = 0; c < cols; ++c)
-        out[c * cs] = pack(r < n ? alpha * src[r * ld + c] : 0.0f, 0.0f);
+      for (int64_t c = 0; c < cols; ++c) out[c * cs] = r < n ? bits16(src[r * ld + c]) : 0u;
     }
     for (int64_t c = cols; c < padded_cols; ++c) out[c * cs] = 0;
   }

@@ -19,11 +19,13 @@
 // same code (dot_tile: one fused multiply-add chain over d in order) in all three kernels, so
 // the backward recomputes exactly the scores that the forward's lse normalised.
 //
-// Precision (AttnShape::compute): with bf16 the tile loads round q (scaled), k, v and dout to
-// bf16, and P and dS are rounded to bf16 where they are stored for the products that read
-// them, as on the CPU (cpu/attention.cpp); products of bf16 numbers are exact in fp32, so the
-// fp32 fma chains then compute what a bf16 tensor-core product with fp32 accumulation would,
-// up to summation order. Scores, statistics and accumulators stay fp32.
+// Precision (AttnShape::compute): with bf16 the tile loads take q, k, v as stored in bf16 (or
+// round fp32 ones) and round dout to bf16, the scale multiplies the fp32 scores (and dK)
+// instead of the query copy, and P and dS are rounded to bf16 where they are stored for the
+// products that read them, as on the CPU (cpu/attention.cpp); products of bf16 numbers are
+// exact in fp32, so the fp32 fma chains then compute what a bf16 tensor-core product with fp32
+// accumulation would, up to summation order. Scores, statistics and accumulators stay fp32;
+// the output is written in fp32 or rounded once to bf16.
 //
 // Threads: 256 per block, as 16 rows (ty) x 16 columns (tx) of the tile; the 16 threads of one
 // tile row are one half-warp, so row reductions are four shuffles. Shared-memory rows are padded
@@ -96,16 +98,29 @@ __device__ __forceinline__ int tx() {
   return threadIdx.x & 15;
 }
 
+// A bf16 bit pattern widened (exactly).
+__device__ __forceinline__ float widen(uint16_t x) {
+  return __uint_as_float(uint32_t(x) << 16);
+}
+// An element of a tile operand: alpha x, rounded to bf16 when bf16 (fp32 x), or x as it is
+// (bf16 x; alpha is then 1).
+__device__ __forceinline__ float element(float x, float alpha, bool bf16) {
+  return operand(alpha * x, bf16);
+}
+__device__ __forceinline__ float element(uint16_t x, float, bool) {
+  return widen(x);
+}
+
 // dst[r][d] = alpha * src[(start + r) * ld + d] for start + r < T and d < D, else 0; r < kTile,
 // d < kD, rounded to bf16 when bf16. src points at row t = 0 of the (b, head) being read.
-template <int kD>
-__device__ void load_tile(float* dst, const float* src, int64_t ld, int64_t start, int64_t T,
+template <int kD, class In>
+__device__ void load_tile(float* dst, const In* src, int64_t ld, int64_t start, int64_t T,
                           int64_t D, float alpha, bool bf16) {
   constexpr int kLd = kD + 1;
   for (int idx = threadIdx.x; idx < kTile * kD; idx += kThreads) {
     const int r = idx / kD, d = idx % kD;
     const int64_t t = start + r;
-    dst[r * kLd + d] = t < T && d < D ? operand(alpha * src[t * ld + d], bf16) : 0.0f;
+    dst[r * kLd + d] = t < T && d < D ? element(src[t * ld + d], alpha, bf16) : 0.0f;
   }
 }
 
@@ -173,10 +188,11 @@ __device__ __forceinline__ float row_sum16(float v) {
   return v;
 }
 
-// Writes rows t0 + ty*4 + i (< T), columns tx + 16 c (< D) of alpha * acc to dst (row stride ld).
+// Writes rows t0 + ty*4 + i (< T), columns tx + 16 c (< D) of alpha * acc to dst (row stride
+// ld), or rounded to bf16 to dst16 when given.
 template <int kD>
 __device__ void store_rows(float* dst, int64_t ld, int64_t t0, int64_t T, int64_t D, float alpha,
-                           const float acc[4][kD / 16]) {
+                           const float acc[4][kD / 16], uint16_t* dst16 = nullptr) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int64_t t = t0 + ty() * 4 + i;
@@ -184,17 +200,22 @@ __device__ void store_rows(float* dst, int64_t ld, int64_t t0, int64_t T, int64_
 #pragma unroll
     for (int c = 0; c < kD / 16; ++c) {
       const int d = tx() + 16 * c;
-      if (d < D) dst[t * ld + d] = alpha * acc[i][c];
+      if (d >= D) continue;
+      if (dst16)
+        dst16[t * ld + d] = __bfloat16_as_ushort(__float2bfloat16_rn(alpha * acc[i][c]));
+      else
+        dst[t * ld + d] = alpha * acc[i][c];
     }
   }
 }
 
 // ---- forward ----------------------------------------------------------------------------------
 
-template <int kD>
+template <int kD, class In>
 __global__ void __launch_bounds__(kThreads)
-    attention_forward_kernel(const float* q, const float* k, const float* v, float* out, float* lse,
-                             Geometry G, float scale, int64_t nt, int64_t nkt, bool bf16) {
+    attention_forward_kernel(const In* q, const In* k, const In* v, float* out, uint16_t* out16,
+                             float* lse, Geometry G, float scale, int64_t nt, int64_t nkt,
+                             bool bf16) {
   constexpr int kLd = kD + 1;
   extern __shared__ float smem[];
   float* Qs = smem;
@@ -205,8 +226,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t b = blockIdx.y / G.Hq, h = blockIdx.y % G.Hq, g = h / G.group;
   const int64_t q0 = ib * kTile, q_ld = G.Hq * G.D, kv_ld = G.Hkv * G.D;
 
-  // The scale is folded into the query copy, as on the CPU.
-  load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, scale, bf16);
+  // fp32: the scale is folded into the query copy; bf16: it multiplies the scores. As on the CPU.
+  const float qscale = bf16 ? 1.0f : scale, sscale = bf16 ? scale : 1.0f;
+  load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, qscale, bf16);
   float o[4][kD / 16] = {};
   float m[4], l[4];
 #pragma unroll
@@ -228,6 +250,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t kj = k0 + tx() + 16 * j;
+        s[i][j] *= sscale;  // x 1 in fp32: exact
         if (kj > qi + G.shift || kj >= G.Tk || kj < first) s[i][j] = -INFINITY;
         mx = fmaxf(mx, s[i][j]);
       }
@@ -261,22 +284,23 @@ __global__ void __launch_bounds__(kThreads)
     for (int c = 0; c < kD / 16; ++c) o[i][c] *= inv;
     if (qi < G.T && tx() == 0) lse[G.stat_at(b, h, qi)] = sum > 0.0f ? m[i] + logf(sum) : -INFINITY;
   }
-  store_rows<kD>(out + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, 1.0f, o);
+  store_rows<kD>(out ? out + G.q_at(b, 0, h) : nullptr, q_ld, q0, G.T, G.D, 1.0f, o,
+                 out16 ? out16 + G.q_at(b, 0, h) : nullptr);
 }
 
 // ---- backward ---------------------------------------------------------------------------------
 
 // dvec[b, h, t] = dout[b, t, h, :] . out[b, t, h, :]; one warp per row.
-// With bf16, dout is rounded as the products read it.
-__global__ void attention_dvec_kernel(const float* dout, const float* out, float* dvec, Geometry G,
-                                      int64_t rows, bool bf16) {
+// With bf16, dout is rounded as the products read it; out is f32, or bf16 (out16).
+__global__ void attention_dvec_kernel(const float* dout, const float* out, const uint16_t* out16,
+                                      float* dvec, Geometry G, int64_t rows, bool bf16) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
   for (int64_t r = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
     const float* x = dout + r * G.D;
-    const float* y = out + r * G.D;
     float acc = 0.0f;
-    for (int64_t d = lane; d < G.D; d += 32) acc += operand(x[d], bf16) * y[d];
+    for (int64_t d = lane; d < G.D; d += 32)
+      acc += operand(x[d], bf16) * (out16 ? widen(out16[r * G.D + d]) : out[r * G.D + d]);
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (lane == 0) {
       const int64_t h = r % G.Hq, bt = r / G.Hq, t = bt % G.T, b = bt / G.T;
@@ -296,9 +320,9 @@ __device__ void load_row_stats(float* lse_s, float* dvec_s, const float* lse, co
 }
 
 // One block per (key tile, b, kv head): dK and dV of its 64 keys.
-template <int kD>
+template <int kD, class In>
 __global__ void __launch_bounds__(kThreads)
-    attention_dkdv_kernel(const float* dout, const float* q, const float* k, const float* v,
+    attention_dkdv_kernel(const float* dout, const In* q, const In* k, const In* v,
                           const float* lse, const float* dvec, float* dk, float* dv, Geometry G,
                           float scale, int64_t nt, bool bf16) {  // nt: query tiles
   constexpr int kLd = kD + 1;
@@ -313,6 +337,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t jb = blockIdx.x;  // earlier key tiles (seen by more queries) first
   const int64_t b = blockIdx.y / G.Hkv, g = blockIdx.y % G.Hkv;
   const int64_t k0 = jb * kTile, q_ld = G.Hq * G.D, kv_ld = G.Hkv * G.D;
+  const float qscale = bf16 ? 1.0f : scale, sscale = bf16 ? scale : 1.0f;
 
   load_tile<kD>(Ks, k + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f, bf16);
   load_tile<kD>(Vs, v + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f, bf16);
@@ -324,7 +349,7 @@ __global__ void __launch_bounds__(kThreads)
       // The same for the whole block: the key tile is in the future or before every document.
       if (!G.tiles_meet(q0, k0) || k0 + kTile <= G.tile_first_key(b, q0)) continue;
       __syncthreads();                      // the previous products are done with Qs, dOs, St
-      load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, scale, bf16);
+      load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, qscale, bf16);
       load_tile<kD>(dOs, dout + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, 1.0f, bf16);
       load_row_stats(lse_s, dvec_s, lse, dvec, G, b, h, q0);
       __syncthreads();
@@ -340,7 +365,7 @@ __global__ void __launch_bounds__(kThreads)
           const int r = tx() + 16 * j;
           const int64_t qr = q0 + r;
           const bool keep = kc <= qr + G.shift && qr < G.T && kc < G.Tk && kc >= G.first_key(b, qr);
-          p[i][j] = keep ? expf(p[i][j] - lse_s[r]) : 0.0f;
+          p[i][j] = keep ? expf(p[i][j] * sscale - lse_s[r]) : 0.0f;
           ds[i][j] = p[i][j] * (ds[i][j] - dvec_s[r]);
         }
       }
@@ -350,18 +375,18 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       store_scores(St, ds, bf16);
       __syncthreads();
-      acc_product<kD>(St, Qs, dk_acc);  // dK += dS^T (scale Q)
+      acc_product<kD>(St, Qs, dk_acc);  // dK += dS^T (scale Q); bf16: dS^T Q
     }
-  store_rows<kD>(dk + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f, dk_acc);
+  store_rows<kD>(dk + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, sscale, dk_acc);
   store_rows<kD>(dv + G.kv_at(b, 0, g), kv_ld, k0, G.Tk, G.D, 1.0f, dv_acc);
 }
 
 // One block per (query tile, b, h): dQ of its 64 queries.
-template <int kD>
+template <int kD, class In>
 __global__ void __launch_bounds__(kThreads)
-    attention_dq_kernel(const float* dout, const float* q, const float* k, const float* v,
-                        const float* lse, const float* dvec, float* dq, Geometry G, float scale,
-                        int64_t nt, int64_t nkt, bool bf16) {
+    attention_dq_kernel(const float* dout, const In* q, const In* k, const In* v, const float* lse,
+                        const float* dvec, float* dq, Geometry G, float scale, int64_t nt,
+                        int64_t nkt, bool bf16) {
   constexpr int kLd = kD + 1;
   extern __shared__ float smem[];
   float* Qs = smem;
@@ -374,8 +399,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t ib = nt - 1 - blockIdx.x;
   const int64_t b = blockIdx.y / G.Hq, h = blockIdx.y % G.Hq, g = h / G.group;
   const int64_t q0 = ib * kTile, q_ld = G.Hq * G.D, kv_ld = G.Hkv * G.D;
+  const float qscale = bf16 ? 1.0f : scale, sscale = bf16 ? scale : 1.0f;
 
-  load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, scale, bf16);
+  load_tile<kD>(Qs, q + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, qscale, bf16);
   load_tile<kD>(dOs, dout + G.q_at(b, 0, h), q_ld, q0, G.T, G.D, 1.0f, bf16);
   load_row_stats(lse_s, dvec_s, lse, dvec, G, b, h, q0);
   float dq_acc[4][kD / 16] = {};
@@ -398,7 +424,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < 4; ++j) {
         const int64_t kc = k0 + tx() + 16 * j;
         const bool keep = kc <= qr + G.shift && qr < G.T && kc < G.Tk && kc >= first;
-        const float e = keep ? expf(p[i][j] - lse_s[r]) : 0.0f;
+        const float e = keep ? expf(p[i][j] * sscale - lse_s[r]) : 0.0f;
         ds[i][j] = e * (ds[i][j] - dvec_s[r]);
       }
     }
@@ -445,58 +471,60 @@ int64_t num_tiles(int64_t T) {
   return (T + kTile - 1) / kTile;
 }
 
-template <int kD>
-void forward_impl(const float* q, const float* k, const float* v, float* out, float* lse,
+template <int kD, class In>
+void forward_impl(const In* q, const In* k, const In* v, float* out, uint16_t* out16, float* lse,
                   const AttnShape& s, const Geometry& G) {
   const int64_t nt = num_tiles(s.T), nkt = num_tiles(s.keys());
   const size_t bytes = forward_smem<kD>();
-  allow_shared(attention_forward_kernel<kD>, bytes, "attention_forward_kernel");
-  attention_forward_kernel<kD>
+  allow_shared(attention_forward_kernel<kD, In>, bytes, "attention_forward_kernel");
+  attention_forward_kernel<kD, In>
       <<<dim3(unsigned(nt), unsigned(s.B * s.Hq)), kThreads, bytes, stream()>>>(
-          q, k, v, out, lse, G, s.scale, nt, nkt, s.compute == DType::bf16);
+          q, k, v, out, out16, lse, G, s.scale, nt, nkt, s.compute == DType::bf16);
   TESSERA_CUDA_LAUNCHED("attention_forward_kernel");
 }
 
-template <int kD>
-void backward_impl(const float* dout, const float* q, const float* k, const float* v,
-                   const float* dvec, const float* lse, float* dq, float* dk, float* dv,
-                   const AttnShape& s, const Geometry& G) {
+template <int kD, class In>
+void backward_impl(const float* dout, const In* q, const In* k, const In* v, const float* dvec,
+                   const float* lse, float* dq, float* dk, float* dv, const AttnShape& s,
+                   const Geometry& G) {
   const int64_t nt = num_tiles(s.T), nkt = num_tiles(s.keys());
   const size_t bytes = backward_smem<kD>();
-  allow_shared(attention_dkdv_kernel<kD>, bytes, "attention_dkdv_kernel");
-  allow_shared(attention_dq_kernel<kD>, bytes, "attention_dq_kernel");
-  attention_dkdv_kernel<kD>
+  allow_shared(attention_dkdv_kernel<kD, In>, bytes, "attention_dkdv_kernel");
+  allow_shared(attention_dq_kernel<kD, In>, bytes, "attention_dq_kernel");
+  attention_dkdv_kernel<kD, In>
       <<<dim3(unsigned(nkt), unsigned(s.B * s.Hkv)), kThreads, bytes, stream()>>>(
           dout, q, k, v, lse, dvec, dk, dv, G, s.scale, nt, s.compute == DType::bf16);
   TESSERA_CUDA_LAUNCHED("attention_dkdv_kernel");
-  attention_dq_kernel<kD><<<dim3(unsigned(nt), unsigned(s.B * s.Hq)), kThreads, bytes, stream()>>>(
-      dout, q, k, v, lse, dvec, dq, G, s.scale, nt, nkt, s.compute == DType::bf16);
+  attention_dq_kernel<kD, In>
+      <<<dim3(unsigned(nt), unsigned(s.B * s.Hq)), kThreads, bytes, stream()>>>(
+          dout, q, k, v, lse, dvec, dq, G, s.scale, nt, nkt, s.compute == DType::bf16);
   TESSERA_CUDA_LAUNCHED("attention_dq_kernel");
 }
 
-}  // namespace
-
-void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                       const AttnShape& s, const int32_t* doc_start) {
+// q, k, v of element type In (float, or uint16_t: bf16); out (f32) or out16 (bf16).
+template <class In>
+void forward_any(const In* q, const In* k, const In* v, float* out, uint16_t* out16, float* lse,
+                 const AttnShape& s, const int32_t* doc_start) {
   const Geometry G = geometry(s, doc_start);
   if (s.B == 0 || s.T == 0) return;
   if (s.D <= 32)
-    forward_impl<32>(q, k, v, out, lse, s, G);
+    forward_impl<32>(q, k, v, out, out16, lse, s, G);
   else if (s.D <= 64)
-    forward_impl<64>(q, k, v, out, lse, s, G);
+    forward_impl<64>(q, k, v, out, out16, lse, s, G);
   else
-    forward_impl<128>(q, k, v, out, lse, s, G);
+    forward_impl<128>(q, k, v, out, out16, lse, s, G);
 }
 
-void attention_backward(const float* dout, const float* q, const float* k, const float* v,
-                        const float* out, const float* lse, float* dq, float* dk, float* dv,
-                        const AttnShape& s, const int32_t* doc_start) {
+template <class In>
+void backward_any(const float* dout, const In* q, const In* k, const In* v, const float* out,
+                  const uint16_t* out16, const float* lse, float* dq, float* dk, float* dv,
+                  const AttnShape& s, const int32_t* doc_start) {
   const Geometry G = geometry(s, doc_start);
   if (s.B == 0 || s.T == 0) return;
   const int64_t rows = s.B * s.T * s.Hq;
   float* dvec = static_cast<float*>(current().scratch(sizeof(float) * size_t(rows)));
   attention_dvec_kernel<<<detail::grid_for(rows * 32, 256), 256, 0, stream()>>>(
-      dout, out, dvec, G, rows, s.compute == DType::bf16);
+      dout, out, out16, dvec, G, rows, s.compute == DType::bf16);
   TESSERA_CUDA_LAUNCHED("attention_dvec_kernel");
   if (s.D <= 32)
     backward_impl<32>(dout, q, k, v, dvec, lse, dq, dk, dv, s, G);
@@ -504,6 +532,32 @@ void attention_backward(const float* dout, const float* q, const float* k, const
     backward_impl<64>(dout, q, k, v, dvec, lse, dq, dk, dv, s, G);
   else
     backward_impl<128>(dout, q, k, v, dvec, lse, dq, dk, dv, s, G);
+}
+
+}  // namespace
+
+void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
+                       const AttnShape& s, const int32_t* doc_start) {
+  forward_any(q, k, v, out, nullptr, lse, s, doc_start);
+}
+
+void attention_backward(const float* dout, const float* q, const float* k, const float* v,
+                        const float* out, const float* lse, float* dq, float* dk, float* dv,
+                        const AttnShape& s, const int32_t* doc_start) {
+  backward_any(dout, q, k, v, out, nullptr, lse, dq, dk, dv, s, doc_start);
+}
+
+void attention_forward_bf16(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* out,
+                            uint16_t* out16, float* lse, const AttnShape& s,
+                            const int32_t* doc_start) {
+  forward_any(q, k, v, out, out16, lse, s, doc_start);
+}
+
+void attention_backward_bf16(const float* dout, const uint16_t* q, const uint16_t* k,
+                             const uint16_t* v, const float* out, const uint16_t* out16,
+                             const float* lse, float* dq, float* dk, float* dv, const AttnShape& s,
+                             const int32_t* doc_start) {
+  backward_any(dout, q, k, v, out, out16, lse, dq, dk, dv, s, doc_start);
 }
 
 // One thread per query row: the online-softmax merge of a block's (out, lse) into the running.
@@ -543,6 +597,8 @@ void attention_merge(float* out, float* lse, const float* out_part, const float*
 void register_attention(Backend& b) {
   b.attention_forward = attention_forward;
   b.attention_backward = attention_backward;
+  b.attention_forward_bf16 = attention_forward_bf16;
+  b.attention_backward_bf16 = attention_backward_bf16;
   b.attention_merge = attention_merge;
 }
 
