@@ -31,16 +31,17 @@ inline std::string one_line(const std::string& what) {
 }
 
 // Runs body on every rank; returns the process exit status. Finalizes MPI.
-// A collective Error (every rank raised it) is printed by rank 0 and every rank exits 1.
-// Anything else happened on some ranks only: the raising rank prints it and aborts the job,
-// which stops the others instead of leaving them waiting in a collective.
+// A collective Error (every rank raised it) is printed by rank 0 and every rank exits 1, as is
+// any Error of a run on one rank (there is no other rank to stop). Anything else happened on
+// some ranks only: the raising rank prints it and aborts the job, which stops the others
+// instead of leaving them waiting in a collective.
 template <class Body>
 int run_reporting_errors(const char* program, Body&& body) {
   const int rank = mpi::world_rank();
   try {
     body();
   } catch (const Error& e) {
-    if (e.collective()) {
+    if (e.collective() || mpi::world_size() == 1) {
       if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", program, one_line(e.what()).c_str());
       std::fflush(stderr);
       mpi::finalize();

@@ -96,6 +96,14 @@ BlendedDataset::BlendedDataset(const std::string& spec, MPI_Comm comm,
   for (const BlendPart& p : parts_) {
     sets_.push_back(std::make_unique<TokenDataset>(p.path, comm, expect, val_fraction));
     weights.push_back(p.weight);
+    // The deck fixes the tokenizer and the vocabulary's size for every part; the vocabulary
+    // itself (its hash) must be one too, or a token id would mean two things in one run.
+    const std::string& first = sets_.front()->vocab_hash();
+    const std::string& mine = sets_.back()->vocab_hash();
+    TESSERA_REQUIRE(mine == first, "data file '", p.path,
+                    "' of the blend was made with another vocabulary than '", parts_[0].path,
+                    "' (vocab_hash ", mine, " against ", first,
+                    "); a blend's datasets share one tokenizer and vocabulary");
     TESSERA_REQUIRE(p.weight == 0 || sets_.back()->samples(TokenDataset::train) > 0,
                     "data file '", p.path, "' of the blend has no training sample of ",
                     expect.seq_len + 1, " tokens; give it weight 0 or remove it");

@@ -38,6 +38,8 @@ std::string read_string_attr(hid_t obj, const std::string& name, const std::stri
   if (H5Tis_variable_str(type.id) > 0) {
     H5Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(mem.id, H5T_VARIABLE);
+    // The file's character set (h5py writes UTF-8): HDF5 converts no string between sets.
+    H5Tset_cset(mem.id, H5Tget_cset(type.id));
     char* s = nullptr;
     TESSERA_REQUIRE_LOCAL(H5Aread(a.id, mem.id, &s) >= 0, "cannot read attribute '", name, "' of ",
                           where);

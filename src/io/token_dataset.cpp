@@ -87,6 +87,7 @@ TokenDataset::TokenDataset(const std::string& path, MPI_Comm comm, const Dataset
     off = std::move(layout->doc_offsets);
     layout->doc_offsets = off;
     loss_mask = layout->loss_mask;  // the shards' offsets are checked against them at first open
+    vocab_hash_ = layout->vocab_hash;
     files_ = std::make_unique<ShardSet>(std::move(*layout), path, expect, max_open);
   } else {
     // Every rank opens and checks the same file, so every fault below is seen by all ranks.
@@ -102,6 +103,7 @@ TokenDataset::TokenDataset(const std::string& path, MPI_Comm comm, const Dataset
       DatasetFileInfo info = check_dataset_file(file, path, expect);
       off = std::move(info.offsets);
       loss_mask = info.loss_mask;
+      vocab_hash_ = info.vocab_hash;
       files_ = std::make_unique<ShardSet>(path, file, info.n_tokens, stamp, expect.vocab,
                                           info.loss_mask);
     } catch (...) {

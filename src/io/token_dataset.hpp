@@ -58,6 +58,8 @@ class TokenDataset {
   void check_unchanged() const;
   // The files read: one, or the shards.
   const ShardSet& files() const { return *files_; }
+  // The vocabulary the dataset was made with (tessera-prep's vocab_hash attribute).
+  const std::string& vocab_hash() const { return vocab_hash_; }
 
  private:
   struct Segment {
@@ -75,7 +77,7 @@ class TokenDataset {
   void window_documents(const std::vector<int64_t>& starts, int64_t stream_offset,
                         int32_t* doc) const;
 
-  std::string path_;
+  std::string path_, vocab_hash_;
   int64_t seq_len_;
   mutable std::string fault_;
   std::unique_ptr<ShardSet> files_;  // file_begin of a segment is an offset of its stream

@@ -7,6 +7,8 @@
   tamper.py old-attr CKPT NAME VALUE  the same in a file without the root checksum (older files)
   tamper.py version DATA VALUE        the dataset's format version
   tamper.py vocab DATA VALUE          the vocab_size attribute (a damaged header)
+  tamper.py vocab-hash DATA VALUE     the vocab_hash attribute (a file of another vocabulary)
+  tamper.py tokenizer DATA VALUE      the tokenizer attribute (a file of another tokenizer)
   tamper.py n-tokens DATA FACTOR      the n_tokens attribute multiplied by FACTOR
   tamper.py offsets-decrease DATA     two document offsets swapped
   tamper.py offsets-past-end DATA     the last document offset beyond the token array
@@ -50,6 +52,8 @@ def main(argv):
             f.attrs["version"] = np.int64(int(rest[0]))
         elif op == "vocab":
             f.attrs["vocab_size"] = np.int64(int(rest[0]))
+        elif op in ("vocab-hash", "tokenizer"):
+            f.attrs[op.replace("-", "_")] = rest[0]
         elif op == "n-tokens":
             f.attrs["n_tokens"] = np.int64(int(f.attrs["n_tokens"]) * int(rest[0]))
         elif op == "offsets-decrease":
