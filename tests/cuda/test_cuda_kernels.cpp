@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "kernels/cuda/cublas_api.hpp"
 #include "cuda_test_util.hpp"
 
 namespace tessera::kernels {
@@ -72,6 +73,16 @@ TEST_F(CudaKernels, ErrorsBecomeTesseraErrors) {
   }
   Dev<float> a(16), c(16);
   EXPECT_THROW(matmul(a, a, c, 4, 4, -1, false, false), Error);
+}
+
+// cuBLAS is loaded at the first use, not linked (kernels/cuda/cublas_api.hpp): no GPU needed to
+// see the library load, every entry point resolve, and a status named through it.
+TEST(CudaKernelsNoContext, CublasLoadsOnFirstUse) {
+  const cuda::detail::CublasApi& api = cuda::detail::cublas();
+  EXPECT_NE(api.create, nullptr);
+  EXPECT_NE(api.gemm_ex_64, nullptr);
+  EXPECT_STREQ(api.status_name(CUBLAS_STATUS_NOT_INITIALIZED), "CUBLAS_STATUS_NOT_INITIALIZED");
+  EXPECT_EQ(&api, &cuda::detail::cublas());  // loaded once
 }
 
 TEST(CudaKernelsNoContext, KernelWithoutContextIsAnError) {

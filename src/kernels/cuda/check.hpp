@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "kernels/cuda/context.hpp"
+#include "kernels/cuda/cublas_api.hpp"
 
 namespace tessera::kernels::cuda::detail {
 
@@ -24,8 +25,8 @@ inline void check_cuda(cudaError_t e, const char* what, const char* file, int li
 
 inline void check_cublas(cublasStatus_t s, const char* what, const char* file, int line) {
   if (s != CUBLAS_STATUS_SUCCESS)
-    throw ::tessera::Error(cat("cuBLAS error in ", what, ": ", cublasGetStatusName(s), " (",
-                               cublasGetStatusString(s), ")"),
+    throw ::tessera::Error(cat("cuBLAS error in ", what, ": ", cublas().status_name(s), " (",
+                               cublas().status_string(s), ")"),
                            file, line, false);
 }
 

@@ -84,19 +84,20 @@ Context::Context(int device) : impl_(std::make_unique<Impl>()) {
   TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&c.comm_stream, cudaStreamNonBlocking));
   c.memory = std::make_unique<CudaMemory>(c.stream);
   c.pool = std::make_unique<DevicePool>(*c.memory);
-  TESSERA_CUBLAS_CHECK(cublasCreate(&c.blas));
+  TESSERA_CUBLAS_CHECK(detail::cublas().create(&c.blas));
   // Setting the stream resets the workspace to cuBLAS's own, so the stream goes first.
-  TESSERA_CUBLAS_CHECK(cublasSetStream(c.blas, c.stream));
-  TESSERA_CUBLAS_CHECK(cublasSetMathMode(c.blas, CUBLAS_DEFAULT_MATH));
+  TESSERA_CUBLAS_CHECK(detail::cublas().set_stream(c.blas, c.stream));
+  TESSERA_CUBLAS_CHECK(detail::cublas().set_math_mode(c.blas, CUBLAS_DEFAULT_MATH));
   c.cublas_workspace = c.pool->allocate(kCublasWorkspace, Charge::workspace);
-  TESSERA_CUBLAS_CHECK(cublasSetWorkspace(c.blas, c.cublas_workspace, kCublasWorkspace));
+  TESSERA_CUBLAS_CHECK(
+      detail::cublas().set_workspace(c.blas, c.cublas_workspace, kCublasWorkspace));
 }
 
 Context::~Context() {
   Impl& c = *impl_;
   if (current_context == this) current_context = nullptr;
   cudaStreamSynchronize(c.stream);
-  if (c.blas) cublasDestroy(c.blas);
+  if (c.blas) detail::cublas().destroy(c.blas);
   c.pool.reset();  // frees every block (waits for the stream first)
   c.memory.reset();
   cudaStreamSynchronize(c.comm_stream);

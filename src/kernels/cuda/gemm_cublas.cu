@@ -22,10 +22,10 @@ void gemm(const void* A, const void* B, void* C, cudaDataType ab_type, cudaDataT
   // Row lengths of A and B as stored (at least 1: cuBLAS checks that even when K = 0).
   const int64_t lda = std::max<int64_t>(1, trans_a ? M : K);
   const int64_t ldb = std::max<int64_t>(1, trans_b ? K : N);
-  TESSERA_CUBLAS_CHECK(cublasGemmEx_64(current().blas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                       trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
-                                       ab_type, ldb, A, ab_type, lda, &beta, C, c_type, N,
-                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  TESSERA_CUBLAS_CHECK(detail::cublas().gemm_ex_64(
+      current().blas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N,
+      M, K, &alpha, B, ab_type, ldb, A, ab_type, lda, &beta, C, c_type, N, CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace
