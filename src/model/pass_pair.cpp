@@ -86,6 +86,10 @@ void PassPair::give_way() {
   if (running_ && !done_[1 - current_]) switch_away(nullptr);
 }
 
+void PassPair::let_other_finish() {
+  while (running_ && !done_[1 - current_]) switch_away(nullptr);
+}
+
 // While the other pass has not ended (the callers check): parks `parked` for the other's polls
 // and resumes the other pass; returns when run() resumes this one.
 void PassPair::switch_away(StepTransfers* parked) {

@@ -52,6 +52,9 @@ class PassPair {
   void await(StepTransfers& t);
   // The same switch with nothing left in flight (tests; a pass with nothing to wait for).
   void give_way();
+  // Gives way until the other pass has ended: what follows adds into a sum the other pass
+  // adds into too, and must come after it, as when the passes run one after the other.
+  void let_other_finish();
   // Polls the transfers the suspended pass left in flight (nothing outside run()).
   void poll_other();
   bool running() const { return running_; }

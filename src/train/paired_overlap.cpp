@@ -2,15 +2,15 @@
 
 namespace tessera {
 
-// Each refusal names what the two interleaved passes would share:
+// A tied token table needs none: the embedding's backward lets the head's forward end first
+// (Transformer::backward_chunk). Each refusal names what the two interleaved passes would
+// share:
 //  * the two-level dispatch: its relays' staging (Moe::src_rows_) and blocking intra-node legs;
 //  * tp: the blocking tp collectives between the switches and the partial gradients' sums;
 //  * cp: the ring's transfers in flight and the MoE's per-call row caches (Moe::runs);
 //  * recompute: the shared set of rebuilt activations (Block::Rebuilt);
 //  * ZeRO-2/3: the gradients staged and the parameters gathered per part, by part hooks that
 //    assume one pass at a time;
-//  * a tied token table: the head's forward (its dW) and the embedding's backward add into the
-//    same gradient on stage 0, in an order that would follow the switches;
 //  * a device run: the passes' kernels on one stream, not measured here.
 std::string paired_overlap_off(const RunConfig& run, const ModelConfig& cfg) {
   const ParallelSection& p = run.parallel;
@@ -22,7 +22,6 @@ std::string paired_overlap_off(const RunConfig& run, const ModelConfig& cfg) {
   if (p.cp > 1) return "cp";
   if (cfg.recompute != Recompute::none) return "recompute";
   if (p.zero >= 2) return "ZeRO-2/3";
-  if (cfg.tie_embeddings) return "tied embeddings";
   if (run.hardware.device != DeviceKind::cpu) return "device run";
   return "";
 }

@@ -16,7 +16,7 @@ namespace tessera {
 // Why the run's pairs are not interleaved ("" when they are; "not dualpipev" without pairs):
 // the deck turned it off, nothing to hide (no expert all-to-alls: no experts or ep 1), or a
 // composition not made safe to interleave yet (the two-level dispatch, tp, cp, recompute,
-// ZeRO-2/3, a tied token table, a device run).
+// ZeRO-2/3, a device run).
 std::string paired_overlap_off(const RunConfig& run, const ModelConfig& cfg);
 
 }  // namespace tessera

@@ -81,6 +81,26 @@ TEST(PassPair, AlternatesAtEachSwitch) {
   EXPECT_FALSE(pair.running());
 }
 
+// let_other_finish: what follows comes after the whole other pass.
+TEST(PassPair, LetsTheOtherFinish) {
+  PassPair pair;
+  std::string order;
+  pair.run(
+      [&] {
+        order += "f1 ";
+        pair.give_way();
+        order += "f2 ";
+        pair.give_way();
+        order += "f3 ";
+      },
+      [&] {
+        order += "b1 ";
+        pair.let_other_finish();
+        order += "b2 ";
+      });
+  EXPECT_EQ(order, "f1 b1 f2 f3 b2 ");
+}
+
 // Each pass keeps its own stack across the switches, and an OpenMP region runs inside a pass.
 TEST(PassPair, KeepsEachStackAndRunsOpenMp) {
   PassPair pair;
