@@ -17,6 +17,11 @@
 // The turn of a V (zb-v, dualpipev): stage p-1 runs model chunks p-1 and p; the output of the
 // first is copied into the second's input buffer, and the input gradient of the second into
 // the first's output-gradient buffer (no message).
+//
+// DualPipe's pairs (dualpipev, op_pairs): with a StageWork that interleaves, the executor waits
+// for a pair's messages, hands both passes to StageWork::run_pair and posts both sends after
+// it (completes_with_grouped_pairs); the pair is one compute span, and its messages are also
+// counted apart (last_paired).
 #pragma once
 
 #include <cstdint>
@@ -52,7 +57,8 @@ class StageWork {
   // a backward_input of another micro-batch on the other chunk. When interleaves() is true the
   // executor waits for both passes' messages first, calls run_pair with the two calls (a
   // forward and a backward_input of this interface), and sends both outputs after it; the
-  // stage may interleave the two calls. The default runs them one after the other.
+  // stage may interleave the two calls, in either order, and each call's output must then
+  // stay valid until both have run. The default runs them one after the other.
   virtual bool interleaves() const { return false; }
   virtual void run_pair(const std::function<void()>& forward,
                         const std::function<void()>& backward_input);
