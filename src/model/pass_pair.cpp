@@ -10,7 +10,9 @@
 
 namespace tessera {
 namespace {
-size_t page_size() { return size_t(sysconf(_SC_PAGESIZE)); }
+size_t page_size() {
+  return size_t(sysconf(_SC_PAGESIZE));
+}
 }  // namespace
 
 PassPair::PassPair(size_t stack_bytes) : stack_bytes_(stack_bytes) {}
@@ -43,8 +45,8 @@ void PassPair::run(const std::function<void()>& first, const std::function<void(
     // Each stack sits above a page that faults on touch, so an overflow stops the run.
     void* m = mmap(nullptr, 2 * (stack_bytes_ + page), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    TESSERA_REQUIRE_LOCAL(m != MAP_FAILED, "paired passes: cannot map two stacks of ",
-                          stack_bytes_, " bytes");
+    TESSERA_REQUIRE_LOCAL(m != MAP_FAILED, "paired passes: cannot map two stacks of ", stack_bytes_,
+                          " bytes");
     stacks_ = static_cast<char*>(m);
     mprotect(stacks_, page, PROT_NONE);
     mprotect(stacks_ + stack_bytes_ + page, page, PROT_NONE);
@@ -58,8 +60,8 @@ void PassPair::run(const std::function<void()>& first, const std::function<void(
     fiber_[i].uc_stack.ss_size = stack_bytes_;
     fiber_[i].uc_link = nullptr;
     const uintptr_t p = reinterpret_cast<uintptr_t>(this) | uintptr_t(i);
-    makecontext(&fiber_[i], reinterpret_cast<void (*)()>(&PassPair::entry), 2,
-                unsigned(p >> 32), unsigned(p & 0xffffffffu));
+    makecontext(&fiber_[i], reinterpret_cast<void (*)()>(&PassPair::entry), 2, unsigned(p >> 32),
+                unsigned(p & 0xffffffffu));
   }
   running_ = true;
   current_ = 0;

@@ -2,7 +2,6 @@
 // pair, that every shape completes when the executor runs each pair grouped (recvs, both
 // computes, sends), and the fiber runner that interleaves the two passes (model/pass_pair.hpp).
 #include <gtest/gtest.h>
-
 #include <omp.h>
 
 #include <stdexcept>
@@ -122,9 +121,9 @@ TEST(PassPair, KeepsEachStackAndRunsOpenMp) {
 
 TEST(PassPair, RethrowsAPassError) {
   PassPair pair;
-  EXPECT_THROW(pair.run([&] { pair.give_way(); },
-                        [&] { throw std::runtime_error("second pass failed"); }),
-               std::runtime_error);
+  EXPECT_THROW(
+      pair.run([&] { pair.give_way(); }, [&] { throw std::runtime_error("second pass failed"); }),
+      std::runtime_error);
   EXPECT_FALSE(pair.running());
   int ran = 0;
   pair.run([&] { ++ran; }, [&] { ++ran; });  // usable again
