@@ -119,6 +119,7 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   p.pp_schedule = parse_pipe_schedule(r.str("parallel.pp_schedule"));
   p.cp_kind = parse_cp_kind(r.str("parallel.cp_kind"));
   p.pp_virtual = r.narrow("parallel.pp_virtual");
+  p.pp_pair_overlap = r.boolean("parallel.pp_pair_overlap");
   p.pp_layers = r.str("parallel.pp_layers");
   p.dp = r.narrow("parallel.dp");
   p.ep = r.narrow("parallel.ep");

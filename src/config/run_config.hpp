@@ -74,6 +74,7 @@ struct ParallelSection {
   CpKind cp_kind = CpKind::ring;
   PipeSchedule pp_schedule = PipeSchedule::one_f_one_b;
   int pp_virtual = 1;
+  bool pp_pair_overlap = true;  // dualpipev's pairs interleaved (doc/pipeline.md)
   std::string pp_layers;  // balanced, even, or a list of layers per model chunk
   int dp = 0;             // 0: ranks / (tp x cp x pp)
   int ep = 1;

@@ -226,6 +226,12 @@ std::vector<KeySpec> build_schema() {
              "a third of its bubble; micro-batches >= pp), zb-v (zero-bubble V; pp_virtual = 2 "
              "in a V, the embedding and the head on the first stage) or dualpipev (DeepSeek's "
              "DualPipeV; pp_virtual = 2, micro-batches >= 2 pp)."),
+      boolean("parallel", "pp_pair_overlap", "true",
+              "With pp_schedule = dualpipev: run each paired forward and backward_input of two "
+              "micro-batches interleaved, each micro-batch's expert all-to-alls travelling while "
+              "the other computes (doc/pipeline.md, \"Paired overlap\"); false runs the pair's "
+              "passes one after the other. The same bits either way; the summary says whether "
+              "it ran and, where a composition cannot interleave yet, why not."),
       integer("parallel", "pp_virtual", "1", 1, 1 << 10,
               "Model chunks per pipeline stage (v): 1 for gpipe, 1f1b and zb-h1, >= 2 for the "
               "interleaved schedule, whose bubble is (pp - 1) / (v x micro-batches), 2 for "

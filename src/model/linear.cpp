@@ -42,7 +42,7 @@ void Linear::forward_gemm(StepContext& ctx, const Tensor& x, const Tensor& y,
   const int64_t N = rows_of(x, in_, "Linear::forward x");
   kernels::matmul(operand(ctx, x), w_->compute, y, N, out_, in_, false, true, 1.0f,
                   accumulate ? 1.0f : 0.0f);
-  if (ctx.in_flight) ctx.in_flight->poll();
+  ctx.poll_transfers();
 }
 
 void Linear::add_bias(const Tensor& y) const {
@@ -63,11 +63,11 @@ void Linear::backward_gemms(StepContext& ctx, const Tensor& x, const Tensor& dy,
     ctx.weight_grads->add(ctx.alloc, dyc, operand(ctx, x), &w_->grad, N, out_, in_);
   else
     kernels::matmul(dyc, operand(ctx, x), w_->grad, out_, in_, N, true, false, 1.0f, 1.0f);
-  if (ctx.in_flight) ctx.in_flight->poll();
+  ctx.poll_transfers();
   if (dx.data)
     kernels::matmul(dyc, w_->compute, dx, N, in_, out_, false, false, 1.0f,
                     accumulate_dx ? 1.0f : 0.0f);
-  if (ctx.in_flight) ctx.in_flight->poll();
+  ctx.poll_transfers();
 }
 
 }  // namespace tessera

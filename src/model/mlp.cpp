@@ -76,7 +76,7 @@ void Mlp::forward_output(StepContext& ctx, const Tensor& y) {
   Saved& s = kept(ctx);
   Saved& a = activated(ctx);
   const Tensor act = activate(N, s, a, /*bias=*/true);
-  if (ctx.in_flight) ctx.in_flight->poll();  // (the fused pass is the only compute before down)
+  ctx.poll_transfers();  // (the fused pass is the only compute before down)
   if (tp::size(ctx) == 1) return down_.forward(ctx, act, y, /*accumulate=*/true);
   const Tensor partial = ctx.scratch.get(ScratchId::tp_partial, {N, C});
   down_.forward(ctx, act, partial);

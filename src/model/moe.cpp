@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/kernels.hpp"
+#include "model/pass_pair.hpp"
 #include "model/tensor_parallel.hpp"
 #include "model/transfers.hpp"
 
@@ -21,6 +22,15 @@ Tensor rows(const Buffer& b, int64_t first, int64_t count, int64_t cols) {
 // Host reads of f64 data (Tensor::f32 checks the space, not the dtype).
 const double* f64(const Tensor& t) {
   return static_cast<const double*>(static_cast<void*>(t.f32()));
+}
+
+// In a pair of interleaved passes (model/pass_pair.hpp): the transfers are also timed as the
+// pair's `kind`, and a pass gives way to the other micro-batch before it waits for them.
+void paired(const StepContext& ctx, StepTransfers& t, PassPair::Kind kind) {
+  if (ctx.pair) t.also(&ctx.pair->timing(kind));
+}
+void await(const StepContext& ctx, StepTransfers& t) {
+  if (ctx.pair) ctx.pair->await(t);
 }
 
 }  // namespace
@@ -387,6 +397,7 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y, bool 
   // gate and up GEMMs while the dispatch travels, their activation, down and tp sum while the
   // combine does (with the two-level dispatch, the cross-node legs).
   StepTransfers dispatch(ctx.par.ep_timing), combine(ctx.par.ep_timing);
+  paired(ctx, dispatch, PassPair::forward_dispatch), paired(ctx, combine, PassPair::forward_combine);
   auto behind = [&](StepTransfers& transfers, auto&& work) {
     if (!shared_) return;
     ctx.in_flight = &transfers;
@@ -408,11 +419,13 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y, bool 
     exchange_counts(ctx, s);
     post_to_experts(ctx, s, s.xin.view(), dispatch);
     behind(dispatch, [&] { shared_->forward_hidden(ctx, x); });
+    await(ctx, dispatch);  // in a pair: the other micro-batch computes while it travels
     finish_to_experts(ctx, s, s.xe, dispatch);
     run_experts(ctx, s);
     post_from_experts(ctx, s, s.oe, s.out.view(), combine);
   }
   behind(combine, [&] { shared_->forward_output(ctx, y); });
+  await(ctx, combine);
   combine.finish();
   // Without sequence parallelism every rank needs every row's routed output: each fills its
   // own rows of a zeroed N x C buffer and the buffers are summed over tp.
@@ -469,6 +482,7 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   // (Two-level: the output gradients' cross-node leg behind the shared experts, the combine
   // weights' gradients' return behind the routed experts.)
   StepTransfers dispatch(ctx.par.ep_timing), weights(ctx.par.ep_timing);
+  paired(ctx, dispatch, PassPair::backward_dispatch);
   if (s.nodes > 0)
     nodes_backward_post(ctx, s, rows(dy, q0 - r0, Q, C), Q, dispatch);
   else
@@ -483,6 +497,7 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
     shared_->backward(ctx, x, dyg, dx);
     ctx.in_flight = nullptr;
   }
+  await(ctx, dispatch);
   if (s.nodes > 0)
     nodes_backward_fan_out(ctx, s, dispatch, d_oe, weights);
   else
@@ -526,6 +541,7 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   if (s.nodes > 0) nodes_backward_weights(s, q0, Q, dw, weights);
   // The input gradients go back to the sources while the router's backward runs.
   StepTransfers back(ctx.par.ep_timing);
+  paired(ctx, back, PassPair::backward_return);
   if (s.nodes > 0)
     nodes_backward_combine(ctx, s, d_xe, back);
   else
@@ -548,6 +564,7 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   router_.backward(ctx, x_rows.rows(gather ? q0 : 0, Q), dl, own.rows(o0, Q),
                    /*accumulate_dx=*/!gather && shared_ != nullptr);
   ctx.in_flight = nullptr;
+  await(ctx, back);
   back.finish();
   // own holds the rows from token (gather ? 0 : r0) of the N.
   if (s.nodes > 0)

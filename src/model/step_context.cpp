@@ -4,6 +4,8 @@
 #include <string>
 
 #include "kernels/kernels.hpp"
+#include "model/pass_pair.hpp"
+#include "model/transfers.hpp"
 
 namespace tessera {
 
@@ -25,6 +27,19 @@ Tensor Scratch::readable(ScratchId id, const Tensor& t) {
   const Tensor h = view_of(b.view().data, t.dtype, t.shape);
   kernels::transfer(t, h, t.numel());
   return h;
+}
+
+void StepContext::poll_transfers() {
+  if (in_flight) in_flight->poll();
+  if (pair) pair->poll_other();
+}
+
+StepContext StepContext::over(Scratch& other) const {
+  StepContext c{alloc, par, other};
+  c.slot = slot, c.batch = batch, c.training = training, c.loss_scale = loss_scale;
+  c.hooks = hooks, c.reduce_partial_grads = reduce_partial_grads;
+  c.weight_grads = weight_grads, c.in_flight = in_flight, c.pair = pair, c.docs = docs;
+  return c;
 }
 
 int64_t rows_of(const Tensor& t, int64_t cols, const char* what) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "comm/process_grid.hpp"
@@ -15,6 +16,7 @@ namespace tessera {
 
 class WeightGrads;
 class StepTransfers;
+class PassPair;
 
 // Told before and after each part of the model (embedding, block, head; ParamStore::parts())
 // runs a forward or backward pass, so data parallelism can reduce a part's gradients as soon
@@ -57,7 +59,17 @@ struct StepContext {
   // Transfers in flight behind the compute now running (model/transfers.hpp): every GEMM
   // (Linear) polls them, so that MPI progresses them. Null: none.
   StepTransfers* in_flight = nullptr;
+  // Set while this pass runs interleaved with another micro-batch's (DualPipe's pairing,
+  // model/pass_pair.hpp): it gives way at its experts' all-to-alls, and polls the other's.
+  PassPair* pair = nullptr;
   DocumentRows docs = {};  // data.document_mask: set by the trainer per micro-batch
+
+  // Lets MPI progress the transfers behind the compute now running: this pass's (in_flight)
+  // and, in a pair, those the other pass left in flight. Every GEMM calls it.
+  void poll_transfers();
+  // This context over another scratch space: for a second pass running beside this one (a
+  // pair, model/pass_pair.hpp), whose scratch views must survive the other's requests.
+  StepContext over(Scratch& other) const;
 };
 
 // The rows of t, an activation or gradient that must be [rows, cols]: layers take their sizes
@@ -66,7 +78,9 @@ struct StepContext {
 int64_t rows_of(const Tensor& t, int64_t cols, const char* what);
 
 // Per-slot saved state of one layer: slot i is created on first use and then reused, so the
-// number of slots follows the schedule (1 for the serial path, up to the pipeline depth).
+// number of slots follows the schedule (1 for the serial path, up to the pipeline depth). A
+// slot stays where it is when later ones are created (a deque): a pass of a pair holds its
+// slot's state across the other pass's first use of a new slot (model/pass_pair.hpp).
 template <class Saved>
 class Slots {
  public:
@@ -76,7 +90,7 @@ class Slots {
   }
 
  private:
-  std::vector<Saved> slots_;
+  std::deque<Saved> slots_;
 };
 
 }  // namespace tessera

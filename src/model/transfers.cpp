@@ -22,11 +22,12 @@ void StepTransfers::finish() {
   const double t0 = steady_seconds();
   for (Request& r : reqs_) r.wait();
   const double t1 = steady_seconds();
-  if (timing_) {
-    timing_->in_flight += (done_ > 0 ? done_ : t1) - posted_;
-    timing_->exposed += t1 - t0;
-    timing_->transfers += int64_t(reqs_.size());
-  }
+  for (OverlapTiming* t : {timing_, also_})
+    if (t) {
+      t->in_flight += (done_ > 0 ? done_ : t1) - posted_;
+      t->exposed += t1 - t0;
+      t->transfers += int64_t(reqs_.size());
+    }
   reqs_.clear();
 }
 

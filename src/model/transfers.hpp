@@ -16,8 +16,11 @@ namespace tessera {
 class StepTransfers {
  public:
   explicit StepTransfers(OverlapTiming* timing);  // timing may be null
+  // A second timing the transfers are also added to (a pair's per kind, model/pass_pair.hpp).
+  void also(OverlapTiming* timing) { also_ = timing; }
   void add(Request r) { reqs_.push_back(std::move(r)); }
   bool empty() const { return reqs_.empty(); }
+  int64_t size() const { return int64_t(reqs_.size()); }
   // Lets MPI progress the transfers; notes when they are all complete.
   void poll();
   // Waits for every transfer and adds to the timing.
@@ -25,6 +28,7 @@ class StepTransfers {
 
  private:
   OverlapTiming* timing_;
+  OverlapTiming* also_ = nullptr;
   double posted_, done_ = 0;
   std::vector<Request> reqs_;
 };

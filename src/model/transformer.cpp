@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/kernels.hpp"
+#include "model/pass_pair.hpp"
 #include "model/tensor_parallel.hpp"
 
 namespace tessera {
@@ -91,6 +92,9 @@ Tensor Transformer::backward_chunk(StepContext& ctx, int k, const Tensor& dy) {
     std::swap(grad, next);
   }
   if (!c.embedding) return grad;
+  // In a pair (model/pass_pair.hpp) the other pass is a forward, whose head adds its weight
+  // gradient into a tied token table's: it ends first, as when the passes run in turn.
+  if (ctx.pair && cfg_.tie_embeddings) ctx.pair->let_other_finish();
   around(ctx, 0, Pass::backward, [&] { return (embed_->backward(ctx, grad), 0); });
   return Tensor{};
 }

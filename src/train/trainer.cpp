@@ -12,6 +12,7 @@
 #include "parallel/pp/stage_layers.hpp"
 #include "train/device.hpp"
 #include "train/nonfinite.hpp"
+#include "train/paired_overlap.hpp"
 
 namespace tessera {
 
@@ -149,6 +150,9 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid, const RankLayout& layo
   pipeline_ = std::make_unique<pp::Executor>(grid.group(Group::pp), layout_.schedule,
                                              Shape{tp::rows(ctx, B * T), cfg_.d_model}, alloc_);
   if (stages > 1) pipeline_hooks_.dp = dp_.get(), pipeline_hooks_.pipeline = pipeline_.get();
+  pair_off_ = tessera::paired_overlap_off(run, cfg_);
+  if (pair_off_.empty())
+    pair_ = std::make_unique<PassPair>(), pair_scratch_ = std::make_unique<Scratch>(alloc_);
 }
 
 void Trainer::index_whole_model() {
@@ -311,13 +315,32 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx, double* targets) {
     // last: the strategy reduces after the weight pass, whatever ran between the two.
     std::vector<int> set_of;
     Tensor backward_input(int micro, int chunk, int slot, const Tensor& dy) override {
+      StepContext& c = paired ? *paired : ctx;
       t.timer_.enter(Phase::backward);
-      ctx.slot = slot;
-      ctx.docs = t.docs_.rows(serial ? 0 : micro);
-      t.dp_->before_backward(ctx, micro == t.geo_.accum - 1);
+      c.slot = slot;
+      c.docs = t.docs_.rows(serial ? 0 : micro);
+      t.dp_->before_backward(c, micro == t.geo_.accum - 1);
       set_of.resize(size_t(t.geo_.accum) * t.layout_.chunks.size(), -1);
       const size_t i = size_t(micro) * t.layout_.chunks.size() + size_t(chunk);
-      return t.model_->backward_input_chunk(ctx, chunk, dy, &set_of[i]);
+      return t.model_->backward_input_chunk(c, chunk, dy, &set_of[i]);
+    }
+    // DualPipe's pairs (train/paired_overlap.hpp): the forward on ctx, the backward_input on
+    // a context of its own over the second scratch space, interleaved at the experts'
+    // all-to-alls. The phase timer follows the switches only at each pass's start.
+    StepContext* paired = nullptr;
+    bool interleaves() const override { return t.pair_ != nullptr; }
+    void run_pair(const std::function<void()>& forward,
+                  const std::function<void()>& backward_input) override {
+      StepContext second = ctx.over(*t.pair_scratch_);
+      ctx.pair = second.pair = t.pair_.get();
+      paired = &second;
+      try {
+        t.pair_->run(forward, backward_input);
+      } catch (...) {
+        ctx.pair = nullptr, paired = nullptr;
+        throw;
+      }
+      ctx.pair = nullptr, paired = nullptr;
     }
     void backward_weight(int micro, int chunk) override {
       t.timer_.enter(Phase::backward);

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/process_grid.hpp"
@@ -13,6 +14,7 @@
 #include "io/blended_dataset.hpp"
 #include "io/checkpoint.hpp"
 #include "kernels/kernels.hpp"
+#include "model/pass_pair.hpp"
 #include "model/transformer.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
@@ -144,6 +146,10 @@ class Trainer {
   // Context parallelism's ring: how much of its K/V (and dK/dV) traffic attention hid.
   const OverlapTiming& cp_timing() const { return cp_timing_; }
   const OverlapTiming& ep_timing() const { return ep_timing_; }
+  // DualPipe's paired overlap (train/paired_overlap.hpp): the runner of the interleaved pairs
+  // (null when they run one pass after the other) and why not ("" when they interleave).
+  const PassPair* pass_pair() const { return pair_.get(); }
+  const std::string& paired_overlap_off() const { return pair_off_; }
   // Blocks per model chunk of the pipeline (parallel.pp_layers; empty with one stage).
   const std::vector<int64_t>& chunk_layers() const { return layout_.chunk_layers; }
 
@@ -225,6 +231,9 @@ class Trainer {
   PhaseTimer timer_;
   Trace* trace_ = nullptr;
   OverlapTiming cp_timing_, ep_timing_;
+  std::unique_ptr<PassPair> pair_;
+  std::unique_ptr<Scratch> pair_scratch_;  // the backward_input's scratch inside a pair
+  std::string pair_off_;
 };
 
 }  // namespace tessera

@@ -17,9 +17,15 @@
 // The turn of a V (zb-v, dualpipev): stage p-1 runs model chunks p-1 and p; the output of the
 // first is copied into the second's input buffer, and the input gradient of the second into
 // the first's output-gradient buffer (no message).
+//
+// DualPipe's pairs (dualpipev, op_pairs): with a StageWork that interleaves, the executor waits
+// for a pair's messages, hands both passes to StageWork::run_pair and posts both sends after
+// it (completes_with_grouped_pairs); the pair is one compute span, and its messages are also
+// counted apart (last_paired).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -47,6 +53,15 @@ class StageWork {
   // split cannot run a split schedule.
   virtual Tensor backward_input(int micro, int chunk, int slot, const Tensor& dy);
   virtual void backward_weight(int micro, int chunk);
+  // DualPipe's pairing (dualpipev; doc/pipeline.md, "Paired overlap"): a forward followed by
+  // a backward_input of another micro-batch on the other chunk. When interleaves() is true the
+  // executor waits for both passes' messages first, calls run_pair with the two calls (a
+  // forward and a backward_input of this interface), and sends both outputs after it; the
+  // stage may interleave the two calls, in either order, and each call's output must then
+  // stay valid until both have run. The default runs them one after the other.
+  virtual bool interleaves() const { return false; }
+  virtual void run_pair(const std::function<void()>& forward,
+                        const std::function<void()>& backward_input);
 };
 
 // The step's pipeline messages of one kind (activations or gradients) as this stage saw
@@ -79,6 +94,12 @@ class Executor {
   // Activations ([0]) and gradients ([1]): the last step's and every step's.
   const MessageTiming& last_messages(int kind) const { return last_messages_[kind]; }
   const MessageTiming& total_messages(int kind) const { return total_messages_[kind]; }
+  // The messages (both kinds) received and sent by the pairs run interleaved (run_pair with
+  // interleaves()), and how many such pairs ran: the last step's and every step's.
+  const MessageTiming& last_paired() const { return last_paired_; }
+  const MessageTiming& total_paired() const { return total_paired_; }
+  int64_t paired_ops() const { return paired_ops_; }  // pairs in the stage's op list, per step
+  int64_t pairs_run() const { return pairs_run_; }
 
   const ScheduleShape& shape() const { return shape_; }
   // Seconds the last step spent waiting in recv waits, and over all steps.
@@ -96,8 +117,17 @@ class Executor {
   Buffer& buffer(std::vector<Buffer>& pool, int micro, int chunk);
   // Runs one compute op (forward, backward, backward_input, backward_weight) and returns its
   // output, to send or to keep for the other chunk of a V's turn.
+  // Alone: timed and traced on its own (not inside a pair, which is timed as one).
   Tensor compute(StageWork& work, const Op& op, std::vector<int>& slot_of,
-                 std::vector<char>& slot_busy);
+                 std::vector<char>& slot_busy, bool alone = true);
+  // The op list's pieces: a recv op's wait, the turn of a V after a compute op (returns the
+  // output still to send), a send op; `paired`: inside a pair, also counted as paired.
+  void wait_recv(const Op& op, bool paired);
+  Tensor turn(const Op& op, Tensor out);
+  void send(const Op& op, const Tensor& out, bool paired);
+  // A pair of ops (op_pairs): its recvs, then both computes through run_pair, then its sends.
+  void run_pair(StageWork& work, const OpPair& p, std::vector<int>& slot_of,
+                std::vector<char>& slot_busy);
 
   Communicator& pp_;
   ScheduleShape shape_;
@@ -113,11 +143,14 @@ class Executor {
   struct InFlight {
     Request request;
     int kind = 0;  // 0 activation, 1 gradient
+    bool paired = false;  // a send of a pair's output
     double posted = 0, seen = -1;
   };
+  std::vector<OpPair> pairs_;  // the pairs of the op list, in order (dualpipev)
   std::vector<InFlight> receives_, sends_;
   bool in_step_ = false;
-  MessageTiming last_messages_[2], total_messages_[2];
+  MessageTiming last_messages_[2], total_messages_[2], last_paired_, total_paired_;
+  int64_t paired_ops_ = 0, pairs_run_ = 0;
   double last_wait_ = 0, total_wait_ = 0, last_compute_ = 0, total_compute_ = 0;
   int peak_slots_ = 0, in_flight_ = 0, peak_in_flight_ = 0;
   Trace* trace_ = nullptr;

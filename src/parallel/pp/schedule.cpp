@@ -383,6 +383,23 @@ void split(const ScheduleShape& shape, int s, std::vector<Op>& ops) {
 
 }  // namespace
 
+std::vector<OpPair> op_pairs(const ScheduleShape& shape, const std::vector<Op>& ops) {
+  std::vector<OpPair> pairs;
+  if (shape.kind != PipeSchedule::dualpipe_v) return pairs;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind != Op::forward) continue;
+    std::size_t j = i + 1;
+    while (j < ops.size() && !ops[j].is_compute()) ++j;
+    if (j == ops.size() || ops[j].kind != Op::backward_input || ops[j].chunk == ops[i].chunk)
+      continue;
+    OpPair p{i, j + 1, i, j};
+    if (p.begin > 0 && ops[p.begin - 1].kind == Op::recv_act) --p.begin;
+    if (p.end < ops.size() && ops[p.end].kind == Op::send_grad) ++p.end;
+    pairs.push_back(p);
+  }
+  return pairs;
+}
+
 Schedule make_schedule(const ScheduleShape& shape) {
   require_valid(shape);
   Schedule sched{shape, std::vector<std::vector<Op>>(shape.stages)};

@@ -202,6 +202,17 @@ struct Message {
 // The message a send/recv op of stage `stage` moves (op must be a send or recv).
 Message message_of(const ScheduleShape& shape, int stage, const Op& op);
 
+// DualPipe's pairs in one stage's list (dualpipev; none for another kind): a forward whose
+// next compute op is a backward_input of the other local chunk (the main part's F0 B1 and
+// F1 B0, the cool-down's F1 B0), each a range [begin, end) of ops: the forward's recv_act, the
+// forward, its send_act, the backward_input's recv_grad, the backward_input, its send_grad
+// (those that exist). An executor may run a pair's computes interleaved, waiting for its
+// recvs before and posting its sends after them (completes_with_grouped_pairs proves it safe).
+struct OpPair {
+  std::size_t begin, end, forward, backward;
+};
+std::vector<OpPair> op_pairs(const ScheduleShape& shape, const std::vector<Op>& ops);
+
 // A tag unique to each message of a step: (micro * (C - 1) + boundary) * 2 + grad. It is
 // below 2 m (C - 1); an executor must check it against MPI_TAG_UB (require_tags), or use
 // one tag per direction, which the pairing guarantee above makes safe too.

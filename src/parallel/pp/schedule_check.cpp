@@ -302,6 +302,52 @@ bool completes_with_blocking_sends(const Schedule& sched) {
   return true;
 }
 
+bool completes_with_grouped_pairs(const Schedule& sched) {
+  TESSERA_REQUIRE(check_schedule(sched).empty(),
+                  "pipeline: completes_with_grouped_pairs() "
+                  "needs a schedule that passes check_schedule");
+  const int p = sched.shape.stages;
+  // Each stage's list with its pairs regrouped.
+  std::vector<std::vector<Op>> lists(p);
+  for (int s = 0; s < p; ++s) {
+    const std::vector<Op>& ops = sched.stages[s];
+    const std::vector<OpPair> pairs = op_pairs(sched.shape, ops);
+    auto pair = pairs.begin();
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+      if (pair == pairs.end() || pair->begin != k) {
+        lists[s].push_back(ops[k]);
+        continue;
+      }
+      for (std::size_t i = pair->begin; i < pair->end; ++i)
+        if (ops[i].is_recv()) lists[s].push_back(ops[i]);
+      lists[s].push_back(ops[pair->forward]), lists[s].push_back(ops[pair->backward]);
+      for (std::size_t i = pair->begin; i < pair->end; ++i)
+        if (ops[i].is_send()) lists[s].push_back(ops[i]);
+      k = pair->end - 1;
+      ++pair;
+    }
+  }
+  std::vector<Message> sent;
+  std::vector<std::size_t> pc(p, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; ++s)
+      for (; pc[s] < lists[s].size(); ++pc[s], progress = true) {
+        const Op& op = lists[s][pc[s]];
+        if (op.is_compute()) continue;
+        const Message msg = message_of(sched.shape, s, op);
+        if (op.is_send()) {
+          sent.push_back(msg);
+          continue;
+        }
+        if (std::find(sent.begin(), sent.end(), msg) == sent.end()) break;
+      }
+  }
+  for (int s = 0; s < p; ++s)
+    if (pc[s] != lists[s].size()) return false;
+  return true;
+}
+
 std::vector<int> peak_activations(const Schedule& sched) {
   std::vector<int> peak;
   for (const std::vector<Op>& ops : sched.stages) {

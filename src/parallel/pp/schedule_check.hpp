@@ -41,6 +41,11 @@ std::vector<std::string> check_schedule(const Schedule& sched);
 // with the recv that follows it).
 bool completes_with_blocking_sends(const Schedule& sched);
 
+// Whether every stage reaches its end (sends buffered, recvs blocking) when each pair of
+// op_pairs runs grouped: its recvs first, then its two computes, then its sends, the order in
+// which the executor runs an interleaved pair (doc/pipeline.md, "Paired overlap").
+bool completes_with_grouped_pairs(const Schedule& sched);
+
 struct Interval {
   std::int64_t begin, end;  // [begin, end)
   Op op;                    // a compute op

@@ -1,6 +1,7 @@
 // The pipeline (parallel.pp > 1): the cut before step 1, and the bubble per rank in the
 // summary beside the formula of the run's own schedule (pp::bubble_formula and its text).
 #include <algorithm>
+#include <iterator>
 
 #include "core/error.hpp"
 #include "report/sections.hpp"
@@ -37,6 +38,7 @@ class PipelineReport final : public ReportSection {
     if (const pp::Executor* pipe = trainer_.pipeline(); pipe && !times_.first(r)) {
       wait_steady_ += pipe->last_wait(), compute_steady_ += pipe->last_compute();
       for (int k = 0; k < 2; ++k) messages_steady_[k] += pipe->last_messages(k);
+      paired_steady_ += pipe->last_paired();
     }
   }
 
@@ -64,6 +66,24 @@ class PipelineReport final : public ReportSection {
       x[3] = double(t.sent), x[4] = t.send_flight, x[5] = t.send_exposed;
     }
     grid_.world().all_reduce(messages_, 12);
+    // DualPipe's interleaved pairs, every rank's: pairs run, switches, transfers that travelled
+    // while the other pass computed, each kind's in flight, exposed and count, and the pairs'
+    // pipeline messages as above.
+    std::fill(std::begin(pairs_), std::end(pairs_), 0.0);
+    if (const PassPair* pair = trainer_.pass_pair()) {
+      pairs_[0] = double(pipe->pairs_run()), pairs_[1] = double(pair->switches());
+      pairs_[2] = double(pair->crossed());
+      for (int k = 0; k < PassPair::kinds; ++k) {
+        const OverlapTiming& t = pair->timing(PassPair::Kind(k));
+        pairs_[3 + 3 * k] = t.in_flight, pairs_[4 + 3 * k] = t.exposed;
+        pairs_[5 + 3 * k] = double(t.transfers);
+      }
+      const pp::MessageTiming& m = times_.steady_steps ? paired_steady_ : pipe->total_paired();
+      double* x = pairs_ + 3 + 3 * PassPair::kinds;
+      x[0] = double(m.received), x[1] = double(m.received_early), x[2] = m.recv_wait;
+      x[3] = double(m.sent), x[4] = m.send_flight, x[5] = m.send_exposed;
+    }
+    grid_.world().all_reduce(pairs_, int64_t(std::size(pairs_)));
   }
 
   std::string summary(SummaryPart part) const override {
@@ -102,7 +122,37 @@ class PipelineReport final : public ReportSection {
           k == 0 ? "activation" : "gradient", x[0], x[1], 100 * x[1] / std::max(1.0, x[0]), x[2],
           x[3], x[4], x[5], x[4] > 0 ? 100 * (1 - x[5] / x[4]) : 100.0);
     }
+    if (sh.kind == PipeSchedule::dualpipe_v) out += paired();
     return out;
+  }
+
+  // DualPipe's pairs (doc/pipeline.md, "Paired overlap"): whether they ran interleaved, and
+  // then how much of each kind of their traffic was hidden. The counts are printed only from
+  // the interleaved pairs' own counters (zero when no pair ran interleaved).
+  std::string paired() const {
+    const std::string& off = trainer_.paired_overlap_off();
+    if (!off.empty()) return formatted("  paired overlap: off (%s)\n", off.c_str());
+    auto hidden = [](double flight, double exposed) {
+      return flight > 0 ? 100 * std::max(0.0, 1 - exposed / flight) : 0.0;
+    };
+    static const char* const names[PassPair::kinds] = {"forward dispatch", "forward combine",
+                                                       "backward dispatch", "backward return"};
+    std::string kinds;
+    for (int k = 0; k < PassPair::kinds; ++k) {
+      const double* t = pairs_ + 3 + 3 * k;
+      kinds += formatted("%s%s %.0f, in flight %.1f ms, exposed %.1f ms (hidden %.0f%%)",
+                         k ? "; " : "", names[k], t[2], 1e3 * t[0], 1e3 * t[1], hidden(t[0], t[1]));
+    }
+    const double* x = pairs_ + 3 + 3 * PassPair::kinds;
+    return formatted(
+        "  paired overlap: on; %.0f pairs interleaved, %.0f switches, %.0f expert transfers "
+        "travelled while the other micro-batch computed (all ranks, all steps)\n"
+        "    expert all-to-alls of the pairs: %s\n"
+        "    pipeline messages of the pairs (%s): %.0f received, %.0f complete when needed, "
+        "receive waits %.3f s; %.0f sent, in flight %.3f s, exposed %.3f s (hidden %.0f%%)\n",
+        pairs_[0], pairs_[1], pairs_[2], kinds.c_str(),
+        times_.steady_steps ? "all ranks, steady steps" : "all ranks, all steps", x[0], x[1],
+        x[2], x[3], x[4], x[5], x[4] > 0 ? hidden(x[4], x[5]) : 100.0);
   }
 
  private:
@@ -117,6 +167,8 @@ class PipelineReport final : public ReportSection {
   std::vector<double> bubble_;
   pp::MessageTiming messages_steady_[2];  // this rank's, over the steady steps
   double messages_[12] = {};              // every rank's, after gather
+  pp::MessageTiming paired_steady_;       // this rank's pairs' messages, over the steady steps
+  double pairs_[3 + 3 * PassPair::kinds + 6] = {};  // every rank's, after gather (see gather)
 };
 
 }  // namespace
