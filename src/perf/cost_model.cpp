@@ -114,8 +114,8 @@ const Workload& placed_workload(const Workload& w, const Layout& l, const Cluste
   return *placed;
 }
 
-std::string layout_problem(const Workload& given, const Layout& l, const Cluster& cl,
-                           Runtime rt, int accelerators) {
+std::string layout_problem(const Workload& given, const Layout& l, const Cluster& cl, Runtime rt,
+                           int accelerators) {
   std::optional<Workload> placed;
   const Workload& w = placed_workload(given, l, cl, placed);
   const ModelConfig& c = w.cfg;
@@ -148,13 +148,10 @@ std::string layout_problem(const Workload& given, const Layout& l, const Cluster
                  " is tessera's (Megatron-LM has no split-backward schedule): use --runtime "
                  "tessera");
     if (l.pp == 1) return cat("sched = ", to_string(l.schedule), " needs pp > 1");
-    if (w.moe.any())
-      return cat("sched = ", to_string(l.schedule),
-                 " with experts is not costed (the experts' weight-gradient copies depend on "
-                 "the routing)");
     const int64_t per = int64_t(l.micro_batch) * l.dp;
     try {
-      pp::require_valid({l.pp, int(std::max<int64_t>(1, w.global_batch / std::max<int64_t>(1, per))),
+      pp::require_valid({l.pp,
+                         int(std::max<int64_t>(1, w.global_batch / std::max<int64_t>(1, per))),
                          l.vpp, l.schedule});
     } catch (const Error& e) {
       return e.what();
@@ -252,8 +249,8 @@ Estimate estimate(const Workload& given, const Layout& l, const Cluster& cl, Run
       // Expert weights are replicated over dp x cp / ep ranks only, so ZeRO shards them over
       // that many (Megatron-LM's expert-data-parallel group).
       const ModelStateBytes s = zero_model_state(l.zero, psi - sp.experts, N, l.mixed());
-      const ModelStateBytes x = zero_model_state(l.zero, sp.experts,
-                                                 double(expert_shard_ranks_of(N, l.ep)), l.mixed());
+      const ModelStateBytes x =
+          zero_model_state(l.zero, sp.experts, double(expert_shard_ranks_of(N, l.ep)), l.mixed());
       mb.params = s.params + x.params, mb.grads = s.grads + x.grads;
       mb.optimizer = s.optimizer + x.optimizer;
       // Micro-batches in flight on this stage: first stage p (1F1B), last stage 1.

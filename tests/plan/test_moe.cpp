@@ -101,7 +101,8 @@ TEST(PlanMoe, TwoLevelBytesPerLinkLevel) {
   const double per_row = (4 * 512 + 3 * 2) * 4;  // 4 rows, 2 k slots and k weight gradients
   EXPECT_DOUBLE_EQ(e.ep_cross_bytes_by_stage[0],
                    blocks * m * (tokens * (2 * (1 - 6.0 / 28)) * 0.5 * per_row + 4 * 4 * 2));
-  EXPECT_DOUBLE_EQ(e.ep_bytes_per_step, e.ep_intra_bytes_by_stage[0] + e.ep_cross_bytes_by_stage[0]);
+  EXPECT_DOUBLE_EQ(e.ep_bytes_per_step,
+                   e.ep_intra_bytes_by_stage[0] + e.ep_cross_bytes_by_stage[0]);
   // ep_max_nodes = 1: one node per token, half the time another.
   std::vector<std::string> one = two;
   one.push_back("--parallel.ep_max_nodes=1");
@@ -127,6 +128,15 @@ TEST(PlanMoe, TesseraRuntimeRefusesWhatItDoesNotModel) {
   EXPECT_EQ(
       layout_problem(w, parse_layout("dp=4 ep=2 prec=fp32 rc=selective"), c, Runtime::tessera, 4),
       "");
+  // The split-backward kinds too: the experts' weight-gradient operands are held in regions
+  // sized for the worst routing (model/weight_grads.hpp), so their memory is predicted.
+  for (const char* sched : {"zb-h1", "zb-v", "dualpipev"})
+    EXPECT_EQ(layout_problem(w,
+                             parse_layout(std::string("dp=2 pp=2 ep=2 prec=fp32 sched=") + sched +
+                                          (std::string(sched) == "zb-h1" ? "" : " v=2")),
+                             c, Runtime::tessera, 4),
+              "")
+        << sched;
   const Workload two = moe({"--parallel.ep_dispatch=two_level", "--parallel.ep_nodes=2"});
   EXPECT_NE(layout_problem(two, parse_layout("dp=2 cp=2 ep=2 prec=fp32"), c, Runtime::tessera, 4),
             "");
