@@ -350,6 +350,26 @@ Estimate estimate(const Workload& given, const Layout& l, const Cluster& cl, Run
   t.tp_comm = M * Lp * tp;
   t.cp_comm = M * Lp * cp;
   t.ep_comm = M * Lp * ep;
+  if (rt == Runtime::tessera && moe && l.ep > 1 && tessera_pairs_interleave(w, l)) {
+    // DualPipe's interleaved pairs (parallel/pp/paired_overlap.hpp, model/pass_pair.hpp): a
+    // pair runs one micro-batch's forward and another's backward_input together, each giving
+    // way at its all-to-alls, so the forward's dispatch and combine (two of a layer's four)
+    // travel behind the B's compute and the B's two behind the forward's, each up to that
+    // compute's time: min(comm, compute). A pair's passes are chunks of Lp / v layers; B is
+    // half the backward (F = B = W, as the bubble formula takes it). The pairs per step are
+    // those of the stage with the fewest (pp::op_pairs on its op list).
+    const pp::ScheduleShape shape{l.pp, int(m), l.vpp, l.schedule};
+    const pp::Schedule sched = pp::make_schedule(shape);
+    double pairs = -1;
+    for (const std::vector<pp::Op>& ops : sched.stages) {
+      const double n = double(pp::op_pairs(shape, ops).size());
+      pairs = pairs < 0 ? n : std::min(pairs, n);
+    }
+    const double chunk = Lp / l.vpp, comm = chunk * ep / 2;
+    const double fwd = chunk * lc.forward(), bwd_input = chunk * lc.backward() / 2;
+    e.ep_pairs = pairs;
+    t.ep_hidden = pairs * (std::min(comm, bwd_input) + std::min(comm, fwd));
+  }
   if (moe && l.ep > 1) {
     // What a rank's all-to-alls send per step, its own rows included (as comm/ counts them):
     // four per MoE block and micro-batch (dispatch and combine, forward and backward:
