@@ -19,7 +19,7 @@ MEMORY = [("params", "weights"), ("grads", "gradients"), ("optimizer", "optimize
           ("activations", "activations"), ("comm", "comm buffers"), ("workspace", "workspace"),
           ("reserved", "reserved")]
 TIME = [("compute", "compute"), ("recompute", "recompute"), ("tp", "TP/SP comm"),
-        ("cp", "CP comm"), ("ep", "EP all-to-all"), ("pp_p2p", "PP send/recv"),
+        ("cp", "CP comm"), ("ep_exposed", "EP all-to-all (exposed)"), ("pp_p2p", "PP send/recv"),
         ("pp_bubble", "PP bubble"), ("dp_exposed", "DP/ZeRO comm (exposed)"),
         ("optimizer", "optimizer")]
 
@@ -92,6 +92,7 @@ def main():
     for e in es:
         t = dict(e["time_seconds"])
         t["dp_exposed"] = t["dp"] - t["dp_hidden"]
+        t["ep_exposed"] = t["ep"] - t.get("ep_hidden", 0)
         rows.append(t)
     tops = stacked(ax, names, rows, TIME, 1.0, "seconds per step")
     for i, e in enumerate(es):

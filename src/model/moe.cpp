@@ -7,6 +7,7 @@
 #include "model/pass_pair.hpp"
 #include "model/tensor_parallel.hpp"
 #include "model/transfers.hpp"
+#include "model/weight_grads.hpp"
 
 namespace tessera {
 namespace {
@@ -298,9 +299,8 @@ void Moe::post_to_experts(StepContext& ctx, const Saved& s, const Tensor& packed
                           StepTransfers& transfers) {
   if (ep_size(ctx) == 1) return;
   const Tensor stage = ctx.scratch.get(ScratchId::moe_a2a, {s.xe.shape.dims[0], cfg_.d_model});
-  transfers.add(expert_group(ctx, s).all_to_allv_async(packed.f32(), s.packed_count,
-                                                       s.packed_displ, stage.f32(), s.side_count,
-                                                       s.side_displ));
+  transfers.add(expert_group(ctx, s).all_to_allv_async(packed.f32(), s.packed_count, s.packed_displ,
+                                                       stage.f32(), s.side_count, s.side_displ));
 }
 
 void Moe::finish_to_experts(StepContext& ctx, const Saved& s, const Tensor& side,
@@ -322,9 +322,8 @@ void Moe::post_from_experts(StepContext& ctx, const Saved& s, const Tensor& side
   for_each_chunk(s, [&](int64_t to, int64_t from, int64_t n) {
     if (n > 0) kernels::copy(rows(side, from, n, C), rows(stage, to, n, C), n * C);
   });
-  transfers.add(expert_group(ctx, s).all_to_allv_async(stage.f32(), s.side_count, s.side_displ,
-                                                       packed.f32(), s.packed_count,
-                                                       s.packed_displ));
+  transfers.add(expert_group(ctx, s).all_to_allv_async(
+      stage.f32(), s.side_count, s.side_displ, packed.f32(), s.packed_count, s.packed_displ));
 }
 
 // This rank's experts on the expert side's rows.
@@ -375,7 +374,7 @@ void Moe::run_experts(StepContext& ctx, Saved& s) {
 void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y, bool rerun) {
   const int64_t B = ctx.batch, T = cfg_.seq_local(), N = B * T, K = cfg_.moe.top_k;
   const int64_t C = cfg_.d_model, r0 = tp::first_row(ctx, N);  // y holds rows [r0, ...)
-  const auto [q0, Q] = routed_rows(ctx, N);  // the rows this rank dispatches
+  const auto [q0, Q] = routed_rows(ctx, N);                    // the rows this rank dispatches
   const Tensor x =
       tp::gather(ctx, x_rows,
                  ctx.scratch.get(ScratchId::sp_gathered, {tp::sequence_parallel(ctx) ? N * C : 1}));
@@ -397,7 +396,8 @@ void Moe::forward(StepContext& ctx, const Tensor& x_rows, const Tensor& y, bool 
   // gate and up GEMMs while the dispatch travels, their activation, down and tp sum while the
   // combine does (with the two-level dispatch, the cross-node legs).
   StepTransfers dispatch(ctx.par.ep_timing), combine(ctx.par.ep_timing);
-  paired(ctx, dispatch, PassPair::forward_dispatch), paired(ctx, combine, PassPair::forward_combine);
+  paired(ctx, dispatch, PassPair::forward_dispatch),
+      paired(ctx, combine, PassPair::forward_combine);
   auto behind = [&](StepTransfers& transfers, auto&& work) {
     if (!shared_) return;
     ctx.in_flight = &transfers;
@@ -508,6 +508,22 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
   const Tensor d_up = hidden_grad(ctx, ScratchId::mlp_d_up, Rx, F, t);
   const Tensor d_gate = hidden_grad(ctx, ScratchId::mlp_d_gate, swiglu_ ? Rx : 1, F, t);
   const Tensor none, activated = activation(ctx, s);
+  // A split backward's B (model/weight_grads.hpp): the experts' weight-gradient operands go to
+  // regions of the set sized for the worst routing (the expert side's Rx rows), each expert's
+  // at its rows: down's dy and x, (gate's dy,) up's dy, and the input gate and up share.
+  WeightGrads* wg = ctx.weight_grads;
+  Tensor k_doe, k_act, k_dg, k_du, k_x;
+  // The experts' 16-bit operand casts, taken for the worst routing as run_experts takes them:
+  // a pair's backward_input has a scratch space of its own (model/pass_pair.hpp).
+  if (half) {
+    ctx.scratch.get(ScratchId::gemm_x, {Rx, std::max(C, F)}, t);
+    ctx.scratch.get(ScratchId::gemm_dy, {Rx, C}, t);
+  }
+  if (wg) {
+    k_doe = wg->region(ctx.alloc, Rx * C, t), k_act = wg->region(ctx.alloc, Rx * F, t);
+    if (swiglu_) k_dg = wg->region(ctx.alloc, Rx * F, t);
+    k_du = wg->region(ctx.alloc, Rx * F, t), k_x = wg->region(ctx.alloc, Rx * C, t);
+  }
   ctx.in_flight = &weights;  // (empty but for the two-level dispatch)
   for (int64_t e = 0; e < El; ++e) {
     const int64_t first = s.eoffset[size_t(e)], n = s.eoffset[size_t(e) + 1] - first;
@@ -522,6 +538,7 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
       kernels::swiglu_bias_forward(rows(s.gate, first, n, F), up, none, none, act, none, n, F);
     else if (mode_ == Recompute::selective)
       kernels::gelu_bias_forward(up, none, act, none, n, F);
+    if (wg) wg->into(rows(k_doe, first, n, C), rows(k_act, first, n, F));
     ex.down.backward(ctx, act, rows(d_oe, first, n, C), da);
     const Tensor xin = ex.up.operand(ctx, rows(s.xe, first, n, C));
     if (swiglu_) {
@@ -529,11 +546,14 @@ void Moe::backward(StepContext& ctx, const Tensor& x_rows, const Tensor& dy, con
       kernels::swiglu_bias_backward(da, rows(s.gate, first, n, F), up, half ? none : dg,
                                     half ? none : du, half ? dg : none, half ? du : none,
                                     ex.gate.bias_grad(), ex.up.bias_grad(), n, F);
+      if (wg) wg->into(rows(k_dg, first, n, F), rows(k_x, first, n, C));
       ex.gate.backward_gemms(ctx, xin, dg, dxe);
+      if (wg) wg->into(rows(k_du, first, n, F), rows(k_x, first, n, C));
       ex.up.backward_gemms(ctx, xin, du, dxe, /*accumulate_dx=*/true);
     } else {
-      kernels::gelu_bias_backward(da, up, half ? none : du, half ? du : none, ex.up.bias_grad(),
-                                  n, F);
+      kernels::gelu_bias_backward(da, up, half ? none : du, half ? du : none, ex.up.bias_grad(), n,
+                                  F);
+      if (wg) wg->into(rows(k_du, first, n, F), rows(k_x, first, n, C));
       ex.up.backward_gemms(ctx, xin, du, dxe);
     }
   }

@@ -58,6 +58,43 @@ double inflight_layer_equivalents(const Layout& l, int64_t layers, int64_t m) {
   return L / p * in_flight * (1 + (p - 1) / (p * l.vpp));
 }
 
+namespace {
+
+// The MLP gradients' scratch (mlp_d_act, mlp_d_up, mlp_d_gate; words) of a scratch space whose
+// backward passes visit `blocks` in this order: with a mixture of experts the dense blocks, the
+// shared experts (N rows) and the routed experts (the expert side's Rx rows, sized for the
+// worst case: every rank's N top_k rows) share it, so each buffer is the widest of its
+// requests. Replayed block by block (in a MoE block the routed experts' buffers are taken
+// first, then the shared experts run): a scratch buffer that grows is allocated before the old
+// one is freed (model/step_context.cpp), so the largest buffer so replaced adds to the peak.
+struct MlpGradScratch {
+  double size = 0, replaced = 0;  // the buffers' final words; the largest buffer replaced
+};
+MlpGradScratch mlp_grad_scratch(const ModelConfig& c, double N,
+                                const std::vector<int64_t>& blocks) {
+  const double t = double(c.tp.size), F = double(c.ffn_hidden) / t;
+  const bool gated = c.arch == Arch::llama;
+  double size[3] = {0, 0, 0}, replaced = 0;  // d_act, d_up, d_gate
+  auto need = [&](double act, double gate) {
+    const double want[3] = {act, act, gate};
+    for (int i = 0; i < 3; ++i)
+      if (want[i] > size[i]) replaced = std::max(replaced, size[i]), size[i] = want[i];
+  };
+  for (const int64_t b : blocks) {
+    if (!c.moe.enabled() || !c.moe.is_moe(b)) {
+      need(N * F, gated ? N * F : 0);
+      continue;
+    }
+    const double Fe = double(c.moe.ffn), Fs = double(c.moe.shared) * Fe / t;
+    const double Rx = double(c.experts_held.size) * N * double(c.moe.top_k);
+    need(Rx * Fe, gated ? Rx * Fe : Fe);  // gpt2 asks for an unused [1, Fe] d_gate
+    if (c.moe.shared > 0) need(N * Fs, gated ? N * Fs : 0);
+  }
+  return {size[0] + size[1] + size[2], replaced};
+}
+
+}  // namespace
+
 double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool half,
                                const std::vector<int64_t>& blocks, bool head) {
   const double t = double(c.tp.size), B = double(micro_batch), N = B * double(c.seq_local());
@@ -66,7 +103,7 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
   const double R = sp ? N / t : N;
   const double Hq = double(c.heads) / t, Hkv = double(c.kv_heads) / t;
   const double F = double(c.ffn_hidden) / t, Vl = double(c.vocab_padded) / t;
-  double f = 2 * N * Hq * D + 2 * N * Hkv * D;    // d_att, dq; dk, dv
+  double f = 2 * N * Hq * D + 2 * N * Hkv * D;  // d_att, dq; dk, dv
   const double mats = c.arch == Arch::llama ? 3 : 2;
   if (!c.moe.enabled()) {
     f += N * F * mats;  // d_act, d_up (, d_gate)
@@ -74,29 +111,12 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
     // model/moe.cpp's backward: the MLP gradients' scratch is shared by the dense blocks, the
     // shared experts (N rows) and the routed experts (the expert side's Rx rows, sized for the
     // worst case: every rank's N top_k rows), so it is the widest of the three.
-    const double K = double(c.moe.top_k), Fe = double(c.moe.ffn), E = double(c.moe.experts);
+    const double K = double(c.moe.top_k), E = double(c.moe.experts);
     const double ep = double(c.experts_held.size), Rx = ep * N * K;
-    // Replayed over one backward pass (blocks last to first; in a MoE block the routed
-    // experts' buffers are taken first, then the shared experts run): a scratch buffer that grows is allocated before the old
-    // one is freed (model/step_context.cpp), so the largest buffer so replaced adds to the peak.
-    const double Fs = double(c.moe.shared) * Fe / t;
-    double size[3] = {0, 0, 0}, replaced = 0;  // d_act, d_up, d_gate
-    auto need = [&](double act, double gate) {
-      const double want[3] = {act, act, gate};
-      for (int i = 0; i < 3; ++i)
-        if (want[i] > size[i]) replaced = std::max(replaced, size[i]), size[i] = want[i];
-    };
     std::vector<int64_t> order = blocks;
     for (int64_t b = c.layers - 1; blocks.empty() && b >= 0; --b) order.push_back(b);
-    for (const int64_t b : order) {
-      if (!c.moe.is_moe(b)) {
-        need(N * F, mats == 3 ? N * F : 0);
-        continue;
-      }
-      need(Rx * Fe, mats == 3 ? Rx * Fe : Fe);  // gpt2 asks for an unused [1, Fe] d_gate
-      if (c.moe.shared > 0) need(N * Fs, mats == 3 ? N * Fs : 0);
-    }
-    f += size[0] + size[1] + size[2] + replaced;
+    const MlpGradScratch mlp = mlp_grad_scratch(c, N, order);
+    f += mlp.size + mlp.replaced;
     // The routing's tokens: whole sequences (every context-parallel rank routes them all).
     const double Nw = B * double(c.seq_len);
     // d_out, d_in; d_weight; d_logits of the N / t rows a tp rank dispatches (Moe::routed_rows).
@@ -110,7 +130,7 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
     if (c.cp.size > 1) f += 2 * Nw * C;  // the gathered rows, as gathered and in order
     if (ep > 1) f += 3 * Rx * C;         // the all-to-all's stage, d_oe, d_xe
   }
-  f += 2 * R * C;                                 // d_norm, dh
+  f += 2 * R * C;  // d_norm, dh
   // The head computes its logits chunk by chunk (ModelConfig::head_rows): one chunk of H rows.
   // A pipeline stage without the head has none of its buffers.
   const double H = head ? double(c.head_rows(int64_t(N))) : 0;
@@ -144,6 +164,45 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
     dy16 = std::max(dy16, Rx * C);
   }
   return 4 * (f + tokens) + (half ? 2 * (x16 + dy16) : 0);
+}
+
+double tessera_pair_scratch_bytes(const ModelConfig& c, int64_t micro_batch, bool half,
+                                  const std::vector<int64_t>& blocks,
+                                  const std::vector<int64_t>& first_blocks) {
+  if (blocks.empty()) return 0;
+  const double t = double(c.tp.size), B = double(micro_batch), N = B * double(c.seq_local());
+  const double C = double(c.d_model), D = double(c.head_dim);
+  const bool sp = c.tp.sequence_parallel && c.tp.size > 1;
+  const double R = sp ? N / t : N;
+  const double Hq = double(c.heads) / t, Hkv = double(c.kv_heads) / t;
+  double f = 2 * R * C;                   // the two gradient streams (grad_a, grad_b)
+  f += 2 * R * C + 2 * (sp ? N * C : 1);  // d_norm, dh; gathered rows and gradients
+  f += 2 * N * Hq * D + 2 * N * Hkv * D;  // d_att, dq; dk, dv
+  // d_act, d_up, d_gate. A buffer replaced while it grows adds to the peak (the first scratch's
+  // largest is in tessera_workspace_bytes): the larger of the two scratch spaces' transients,
+  // each taken while the other space is whole (measured so, plan_validate_tessera).
+  const MlpGradScratch mlp = mlp_grad_scratch(c, N, blocks);
+  f += mlp.size;
+  if (c.moe.enabled()) {
+    std::vector<int64_t> order = first_blocks;
+    for (int64_t b = c.layers - 1; first_blocks.empty() && b >= 0; --b) order.push_back(b);
+    f += std::max(0.0, mlp.replaced - mlp_grad_scratch(c, N, order).replaced);
+  }
+  bool moe = false;
+  for (const int64_t b : blocks) moe |= c.moe.enabled() && c.moe.is_moe(b);
+  double x16 = N * (attention_io_bytes(c) == 2 ? 0.0 : Hq * D);  // the attention output
+  double dy16 = N * std::max({C, Hq * D, Hkv * D});
+  if (moe) {
+    const double K = double(c.moe.top_k), E = double(c.moe.experts),
+                 ep = double(c.experts_held.size);
+    const double Rx = ep * N * K, Fe = double(c.moe.ffn);
+    // d_out, d_in; d_weight; d_logits of the N / t rows a tp rank dispatches.
+    f += 2 * N * K * C + B * double(c.seq_len) * K + std::ceil(N / t) * E;
+    if (ep > 1) f += 3 * Rx * C;  // the all-to-all's stage, d_oe, d_xe
+    x16 = std::max(x16, Rx * std::max(C, Fe));
+    dy16 = std::max({dy16, Rx * C, std::ceil(N / t) * E});
+  }
+  return 4 * f + (half ? 2 * (x16 + dy16) : 0);
 }
 
 }  // namespace tessera

@@ -68,4 +68,20 @@ double inflight_layer_equivalents(const Layout& l, int64_t layers, int64_t m);
 double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool half = false,
                                const std::vector<int64_t>& blocks = {}, bool head = true);
 
+// DualPipe's interleaved pairs (parallel/pp/paired_overlap.hpp): each pair's backward_input
+// runs on a second Scratch (StepContext::over, train/trainer.cpp), which holds the buffers a
+// backward requests, each at its largest over the pairs' passes: the two gradient streams,
+// a block's norm and residual gradients, the attention's gradients, the MLP gradients (dense
+// blocks, shared and routed experts, replayed as in the first scratch), a mixture of experts'
+// packed, expert-side and router gradients and its all-to-all stage, and in 16 bits the GEMM
+// operand casts (model/moe.cpp takes the experts' for the worst routing). blocks: the blocks
+// the pairs' backward_input passes visit, in order (empty: no pairs, 0 bytes); first_blocks:
+// those the other backward passes visit (tessera_workspace_bytes' blocks), whose scratch adds
+// the largest MLP gradient buffer replaced while it grew: the peak adds the larger of the two
+// spaces' such transients. The pairs interleave only without tp, cp and recompute, so none of
+// those buffers are counted.
+double tessera_pair_scratch_bytes(const ModelConfig& c, int64_t micro_batch, bool half,
+                                  const std::vector<int64_t>& blocks,
+                                  const std::vector<int64_t>& first_blocks);
+
 }  // namespace tessera

@@ -114,8 +114,8 @@ const Workload& placed_workload(const Workload& w, const Layout& l, const Cluste
   return *placed;
 }
 
-std::string layout_problem(const Workload& given, const Layout& l, const Cluster& cl,
-                           Runtime rt, int accelerators) {
+std::string layout_problem(const Workload& given, const Layout& l, const Cluster& cl, Runtime rt,
+                           int accelerators) {
   std::optional<Workload> placed;
   const Workload& w = placed_workload(given, l, cl, placed);
   const ModelConfig& c = w.cfg;
@@ -148,13 +148,10 @@ std::string layout_problem(const Workload& given, const Layout& l, const Cluster
                  " is tessera's (Megatron-LM has no split-backward schedule): use --runtime "
                  "tessera");
     if (l.pp == 1) return cat("sched = ", to_string(l.schedule), " needs pp > 1");
-    if (w.moe.any())
-      return cat("sched = ", to_string(l.schedule),
-                 " with experts is not costed (the experts' weight-gradient copies depend on "
-                 "the routing)");
     const int64_t per = int64_t(l.micro_batch) * l.dp;
     try {
-      pp::require_valid({l.pp, int(std::max<int64_t>(1, w.global_batch / std::max<int64_t>(1, per))),
+      pp::require_valid({l.pp,
+                         int(std::max<int64_t>(1, w.global_batch / std::max<int64_t>(1, per))),
                          l.vpp, l.schedule});
     } catch (const Error& e) {
       return e.what();
@@ -252,8 +249,8 @@ Estimate estimate(const Workload& given, const Layout& l, const Cluster& cl, Run
       // Expert weights are replicated over dp x cp / ep ranks only, so ZeRO shards them over
       // that many (Megatron-LM's expert-data-parallel group).
       const ModelStateBytes s = zero_model_state(l.zero, psi - sp.experts, N, l.mixed());
-      const ModelStateBytes x = zero_model_state(l.zero, sp.experts,
-                                                 double(expert_shard_ranks_of(N, l.ep)), l.mixed());
+      const ModelStateBytes x =
+          zero_model_state(l.zero, sp.experts, double(expert_shard_ranks_of(N, l.ep)), l.mixed());
       mb.params = s.params + x.params, mb.grads = s.grads + x.grads;
       mb.optimizer = s.optimizer + x.optimizer;
       // Micro-batches in flight on this stage: first stage p (1F1B), last stage 1.
@@ -353,6 +350,26 @@ Estimate estimate(const Workload& given, const Layout& l, const Cluster& cl, Run
   t.tp_comm = M * Lp * tp;
   t.cp_comm = M * Lp * cp;
   t.ep_comm = M * Lp * ep;
+  if (rt == Runtime::tessera && moe && l.ep > 1 && tessera_pairs_interleave(w, l)) {
+    // DualPipe's interleaved pairs (parallel/pp/paired_overlap.hpp, model/pass_pair.hpp): a
+    // pair runs one micro-batch's forward and another's backward_input together, each giving
+    // way at its all-to-alls, so the forward's dispatch and combine (two of a layer's four)
+    // travel behind the B's compute and the B's two behind the forward's, each up to that
+    // compute's time: min(comm, compute). A pair's passes are chunks of Lp / v layers; B is
+    // half the backward (F = B = W, as the bubble formula takes it). The pairs per step are
+    // those of the stage with the fewest (pp::op_pairs on its op list).
+    const pp::ScheduleShape shape{l.pp, int(m), l.vpp, l.schedule};
+    const pp::Schedule sched = pp::make_schedule(shape);
+    double pairs = -1;
+    for (const std::vector<pp::Op>& ops : sched.stages) {
+      const double n = double(pp::op_pairs(shape, ops).size());
+      pairs = pairs < 0 ? n : std::min(pairs, n);
+    }
+    const double chunk = Lp / l.vpp, comm = chunk * ep / 2;
+    const double fwd = chunk * lc.forward(), bwd_input = chunk * lc.backward() / 2;
+    e.ep_pairs = pairs;
+    t.ep_hidden = pairs * (std::min(comm, bwd_input) + std::min(comm, fwd));
+  }
   if (moe && l.ep > 1) {
     // What a rank's all-to-alls send per step, its own rows included (as comm/ counts them):
     // four per MoE block and micro-batch (dispatch and combine, forward and backward:

@@ -32,8 +32,8 @@
 //
 // Runtime tessera (the code in this repository, as it runs today: fp32, DP, ZeRO and TP/SP)
 // uses tessera's own layer buffers instead (activation_bytes, tessera_workspace_bytes,
-// param_sections and RankLayout), which the plan_validate_tessera test compares with the allocator's high-water
-// marks.
+// param_sections and RankLayout), which the plan_validate_tessera test compares with the
+// allocator's high-water marks.
 #pragma once
 
 #include <string>
@@ -70,12 +70,15 @@ struct TimeBreakdown {
   double pp_p2p = 0, pp_bubble = 0;
   double dp_comm = 0, dp_hidden = 0;  // DP/ZeRO traffic, and the part of it hidden by overlap
                                       // (perf/overlap.hpp, layer by layer)
+  // The part of ep_comm hidden by dualpipev's interleaved pairs (runtime tessera): each pair's
+  // all-to-alls behind the other pass's compute, up to that compute's time.
+  double ep_hidden = 0;
   double optimizer = 0;
   // Of compute: forward and backward (for comparison with a run's phase timers).
   double forward = 0, backward = 0;
   double total() const {
-    return compute + recompute + tp_comm + cp_comm + ep_comm + pp_p2p + pp_bubble + dp_comm -
-           dp_hidden + optimizer;
+    return compute + recompute + tp_comm + cp_comm + ep_comm - ep_hidden + pp_p2p + pp_bubble +
+           dp_comm - dp_hidden + optimizer;
   }
 };
 
@@ -91,6 +94,7 @@ struct Estimate {
   double model_tflops = 0, hardware_tflops = 0;  // per accelerator
   double mfu = 0, hfu = 0;
   double bubble_fraction = 0;  // (p-1)/(v m)
+  double ep_pairs = 0;         // dualpipev's interleaved pairs per step (the fewest of a stage)
   double params_per_rank = 0;  // Psi_r of the stage reported
   GroupLinks links;
   DpOverlap dp_overlap;  // the DP/ZeRO traffic term by term, exposed and hidden
@@ -99,7 +103,7 @@ struct Estimate {
   // MoE (ep > 1): the bytes of the token all-to-alls a rank sends per step, its own rows
   // included (dispatch and combine, forward and backward), assuming balanced loads; (ep - 1)
   // / ep of them leave the rank.
-  double ep_bytes_per_step = 0;     // the stage with the most MoE blocks
+  double ep_bytes_per_step = 0;           // the stage with the most MoE blocks
   std::vector<double> ep_bytes_by_stage;  // pipeline stage by stage
   // parallel.ep_dispatch = two_level: of those, inside the node and across nodes (by stage).
   std::vector<double> ep_intra_bytes_by_stage, ep_cross_bytes_by_stage;

@@ -92,7 +92,11 @@ struct Workload {
   // the nodes the ep group spans on the cluster) and parallel.ep_max_nodes.
   EpDispatch ep_dispatch = EpDispatch::flat;
   int64_t ep_nodes = 0, ep_max_nodes = 0;
-  bool document_mask = false;          // runtime tessera: data.document_mask
+  bool document_mask = false;  // runtime tessera: data.document_mask
+  // Runtime tessera: parallel.pp_pair_overlap and hardware.device, which decide with the
+  // layout whether dualpipev's pairs interleave (parallel/pp/paired_overlap.hpp).
+  bool pp_pair_overlap = true;
+  DeviceKind device = DeviceKind::cpu;
 };
 
 // Sequences per model replica per step and micro-batches per step for a layout; 0 when the

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "parallel/dp/zero_schedule.hpp"
+#include "parallel/pp/paired_overlap.hpp"
 #include "parallel/pp/schedule.hpp"
 #include "parallel/pp/stage_layers.hpp"
 #include "perf/activation_memory.hpp"
@@ -20,8 +21,10 @@ struct PoolReplay {
   std::map<double, int> free, total;
   void take(double n) {
     if (n <= 0) return;
-    if (free[n] > 0) --free[n];
-    else ++total[n];
+    if (free[n] > 0)
+      --free[n];
+    else
+      ++total[n];
   }
   void give(double n) {
     if (n > 0) ++free[n];
@@ -38,9 +41,9 @@ struct PoolReplay {
 struct ZeroSteps {
   std::vector<double> size;
   std::vector<double> piece;  // a rank's shard of each part (size / K when empty)
-  bool tied = false;    // the head reads the token table (part 0)
-  bool defer0 = false;  // part 0's gradients stay whole until the step's end (Zero::defer)
-  bool split = false;   // backward passes are followed by weight passes (PartAccess::split)
+  bool tied = false;          // the head reads the token table (part 0)
+  bool defer0 = false;        // part 0's gradients stay whole until the step's end (Zero::defer)
+  bool split = false;         // backward passes are followed by weight passes (PartAccess::split)
   std::vector<std::pair<int, Pass>> passes;  // (part, pass) in order
 };
 
@@ -72,17 +75,25 @@ double replay_zero(const ZeroSteps& z, const ZeroReplay& r) {
       const double n = z.size[size_t(a.part)];
       const double piece = z.piece.empty() ? n / r.K : z.piece[size_t(a.part)];
       switch (a.kind) {
-        case ZeroAction::build: pool.take(n), pool.give(n); break;
-        case ZeroAction::fetch: (gather16 ? copies : pool).take(n); break;
+        case ZeroAction::build:
+          pool.take(n), pool.give(n);
+          break;
+        case ZeroAction::fetch:
+          (gather16 ? copies : pool).take(n);
+          break;
         case ZeroAction::wait:
           if (gather16 && !waited[size_t(a.part)]) pool.take(n), waited[size_t(a.part)] = 1;
           break;
         case ZeroAction::release:
-          if (!gather16) pool.give(n);
-          else copies.give(n), pool.give(waited[size_t(a.part)] ? n : 0);
+          if (!gather16)
+            pool.give(n);
+          else
+            copies.give(n), pool.give(waited[size_t(a.part)] ? n : 0);
           waited[size_t(a.part)] = 0;
           break;
-        case ZeroAction::stage: pool.take(n); break;
+        case ZeroAction::stage:
+          pool.take(n);
+          break;
         case ZeroAction::reduce:
           if (!r.reduce16) {
             pool.take(piece);
@@ -119,25 +130,51 @@ double replay_zero(const ZeroSteps& z, const ZeroReplay& r) {
   return pool.allocated() + copies.allocated() / 2;
 }
 
-// The weight-gradient GEMMs a split backward's B queues for a chunk of `blocks` dense blocks,
-// in queue order (model/block.cpp: each block's MLP, then its attention; the blocks in
-// reverse): the elements of each one's dy and x operands. Rows are a micro-batch's tokens
-// on this rank (gathered under sequence parallelism); the sizes are this tp rank's.
-std::vector<std::pair<double, double>> weight_gemm_operands(const ModelConfig& c,
-                                                            int64_t micro_batch, int64_t blocks) {
+// The weight-gradient GEMMs a split backward's B queues for a chunk of blocks [first, last),
+// in queue order (model/block.cpp: each block's MLP or mixture of experts, then its
+// attention; the blocks in reverse): the elements of each one's dy and x operands, copies of
+// their own (`gemms`), and a mixture of experts' regions (`regions`: the routed experts'
+// operands, model/weight_grads.hpp). Rows are a micro-batch's tokens on this rank (gathered
+// under sequence parallelism); the sizes are this tp rank's.
+struct WeightOperands {
+  std::vector<std::pair<double, double>> gemms;
+  std::vector<double> regions;
+};
+WeightOperands weight_gemm_operands(const ModelConfig& c, int64_t micro_batch, int64_t first,
+                                    int64_t last) {
   const double N = double(micro_batch * c.seq_local()), C = double(c.d_model);
   const double F = double(c.ffn_local()), q = double(c.heads_local() * c.head_dim),
                kv = double(c.kv_heads_local() * c.head_dim);
-  std::vector<std::pair<double, double>> one;
-  one.push_back({N * C, N * F});                        // down
-  if (c.arch == Arch::llama) one.push_back({N * F, N * C});  // gate
-  one.push_back({N * F, N * C});                        // up
-  one.push_back({N * C, N * q});                        // o
-  one.push_back({N * q, N * C});                        // q
-  one.push_back({N * kv, N * C});                       // k
-  one.push_back({N * kv, N * C});                       // v
-  std::vector<std::pair<double, double>> out;
-  for (int64_t b = 0; b < blocks; ++b) out.insert(out.end(), one.begin(), one.end());
+  const bool gated = c.arch == Arch::llama;
+  WeightOperands out;
+  for (int64_t b = last - 1; b >= first; --b) {
+    if (!c.moe.is_moe(b)) {
+      out.gemms.push_back({N * C, N * F});             // down
+      if (gated) out.gemms.push_back({N * F, N * C});  // gate
+      out.gemms.push_back({N * F, N * C});             // up
+    } else {
+      // model/moe.cpp's backward: the shared experts (an Mlp of shared x F_e / t), the routed
+      // experts into regions of the expert side's Rx rows (down's dy and x, gate's and up's
+      // dy, their input), then the router (its N / t rows, Moe::routed_rows).
+      const double t = double(c.tp.size), Fe = double(c.moe.ffn), E = double(c.moe.experts);
+      const double Fs = double(c.moe.shared) * Fe / t;
+      const double Rx = double(c.experts_held.size) * N * double(c.moe.top_k);
+      if (c.moe.shared > 0) {
+        out.gemms.push_back({N * C, N * Fs});
+        if (gated) out.gemms.push_back({N * Fs, N * C});
+        out.gemms.push_back({N * Fs, N * C});
+      }
+      out.regions.push_back(Rx * C), out.regions.push_back(Rx * Fe);
+      if (gated) out.regions.push_back(Rx * Fe);
+      out.regions.push_back(Rx * Fe), out.regions.push_back(Rx * C);
+      const double Q = std::ceil(N / t);
+      out.gemms.push_back({Q * E, Q * C});  // router
+    }
+    out.gemms.push_back({N * C, N * q});   // o
+    out.gemms.push_back({N * q, N * C});   // q
+    out.gemms.push_back({N * kv, N * C});  // k
+    out.gemms.push_back({N * kv, N * C});  // v
+  }
   return out;
 }
 
@@ -152,15 +189,20 @@ ZeroReplay zero_replay(const Layout& l, int inflight) {
   return r;
 }
 
-}  // namespace
-
-RankLayout tessera_rank_layout(const Workload& w, const Layout& l, int stage) {
+// The workload's model as a planned layout runs it: whole (RankLayout splits it), with the
+// layout's recompute mode (recompute_layers from the deck) and precision.
+ModelConfig tessera_whole_model(const Workload& w, const Layout& l) {
   ModelConfig whole = w.cfg;
   whole.tp = TensorParallel{};
   whole.cp = ContextParallel{};
   whole.experts_held = ExpertShard{};
-  whole.recompute = l.recompute;  // the layout's mode; recompute_layers from the deck
+  whole.recompute = l.recompute;
   whole.compute = precision_names(l.precision).compute;
+  return whole;
+}
+
+// The layout's keys as a deck would give them to tessera.
+ParallelSection tessera_parallel_section(const Workload& w, const Layout& l) {
   ParallelSection p;
   p.tp = l.tp, p.sequence_parallel = l.seq_parallel;
   p.cp = l.cp, p.cp_kind = w.cp_kind;
@@ -169,6 +211,23 @@ RankLayout tessera_rank_layout(const Workload& w, const Layout& l, int stage) {
   p.dp = l.dp, p.ep = l.ep, p.order = l.order;
   p.ep_dispatch = w.ep_dispatch, p.ep_nodes = w.ep_nodes, p.ep_max_nodes = w.ep_max_nodes;
   p.zero = l.zero, p.zero_inflight = w.zero_inflight, p.shard_group = l.shard_group;
+  p.pp_pair_overlap = w.pp_pair_overlap;
+  return p;
+}
+
+}  // namespace
+
+bool tessera_pairs_interleave(const Workload& w, const Layout& l) {
+  if (l.schedule != PipeSchedule::dualpipe_v) return false;  // (no pairs: no rank layout needed)
+  // The rank's model: RankLayout decides the dispatch (moe.two_level).
+  return pp::paired_overlap_off(tessera_parallel_section(w, l), tessera_rank_layout(w, l, 0).model,
+                                w.device)
+      .empty();
+}
+
+RankLayout tessera_rank_layout(const Workload& w, const Layout& l, int stage) {
+  const ModelConfig whole = tessera_whole_model(w, l);
+  const ParallelSection p = tessera_parallel_section(w, l);
   const GridLayout grid({l.tp, l.cp, l.ep, l.dp, l.pp}, l.order, l.accelerators());
   GridLayout::Coord at;
   at.pp = stage;
@@ -182,8 +241,8 @@ Layout tessera_layout(const RankLayout& r) {
   l.dp = r.degrees.dp, l.pp = r.degrees.pp;
   l.vpp = r.schedule.chunks;
   // A Layout spells interleaved 1F1B as one_f_one_b with vpp > 1.
-  l.schedule = r.schedule.kind == PipeSchedule::interleaved ? PipeSchedule::one_f_one_b
-                                                            : r.schedule.kind;
+  l.schedule =
+      r.schedule.kind == PipeSchedule::interleaved ? PipeSchedule::one_f_one_b : r.schedule.kind;
   l.seq_parallel = c.tp.sequence_parallel && l.tp > 1;
   l.zero = r.zero;
   l.shard_group = r.zero > 0 && r.shard_ranks != r.dp_cp ? int(r.shard_ranks) : 0;
@@ -244,6 +303,7 @@ TesseraStageMemory tessera_pipeline_memory(const Workload& w, const Layout& l, i
   const double message = rows * double(c.d_model);  // floats per activation message
   const double embed_act = 4 * rows * double(c.d_model);
   const double head_act = 4 * (rows * (c.arch == Arch::gpt2 ? 2 : 1) + rows * double(c.d_model));
+  const bool interleave = tessera_pairs_interleave(w, l);
   TesseraStageMemory out;
   MemoryBreakdown& peak = out.memory;
   for (int s = 0; s < l.pp; ++s) {
@@ -270,7 +330,15 @@ TesseraStageMemory tessera_pipeline_memory(const Workload& w, const Layout& l, i
     std::vector<int> slot_of(size_t(m) * chunks.size(), -1), set_of(slot_of);
     std::vector<char> busy, set_busy;
     std::vector<std::vector<std::pair<double, double>>> set_capacity;  // (dy, x) elements
-    for (const pp::Op& op : schedule.stages[size_t(s)]) {
+    std::vector<std::vector<double>> set_regions;                      // elements
+    // DualPipe's interleaved pairs: their backward_input passes run on the second scratch.
+    const std::vector<pp::Op>& ops = schedule.stages[size_t(s)];
+    std::vector<char> on_pair_scratch(ops.size(), 0);
+    if (interleave)
+      for (const pp::OpPair& pair : pp::op_pairs(shape, ops)) on_pair_scratch[pair.backward] = 1;
+    std::vector<int64_t> backward_blocks, pair_blocks;  // as the backward passes visit them
+    for (size_t o = 0; o < ops.size(); ++o) {
+      const pp::Op& op = ops[o];
       const size_t i = size_t(op.micro) * chunks.size() + size_t(op.chunk);
       const pp::ChunkLayers& k = chunks[size_t(op.chunk)];
       std::vector<int> order;
@@ -280,35 +348,49 @@ TesseraStageMemory tessera_pipeline_memory(const Workload& w, const Layout& l, i
       if (op.kind == pp::Op::forward) {
         auto f = std::find(busy.begin(), busy.end(), 0);
         const int slot = int(f - busy.begin());
-        if (f == busy.end()) busy.push_back(1);
-        else *f = 1;
+        if (f == busy.end())
+          busy.push_back(1);
+        else
+          *f = 1;
         slot_of[i] = slot;
         slots[size_t(op.chunk)].insert(slot);
         for (int q : order) z.passes.push_back({q, Pass::forward});
       } else if (op.computes_input_grad()) {
-        for (auto q = order.rbegin(); q != order.rend(); ++q) z.passes.push_back({*q, Pass::backward});
+        for (auto q = order.rbegin(); q != order.rend(); ++q)
+          z.passes.push_back({*q, Pass::backward});
         busy[size_t(slot_of[i])] = 0;
+        for (int64_t b = k.last - 1; b >= k.first; --b)
+          (on_pair_scratch[o] ? pair_blocks : backward_blocks).push_back(b);
       }
       if (op.kind == pp::Op::backward_input) {
         auto f = std::find(set_busy.begin(), set_busy.end(), 0);
         const int set = int(f - set_busy.begin());
-        if (f == set_busy.end()) set_busy.push_back(1), set_capacity.emplace_back();
-        else *f = 1;
+        if (f == set_busy.end())
+          set_busy.push_back(1), set_capacity.emplace_back(), set_regions.emplace_back();
+        else
+          *f = 1;
         set_of[i] = set;
         std::vector<std::pair<double, double>>& cap = set_capacity[size_t(set)];
-        const std::vector<std::pair<double, double>> gemms =
-            weight_gemm_operands(c, l.micro_batch, k.last - k.first);
+        const WeightOperands w = weight_gemm_operands(c, l.micro_batch, k.first, k.last);
+        const std::vector<std::pair<double, double>>& gemms = w.gemms;
         if (cap.size() < gemms.size()) cap.resize(gemms.size(), {0.0, 0.0});
         for (size_t g = 0; g < gemms.size(); ++g)
-          cap[g] = {std::max(cap[g].first, gemms[g].first), std::max(cap[g].second, gemms[g].second)};
+          cap[g] = {std::max(cap[g].first, gemms[g].first),
+                    std::max(cap[g].second, gemms[g].second)};
+        std::vector<double>& reg = set_regions[size_t(set)];
+        if (reg.size() < w.regions.size()) reg.resize(w.regions.size(), 0.0);
+        for (size_t g = 0; g < w.regions.size(); ++g) reg[g] = std::max(reg[g], w.regions[g]);
       } else if (op.kind == pp::Op::backward_weight) {
-        for (auto q = order.rbegin(); q != order.rend(); ++q) z.passes.push_back({*q, Pass::weight});
+        for (auto q = order.rbegin(); q != order.rend(); ++q)
+          z.passes.push_back({*q, Pass::weight});
         set_busy[size_t(set_of[i])] = 0;
       }
     }
     double weight_copies = 0;  // elements, in the compute dtype
     for (const auto& cap : set_capacity)
       for (const auto& [dy, x] : cap) weight_copies += dy + x;
+    for (const auto& reg : set_regions)
+      for (const double n : reg) weight_copies += n;
     MemoryBreakdown mb;
     const ModelStateBytes st = r.model_state();
     mb.params = st.params;
@@ -334,20 +416,18 @@ TesseraStageMemory tessera_pipeline_memory(const Workload& w, const Layout& l, i
       for (int64_t b = ch.first; b < ch.last; ++b) moe_blocks += c.moe.is_moe(b) ? 1 : 0;
     mb.comm = 4 * message * double(m) * messages +
               moe_blocks * moe_two_level_comm_bytes(c, l.micro_batch) +
-              replay_zero(z, zero_replay(l, w.zero_inflight)) +
-              tessera_grad_staging_bytes(l, psi);
+              replay_zero(z, zero_replay(l, w.zero_inflight)) + tessera_grad_staging_bytes(l, psi);
     // Scratch as the whole model's (the last stage runs blocks and the head), plus every
-    // micro-batch's inputs and targets (int32) held for the step.
-    // The blocks in the order this stage's backward passes visit them.
-    std::vector<int64_t> backward_blocks;
+    // micro-batch's inputs and targets (int32) held for the step; with interleaved pairs, the
+    // second scratch of their backward_input passes.
     const bool has_head = std::any_of(chunks.begin(), chunks.end(),
                                       [](const pp::ChunkLayers& ch) { return ch.head; });
-    for (const auto& [q, pass] : z.passes)
-      if (pass == Pass::backward && q >= 1 && q <= int(c.layers)) backward_blocks.push_back(q - 1);
-    mb.workspace = tessera_workspace_bytes(c, l.micro_batch, tessera_half(l), backward_blocks,
-                                          has_head) +
-                   4 * 2 * double(m) * double(l.micro_batch * c.seq_local()) +
-                   tessera_document_bytes(w, c, l.micro_batch, m);
+    mb.workspace =
+        tessera_workspace_bytes(c, l.micro_batch, tessera_half(l), backward_blocks, has_head) +
+        tessera_pair_scratch_bytes(c, l.micro_batch, tessera_half(l), pair_blocks,
+                                   backward_blocks) +
+        4 * 2 * double(m) * double(l.micro_batch * c.seq_local()) +
+        tessera_document_bytes(w, c, l.micro_batch, m);
     peak.params = std::max(peak.params, mb.params);
     peak.grads = std::max(peak.grads, mb.grads);
     peak.optimizer = std::max(peak.optimizer, mb.optimizer);

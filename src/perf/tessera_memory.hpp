@@ -22,6 +22,11 @@ namespace tessera {
 // model with the layout's precision and recompute mode), so the planner costs the rank tessera
 // would run, and refuses what tessera would refuse, with its error text.
 RankLayout tessera_rank_layout(const Workload& w, const Layout& l, int stage);
+// Whether tessera runs the layout's dualpipev pairs interleaved (parallel.pp_pair_overlap and a
+// composition that interleaves: pp::paired_overlap_off, the trainer's own rule), so that each
+// pair's backward_input has a second scratch space and the pair's all-to-alls travel behind
+// the other pass's compute.
+bool tessera_pairs_interleave(const Workload& w, const Layout& l);
 // The other way: a run's layout as the planner spells it (the default rank order; Layout
 // spells interleaved 1F1B as one_f_one_b with vpp > 1).
 Layout tessera_layout(const RankLayout& r);

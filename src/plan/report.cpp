@@ -160,16 +160,26 @@ std::string format_explain(const Workload& w, const Estimate& e, const Cluster& 
             pct(t.tp_comm));
   os << fmt("  CP communication (exposed)                %9.3f  %5.1f%%\n", t.cp_comm,
             pct(t.cp_comm));
-  os << fmt("  EP all-to-all                             %9.3f  %5.1f%%\n", t.ep_comm,
-            pct(t.ep_comm));
+  if (t.ep_hidden > 0) {
+    os << fmt("  EP all-to-all         %8.3f, hidden %6.3f %9.3f  %5.1f%%\n", t.ep_comm,
+              t.ep_hidden, t.ep_comm - t.ep_hidden, pct(t.ep_comm - t.ep_hidden));
+    os << fmt(
+        "    %.0f dualpipev pairs per step: each pass's all-to-alls behind the other's compute, "
+        "min(comm, compute)\n",
+        e.ep_pairs);
+  } else {
+    os << fmt("  EP all-to-all                             %9.3f  %5.1f%%\n", t.ep_comm,
+              pct(t.ep_comm));
+  }
   if (e.ep_bytes_per_step > 0)
     os << fmt(
         "    all-to-all bytes sent per step: %.4g MB (4 per MoE block and micro-batch, "
         "balanced loads, own rows included)\n",
         e.ep_bytes_per_step / 1e6);
   if (!e.ep_cross_bytes_by_stage.empty())
-    os << fmt("    two-level dispatch: %.4g MB inside the node, %.4g MB across nodes (first stage)\n",
-              e.ep_intra_bytes_by_stage.front() / 1e6, e.ep_cross_bytes_by_stage.front() / 1e6);
+    os << fmt(
+        "    two-level dispatch: %.4g MB inside the node, %.4g MB across nodes (first stage)\n",
+        e.ep_intra_bytes_by_stage.front() / 1e6, e.ep_cross_bytes_by_stage.front() / 1e6);
   os << fmt("  PP send/recv                              %9.3f  %5.1f%%\n", t.pp_p2p,
             pct(t.pp_p2p));
   // The split-backward kinds' formulas at F = B = W (pp::bubble_formula, doc/pipeline.md).
@@ -223,9 +233,10 @@ std::string estimate_json(const Estimate& e) {
      << ", \"forward\": " << num(t.forward) << ", \"backward\": " << num(t.backward)
      << ", \"recompute\": " << num(t.recompute) << ", \"tp\": " << num(t.tp_comm)
      << ", \"cp\": " << num(t.cp_comm) << ", \"ep\": " << num(t.ep_comm)
-     << ", \"pp_p2p\": " << num(t.pp_p2p) << ", \"pp_bubble\": " << num(t.pp_bubble)
-     << ", \"dp\": " << num(t.dp_comm) << ", \"dp_hidden\": " << num(t.dp_hidden)
-     << ", \"optimizer\": " << num(t.optimizer) << ", \"step\": " << num(e.step_seconds) << "}";
+     << ", \"ep_hidden\": " << num(t.ep_hidden) << ", \"pp_p2p\": " << num(t.pp_p2p)
+     << ", \"pp_bubble\": " << num(t.pp_bubble) << ", \"dp\": " << num(t.dp_comm)
+     << ", \"dp_hidden\": " << num(t.dp_hidden) << ", \"optimizer\": " << num(t.optimizer)
+     << ", \"step\": " << num(e.step_seconds) << "}";
   os << ", \"tokens_per_second\": " << num(e.tokens_per_second)
      << ", \"model_tflops_per_accelerator\": " << num(e.model_tflops)
      << ", \"hardware_tflops_per_accelerator\": " << num(e.hardware_tflops)

@@ -35,6 +35,8 @@ Workload workload_from(const RunConfig& run) {
   w.ep_nodes = run.parallel.ep_nodes;
   w.ep_max_nodes = run.parallel.ep_max_nodes;
   w.document_mask = run.data.document_mask;
+  w.pp_pair_overlap = run.parallel.pp_pair_overlap;
+  w.device = run.hardware.device;
   // A mixture of experts in the deck (model.experts, ...): tessera's runtime model reads all
   // of w.cfg.moe; the Megatron-style runtime its routed experts, top-k and expert width.
   if (w.cfg.moe.enabled()) {

@@ -9,10 +9,10 @@
 #include "core/error.hpp"
 #include "kernels/kernels.hpp"
 #include "model/tensor_parallel.hpp"
+#include "parallel/pp/paired_overlap.hpp"
 #include "parallel/pp/stage_layers.hpp"
 #include "train/device.hpp"
 #include "train/nonfinite.hpp"
-#include "train/paired_overlap.hpp"
 
 namespace tessera {
 
@@ -24,13 +24,16 @@ std::unique_ptr<kernels::Device> open_device(const RunConfig& run, ProcessGrid& 
   if (run.hardware.device == DeviceKind::cpu) return nullptr;
   const int index = device_index(grid.world());
   // A rank that sees only its own GPU (Slurm's --gpu-bind=per_task:1) takes device 0.
-  auto device = std::make_unique<kernels::Device>(index % std::max(1, kernels::cuda_device_count()));
+  auto device =
+      std::make_unique<kernels::Device>(index % std::max(1, kernels::cuda_device_count()));
   // Every group moves device tensors from now on: collectives through NCCL on a GPU, MPI on
   // an emulated device's host memory; point-to-point and all-to-all through host staging.
   DeviceLink link;
   link.compute_stream = device->compute_stream();
   link.comm_stream = device->comm_stream();
-  link.copy = [](const Tensor& src, const Tensor& dst, int64_t n) { kernels::transfer(src, dst, n); };
+  link.copy = [](const Tensor& src, const Tensor& dst, int64_t n) {
+    kernels::transfer(src, dst, n);
+  };
   link.nccl = !device->emulated();
   grid.attach_device(link);
   return device;
@@ -150,7 +153,7 @@ Trainer::Trainer(const RunConfig& run, ProcessGrid& grid, const RankLayout& layo
   pipeline_ = std::make_unique<pp::Executor>(grid.group(Group::pp), layout_.schedule,
                                              Shape{tp::rows(ctx, B * T), cfg_.d_model}, alloc_);
   if (stages > 1) pipeline_hooks_.dp = dp_.get(), pipeline_hooks_.pipeline = pipeline_.get();
-  pair_off_ = tessera::paired_overlap_off(run, cfg_);
+  pair_off_ = pp::paired_overlap_off(run.parallel, cfg_, run.hardware.device);
   if (pair_off_.empty())
     pair_ = std::make_unique<PassPair>(), pair_scratch_ = std::make_unique<Scratch>(alloc_);
 }
@@ -324,9 +327,9 @@ double Trainer::pipeline_step(int64_t s, StepContext& ctx, double* targets) {
       const size_t i = size_t(micro) * t.layout_.chunks.size() + size_t(chunk);
       return t.model_->backward_input_chunk(c, chunk, dy, &set_of[i]);
     }
-    // DualPipe's pairs (train/paired_overlap.hpp): the forward on ctx, the backward_input on
-    // a context of its own over the second scratch space, interleaved at the experts'
-    // all-to-alls. The phase timer follows the switches only at each pass's start.
+    // DualPipe's pairs (parallel/pp/paired_overlap.hpp): the forward on ctx, the
+    // backward_input on a context of its own over the second scratch space, interleaved at the
+    // experts' all-to-alls. The phase timer follows the switches only at each pass's start.
     StepContext* paired = nullptr;
     bool interleaves() const override { return t.pair_ != nullptr; }
     void run_pair(const std::function<void()>& forward,
@@ -384,8 +387,10 @@ double Trainer::pipeline_evaluate(size_t dataset) {
       const Tensor out = model_->forward_chunk(ctx, shape.local_chunk_of(c), inputs_.view(),
                                                c > 0 ? x : Tensor{}, targets_.view(), &loss_sum);
       if (c == C - 1) continue;
-      if (shape.crosses(c)) pp.isend(out.slice(0, n), shape.stage_of(c + 1), 0).wait();
-      else kernels::copy(out, x, n);
+      if (shape.crosses(c))
+        pp.isend(out.slice(0, n), shape.stage_of(c + 1), 0).wait();
+      else
+        kernels::copy(out, x, n);
     }
   }
   grid_.group(Group::dp_cp).all_reduce(sums, 2);
@@ -411,7 +416,6 @@ void Trainer::evaluate(StepResult& r) {
   }
   r.val_loss = weight > 0 ? sum / weight : r.val_losses.front();
 }
-
 
 double SpikeRule::mean() const {
   double sum = 0;

@@ -146,8 +146,8 @@ class Trainer {
   // Context parallelism's ring: how much of its K/V (and dK/dV) traffic attention hid.
   const OverlapTiming& cp_timing() const { return cp_timing_; }
   const OverlapTiming& ep_timing() const { return ep_timing_; }
-  // DualPipe's paired overlap (train/paired_overlap.hpp): the runner of the interleaved pairs
-  // (null when they run one pass after the other) and why not ("" when they interleave).
+  // DualPipe's paired overlap (parallel/pp/paired_overlap.hpp): the runner of the interleaved
+  // pairs (null when they run one pass after the other) and why not ("" when they interleave).
   const PassPair* pass_pair() const { return pair_.get(); }
   const std::string& paired_overlap_off() const { return pair_off_; }
   // Blocks per model chunk of the pipeline (parallel.pp_layers; empty with one stage).
@@ -198,7 +198,7 @@ class Trainer {
   int64_t steps_ = 0;
   BlendedDataset data_;
   int64_t eval_every_ = 0, eval_samples_ = 0;
-  Buffer tokens_, inputs_, targets_;   // one micro-batch (tokens_ in host memory)
+  Buffer tokens_, inputs_, targets_;  // one micro-batch (tokens_ in host memory)
   // tokens_'s loss mask, B x (seq_len + 1) bytes sized once (host; not in the ledger, as the
   // loader's own read buffer of io/token_dataset.cpp is not).
   std::vector<uint8_t> mask_;

@@ -101,7 +101,8 @@ TEST(PlanMoe, TwoLevelBytesPerLinkLevel) {
   const double per_row = (4 * 512 + 3 * 2) * 4;  // 4 rows, 2 k slots and k weight gradients
   EXPECT_DOUBLE_EQ(e.ep_cross_bytes_by_stage[0],
                    blocks * m * (tokens * (2 * (1 - 6.0 / 28)) * 0.5 * per_row + 4 * 4 * 2));
-  EXPECT_DOUBLE_EQ(e.ep_bytes_per_step, e.ep_intra_bytes_by_stage[0] + e.ep_cross_bytes_by_stage[0]);
+  EXPECT_DOUBLE_EQ(e.ep_bytes_per_step,
+                   e.ep_intra_bytes_by_stage[0] + e.ep_cross_bytes_by_stage[0]);
   // ep_max_nodes = 1: one node per token, half the time another.
   std::vector<std::string> one = two;
   one.push_back("--parallel.ep_max_nodes=1");
@@ -109,6 +110,42 @@ TEST(PlanMoe, TwoLevelBytesPerLinkLevel) {
   EXPECT_DOUBLE_EQ(limited.ep_cross_bytes_by_stage[0],
                    blocks * m * (tokens * 1 * 0.5 * per_row + 4 * 4 * 2));
   EXPECT_TRUE(flat.ep_cross_bytes_by_stage.empty());
+}
+
+// dualpipev's interleaved pairs (parallel.pp_pair_overlap) hide each pass's all-to-alls behind
+// the other pass's compute, up to that compute's time: less exposed all-to-all time than the
+// same pairs run one pass after the other, the same traffic, and the step shorter by exactly
+// the hidden part. Schedules without pairs cost the same either way.
+TEST(PlanMoe, DualPipeVPairsHideTheirAllToAlls) {
+  const Cluster c = Cluster::from_text(test::kPlanCluster);
+  const Workload on = moe(), off = moe({"--parallel.pp_pair_overlap=false"});
+  const Layout l = parse_layout("dp=2 pp=2 v=2 ep=2 mb=1 prec=fp32 sched=dualpipev");
+  ASSERT_EQ(layout_problem(on, l, c, Runtime::tessera, 4), "");
+  const Estimate a = estimate(on, l, c, Runtime::tessera),
+                 b = estimate(off, l, c, Runtime::tessera);
+  EXPECT_GT(a.ep_pairs, 0);
+  EXPECT_GT(a.time.ep_comm, 0);
+  EXPECT_EQ(a.time.ep_comm, b.time.ep_comm);
+  EXPECT_EQ(b.time.ep_hidden, 0);
+  EXPECT_GT(a.time.ep_hidden, 0);
+  EXPECT_LE(a.time.ep_hidden, a.time.ep_comm);
+  EXPECT_LT(a.time.ep_comm - a.time.ep_hidden, b.time.ep_comm - b.time.ep_hidden);
+  EXPECT_NEAR(b.step_seconds - a.step_seconds, a.time.ep_hidden, 1e-12 * b.step_seconds);
+  // Each pass of a pair hides at most its own all-to-alls (two of a layer's four: a chunk's
+  // forward or backward share of ep_comm / (m v)).
+  const double per_pass = a.time.ep_comm / (2.0 * double(a.microbatches) * l.vpp);
+  EXPECT_LE(a.time.ep_hidden, a.ep_pairs * 2 * per_pass * (1 + 1e-12));
+  // Without pairs (zb-v, 1f1b) or without experts' all-to-alls (ep 1): nothing changes.
+  for (const char* text :
+       {"dp=2 pp=2 v=2 ep=2 mb=1 prec=fp32 sched=zb-v", "dp=2 pp=2 ep=2 mb=1 prec=fp32 sched=1f1b",
+        "dp=2 pp=2 v=2 ep=1 mb=1 prec=fp32 sched=dualpipev"}) {
+    const Layout k = parse_layout(text);
+    ASSERT_EQ(layout_problem(on, k, c, Runtime::tessera, 4), "") << text;
+    const Estimate x = estimate(on, k, c, Runtime::tessera),
+                   y = estimate(off, k, c, Runtime::tessera);
+    EXPECT_EQ(x.time.ep_hidden, 0) << text;
+    EXPECT_EQ(x.step_seconds, y.step_seconds) << text;
+  }
 }
 
 TEST(PlanMoe, TesseraRuntimeRefusesWhatItDoesNotModel) {
@@ -127,6 +164,15 @@ TEST(PlanMoe, TesseraRuntimeRefusesWhatItDoesNotModel) {
   EXPECT_EQ(
       layout_problem(w, parse_layout("dp=4 ep=2 prec=fp32 rc=selective"), c, Runtime::tessera, 4),
       "");
+  // The split-backward kinds too: the experts' weight-gradient operands are held in regions
+  // sized for the worst routing (model/weight_grads.hpp), so their memory is predicted.
+  for (const char* sched : {"zb-h1", "zb-v", "dualpipev"})
+    EXPECT_EQ(layout_problem(w,
+                             parse_layout(std::string("dp=2 pp=2 ep=2 prec=fp32 sched=") + sched +
+                                          (std::string(sched) == "zb-h1" ? "" : " v=2")),
+                             c, Runtime::tessera, 4),
+              "")
+        << sched;
   const Workload two = moe({"--parallel.ep_dispatch=two_level", "--parallel.ep_nodes=2"});
   EXPECT_NE(layout_problem(two, parse_layout("dp=2 cp=2 ep=2 prec=fp32"), c, Runtime::tessera, 4),
             "");

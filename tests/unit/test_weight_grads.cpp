@@ -50,12 +50,50 @@ TEST(WeightGrads, QueuedGemmsAreTheGemmsRunAtOnce) {
     w.release(set);
     EXPECT_EQ(w.bytes(), bytes);
     for (int64_t i = 0; i < n * out; ++i) dy.f32()[i] -= 1.0f;
-    if (round == 0) kernels::matmul(dy.view(), x.view(), direct.view(), out, in, n, true, false, 1.0f, 1.0f);
+    if (round == 0)
+      kernels::matmul(dy.view(), x.view(), direct.view(), out, in, n, true, false, 1.0f, 1.0f);
   }
   EXPECT_EQ(w.sets(), 1);
   EXPECT_EQ(w.bytes(), int64_t(2 * (n * out + n * in) * sizeof(float)));
   // The second round added its GEMM once more, as the direct one did.
   for (int64_t i = 0; i < out * in; ++i) EXPECT_EQ(queued.f32()[i], direct.f32()[i]) << i;
+}
+
+// A mixture of experts' operands go into regions of the set (model/moe.cpp): each GEMM queued
+// on rows of them gives the bits of the direct GEMM, and what the set holds is the regions'
+// size, whatever rows the experts took.
+TEST(WeightGrads, RegionsHoldTheRowsOfEveryExpert) {
+  Allocator alloc;
+  const int64_t rows = 8, out = 3, in = 4;
+  Buffer dy = filled(alloc, rows * out, 0.3f), x = filled(alloc, rows * in, -0.2f);
+  for (int64_t i = 0; i < rows * out; ++i) dy.f32()[i] += 0.01f * float(i);
+  Buffer direct = filled(alloc, 2 * out * in, 0.1f), queued = filled(alloc, 2 * out * in, 0.1f);
+  const Tensor grad[2] = {queued.view().slice(0, out * in),
+                          queued.view().slice(out * in, out * in)};
+  WeightGrads w;
+  for (const int64_t first_rows : {int64_t(5), int64_t(2)}) {  // two routings of the 8 rows
+    const int64_t counts[2] = {first_rows, rows - first_rows};
+    const int set = w.open();
+    w.set_part(1);
+    const Tensor rdy = w.region(alloc, rows * out, DType::f32);
+    const Tensor rx = w.region(alloc, rows * in, DType::f32);
+    for (int e = 0, first = 0; e < 2; first += int(counts[e]), ++e) {
+      const int64_t n = counts[e];
+      w.into(rdy.slice(first * out, n * out), rx.slice(first * in, n * in));
+      w.add(alloc, dy.view().slice(first * out, n * out), x.view().slice(first * in, n * in),
+            &grad[e], n, out, in);
+      kernels::matmul(dy.view().slice(first * out, n * out), x.view().slice(first * in, n * in),
+                      direct.view().slice(e * out * in, out * in), out, in, n, true, false, 1.0f,
+                      1.0f);
+    }
+    w.close();
+    for (int64_t i = 0; i < rows * out; ++i) dy.f32()[i] += 1.0f;  // W reads the regions
+    w.run(set, 1);
+    w.release(set);
+    for (int64_t i = 0; i < rows * out; ++i) dy.f32()[i] -= 1.0f;
+    for (int64_t i = 0; i < 2 * out * in; ++i) EXPECT_EQ(queued.f32()[i], direct.f32()[i]) << i;
+    EXPECT_EQ(w.bytes(), int64_t((rows * out + rows * in) * sizeof(float)));
+  }
 }
 
 // Two B's before their W's take two sets; the first freed is the next taken.

@@ -1,6 +1,6 @@
-#include "train/paired_overlap.hpp"
+#include "parallel/pp/paired_overlap.hpp"
 
-namespace tessera {
+namespace tessera::pp {
 
 // A tied token table needs none: the embedding's backward lets the head's forward end first
 // (Transformer::backward_chunk). Each refusal names what the two interleaved passes would
@@ -12,8 +12,8 @@ namespace tessera {
 //  * ZeRO-2/3: the gradients staged and the parameters gathered per part, by part hooks that
 //    assume one pass at a time;
 //  * a device run: the passes' kernels on one stream, not measured here.
-std::string paired_overlap_off(const RunConfig& run, const ModelConfig& cfg) {
-  const ParallelSection& p = run.parallel;
+std::string paired_overlap_off(const ParallelSection& p, const ModelConfig& cfg,
+                               DeviceKind device) {
   if (p.pp_schedule != PipeSchedule::dualpipe_v || p.pp < 2) return "not dualpipev";
   if (!p.pp_pair_overlap) return "parallel.pp_pair_overlap = false";
   if (!cfg.moe.enabled() || p.ep < 2) return "nothing to hide: no expert all-to-alls";
@@ -22,8 +22,8 @@ std::string paired_overlap_off(const RunConfig& run, const ModelConfig& cfg) {
   if (p.cp > 1) return "cp";
   if (cfg.recompute != Recompute::none) return "recompute";
   if (p.zero >= 2) return "ZeRO-2/3";
-  if (run.hardware.device != DeviceKind::cpu) return "device run";
+  if (device != DeviceKind::cpu) return "device run";
   return "";
 }
 
-}  // namespace tessera
+}  // namespace tessera::pp
