@@ -331,12 +331,13 @@ TEST(HalfMatmul, Bf16OutputIsTheRoundedFp32Result) {
 }
 
 // The output head's GEMMs may pack B into memory the caller lends (kernels::matmul_packed_b):
-// from 512 rows on, A not transposed, with room for the packed B, and then they give the bits of
+// from 512 rows on (1024 with AMX), A not transposed, with room for the packed B, and then they give the bits of
 // the plain GEMM, B stored either way, C f32 or bf16; with too little room, A transposed or few
 // rows they are the plain GEMM.
 TEST(HalfMatmul, PackedWeightsGiveThePlainBits) {
   uint32_t seed = 90;
-  const int64_t M = 512, K = 96, N = 200;
+  // 1024 rows: packed with AVX512-BF16 (from 512 rows) and with AMX (from 1024).
+  const int64_t M = 1024, K = 96, N = 200;
   const FVec A = randn(M * K, seed += 3), B = randn(K * N, seed += 3);
   HVec a(A.size()), b(B.size());
   cast(host(A), half_view(a, DType::bf16), M * K);
@@ -360,12 +361,12 @@ TEST(HalfMatmul, PackedWeightsGiveThePlainBits) {
                 0);
       if (!f32) continue;
       // Where packing does not apply, the plain GEMM writes C all the same.
-      FVec tiny(8), fewer(size_t((M / 2) * N)), fewer_plain(fewer.size());
+      FVec tiny(8), fewer(size_t((M / 4) * N)), fewer_plain(fewer.size());
       std::fill(packed32.begin(), packed32.end(), 0.0f);
       EXPECT_FALSE(matmul_packed_b(av, bv, packed, M, N, K, false, tb, host(tiny)));
       EXPECT_EQ(std::memcmp(plain32.data(), packed32.data(), plain32.size() * 4), 0);
-      EXPECT_FALSE(matmul_packed_b(av, bv, host(fewer), M / 2, N, K, false, tb, host(space)));
-      matmul(av, bv, host(fewer_plain), M / 2, N, K, false, tb);
+      EXPECT_FALSE(matmul_packed_b(av, bv, host(fewer), M / 4, N, K, false, tb, host(space)));
+      matmul(av, bv, host(fewer_plain), M / 4, N, K, false, tb);
       EXPECT_EQ(std::memcmp(fewer_plain.data(), fewer.data(), fewer.size() * 4), 0);
     }
 }

@@ -161,11 +161,22 @@ void matmul_half(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType 
   gemm.stream.wait();
 }
 
-// Packing B outside the primitive pays from about 512 rows on (tessera-prepack-bench: the
-// output head's GEMMs over the vocabulary gain 7-17% there, lose at 256 rows); oneDNN's copy
-// of B inside the call is repeated per block of rows. The reorder and the primitive on the packed
-// B give the same bits as the plain call (the same micro-kernel over the same blocks).
-constexpr int64_t kPackMinRows = 512;
+// Packing B outside the primitive pays from about 512 rows on with AVX512-BF16 (tessera-
+// prepack-bench on Zen 5: the output head's GEMMs over the vocabulary gain 7-17% there, lose at
+// 256 rows); oneDNN's copy of B inside the call is repeated per block of rows. With AMX the
+// micro-kernels are 2x faster and the packing costs the same, so it pays only from 1024 rows (a
+// 2-core AMX Xeon: at 512 rows the head's logits GEMM 36.7 ms plain against 46.9 packed, its
+// input gradient 52.2 against 58.5; at 1024 rows +3% and +16%; doc/performance.md). The reorder
+// and the primitive on the packed B give the same bits as the plain call with AVX512-BF16 (the
+// same micro-kernel over the same blocks) and on small shapes; with AMX at the head's shapes
+// oneDNN blocks the sum over K otherwise, so the bits differ there by summation order.
+int64_t pack_min_rows() {
+  static const int64_t rows = [] {
+    const unsigned amx = unsigned(dnnl::cpu_isa::avx512_core_amx);
+    return (unsigned(dnnl::get_effective_cpu_isa()) & amx) == amx ? int64_t(1024) : int64_t(512);
+  }();
+  return rows;
+}
 
 bool matmul_half_packed(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType c_dtype,
                         int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, void* space,
@@ -174,7 +185,7 @@ bool matmul_half_packed(DType ab, const uint16_t* A, const uint16_t* B, void* C,
     matmul_half(ab, A, B, C, c_dtype, M, N, K, trans_a, trans_b, 1.0f, 0.0f);
     return false;
   };
-  if (ab != DType::bf16 || trans_a || M < kPackMinRows || K == 0 || N == 0 || !dnnl_has_bf16())
+  if (ab != DType::bf16 || trans_a || M < pack_min_rows() || K == 0 || N == 0 || !dnnl_has_bf16())
     return plain();
   Bf16Gemm& gemm = bf16_gemm();
   Bf16Gemm::Packed& p =
