@@ -15,7 +15,6 @@
 
 #include "app/errors.hpp"
 #include "comm/mpi_env.hpp"
-#include "parallel/pp/schedule.hpp"
 #include "core/error.hpp"
 #include "perf/cluster.hpp"
 #include "perf/cost_model.hpp"
@@ -59,8 +58,9 @@ constexpr Option kOptions[] = {
      "none, selective, full, full:N (N layers of each stage; default the first three, with "
      "full also for N = 1/4, 1/2, 3/4 of a stage)"},
     {"--sp", "LIST", "sequence parallelism off/on: 0, 1 or 0,1 (default)"},
-    {"--schedule", "LIST", "1f1b (default; interleaved when v > 1), gpipe, and with --runtime "
-                           "tessera the split-backward zb-h1, zb-v, dualpipev (doc/pipeline.md)"},
+    {"--schedule", "LIST",
+     "1f1b (default; interleaved when v > 1), gpipe, and the split-backward zb-h1, zb-v, "
+     "dualpipev (doc/pipeline.md)"},
     {"--no-hsdp", nullptr, "do not try ZeRO shard groups of one node"},
     {"--memory-budget", "GB", "use at most this much memory per accelerator (default: all of it)"},
     {"--max-bubble", "X", "reject layouts whose bubble (p-1)/(v m) exceeds X (default 0.5)"},
@@ -346,8 +346,6 @@ void run(const std::vector<std::string>& argv) {
     const PipeSchedule k = parse_option("--schedule", s, [](const std::string& v) {
       return parse_layout("sched=" + v).schedule;
     });
-    TESSERA_REQUIRE(rt == Runtime::tessera || !pp::splits_backward(k), "option --schedule = '", s,
-                    "': Megatron-LM has no split-backward schedule; give --runtime tessera");
     if (std::find(space.schedules.begin(), space.schedules.end(), k) == space.schedules.end())
       space.schedules.push_back(k);
   }

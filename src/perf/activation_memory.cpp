@@ -58,6 +58,24 @@ double inflight_layer_equivalents(const Layout& l, int64_t layers, int64_t m) {
   return L / p * in_flight * (1 + (p - 1) / (p * l.vpp));
 }
 
+double weight_grad_pending_bytes_per_layer(const Workload& w, const Layout& l, bool moe_layer) {
+  const ModelConfig& c = w.cfg;
+  const double a = activation_element_bytes(l);
+  const double t = l.tp;
+  const double T = double(l.micro_batch) * double(c.seq_len) / l.cp;
+  const double C = double(c.d_model);
+  const double q = double(c.heads * c.head_dim) / t;
+  const double k = double(std::max<int64_t>(1, c.kv_heads / l.tp) * c.head_dim);
+  const bool gated = c.arch == Arch::llama;
+  double F = double(c.ffn_hidden), rows = 1, router = 0;  // rows: of the second GEMM per token
+  if (moe_layer) {
+    F = double(w.moe.top_k) * double(w.moe.expert_ffn ? w.moe.expert_ffn : c.ffn_hidden);
+    rows = double(w.moe.top_k);
+    router = double(w.moe.experts);
+  }
+  return a * T * ((q + 2 * k) + C + F / t * (gated ? 2 : 1) + rows * C + router);
+}
+
 namespace {
 
 // The MLP gradients' scratch (mlp_d_act, mlp_d_up, mlp_d_gate; words) of a scratch space whose

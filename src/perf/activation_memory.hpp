@@ -53,6 +53,21 @@ double saved_bytes_per_layer(const LayerActivations& a, Recompute r);
 // (see above); m micro-batches per step.
 double inflight_layer_equivalents(const Layout& l, int64_t layers, int64_t m);
 
+// A split-backward schedule (zb-h1, zb-v, dualpipev) in a GPU framework: B computes the data
+// gradients and leaves each weight-gradient GEMM for W, which reuses the saved activations (the
+// GEMMs' inputs) and needs the output gradient dy of every GEMM, held from B to W. Per layer
+// and micro-batch waiting for its W, on one rank (a, T, C, q, k, F and t as above; with
+// experts F = top_k x expert width and E the experts):
+//   a T (q + 2k) / t      dy of Q, K, V (column-parallel)
+//   a T C                 dy of the attention's output projection (row-parallel: its output
+//                         gradient is whole on every TP rank, gathered under SP)
+//   a T F x 1 (2 gated) / t   dy of the MLP's first GEMM(s)
+//   a T C (x top_k)       dy of the MLP's second GEMM, each routed row's with experts
+//   a T E                 dy of the router's logits, with experts
+// Biases take their gradients from the same dy; the column-parallel inputs SP gathers again
+// are gathered at W, as the fused backward does, not held.
+double weight_grad_pending_bytes_per_layer(const Workload& w, const Layout& l, bool moe_layer);
+
 // tessera's own CPU implementation today (fp32, src/model/*): the activations are
 // perf/memory.hpp's activation_bytes (exact, tested by activation_memory_tp and, for each
 // recompute mode, activation_memory_recompute). The workspace

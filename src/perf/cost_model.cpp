@@ -47,6 +47,28 @@ double layer_params_per_rank(const Workload& w, const Layout& l) {
   return n;
 }
 
+// DualPipe's interleaved pairs (parallel/pp/paired_overlap.hpp, model/pass_pair.hpp): a pair
+// runs one micro-batch's forward and another's backward_input together, each giving way at its
+// all-to-alls, so the forward's dispatch and combine (two of a layer's four) travel behind the
+// B's compute and the B's two behind the forward's, each up to that compute's time:
+// min(comm, compute). A pair's passes are chunks of Lp / v layers (Lp: the pacing stage's); B
+// is half the backward (F = B = W, as the bubble formula takes it); ep: a layer's all-to-all
+// seconds per micro-batch. The pairs per step are those of the stage with the fewest
+// (pp::op_pairs on its op list), returned in `pairs`. Returns the seconds hidden per step.
+double paired_ep_hidden(const Layout& l, int64_t m, double Lp, double ep, const LayerCompute& lc,
+                        double& pairs) {
+  const pp::ScheduleShape shape{l.pp, int(m), l.vpp, l.schedule};
+  const pp::Schedule sched = pp::make_schedule(shape);
+  pairs = -1;
+  for (const std::vector<pp::Op>& ops : sched.stages) {
+    const double n = double(pp::op_pairs(shape, ops).size());
+    pairs = pairs < 0 ? n : std::min(pairs, n);
+  }
+  const double chunk = Lp / l.vpp, comm = chunk * ep / 2;
+  const double fwd = chunk * lc.forward(), bwd_input = chunk * lc.backward() / 2;
+  return pairs * (std::min(comm, bwd_input) + std::min(comm, fwd));
+}
+
 }  // namespace
 
 StageLayers stage_layer_counts(const Workload& w, const Layout& l) {
@@ -54,7 +76,7 @@ StageLayers stage_layer_counts(const Workload& w, const Layout& l) {
   const int chunks = l.pp * l.vpp;
   StageLayers s;
   if (l.pp == 1 || (c.layers % chunks == 0 && w.pp_layers == "balanced")) {
-    s.first = s.last = s.most = double(c.layers) / l.pp;
+    s.first = s.last = s.most = s.end = double(c.layers) / l.pp;
     return s;
   }
   const std::vector<int64_t> sizes = pp::split_layers(c, chunks, w.pp_layers);
@@ -66,6 +88,7 @@ StageLayers stage_layer_counts(const Workload& w, const Layout& l) {
       n += double(ch.last - ch.first);
     if (stage == 0) s.first = n;
     if (stage == shape.loss_stage()) s.last = n;
+    if (stage == l.pp - 1) s.end = n;
     s.most = std::max(s.most, n);
   }
   return s;
@@ -86,12 +109,21 @@ StageParams stage_params(const Workload& w, const Layout& l, const StageLayers& 
   // last stage when that is not the first (Megatron keeps both and all-reduces their grads).
   const double head = c.tie_embeddings && l.pp == 1 ? 0 : double(c.vocab_padded) * C / l.tp;
   StageParams s;
+  double expert_layer = 0;  // one layer's routed experts per rank
   if (w.moe.any()) {
     const double Fe = double(w.moe.expert_ffn ? w.moe.expert_ffn : c.ffn_hidden) / l.tp;
-    s.experts = cut.first * double(w.moe.experts) / l.ep * (c.arch == Arch::llama ? 3 : 2) * C * Fe;
+    expert_layer = double(w.moe.experts) / l.ep * (c.arch == Arch::llama ? 3 : 2) * C * Fe;
   }
-  s.first = cut.first * per_layer + embed + (l.pp == 1 ? final_norm + head : 0);
-  s.last = l.pp == 1 ? s.first : cut.last * per_layer + final_norm + head;
+  s.experts = cut.first * expert_layer;
+  // A V placement (zb-v, dualpipev) puts the first and the last model chunk on stage 0: the
+  // embedding and the head on one stage (with tied embeddings one table, no copy).
+  const bool v_shape = l.pp > 1 && pp::placement_of(l.schedule) == pp::Placement::v_shape;
+  const bool together = l.pp == 1 || v_shape;
+  const double own_head = c.tie_embeddings && together ? 0 : double(c.vocab_padded) * C / l.tp;
+  s.first = cut.first * per_layer + embed + (together ? final_norm + own_head : 0);
+  s.last = together ? s.first : cut.last * per_layer + final_norm + head;
+  s.end = v_shape ? cut.end * per_layer : s.last;
+  s.end_experts = v_shape ? cut.end * expert_layer : s.experts;
   return s;
 }
 
@@ -143,10 +175,6 @@ std::string layout_problem(const Workload& given, const Layout& l, const Cluster
   if (l.vpp > 1 && l.pp == 1) return "v > 1 (interleaving) needs pp > 1";
   if (l.vpp > 1 && l.schedule == PipeSchedule::gpipe) return "v > 1 needs the 1F1B schedule";
   if (pp::splits_backward(l.schedule)) {
-    if (rt != Runtime::tessera)
-      return cat("sched = ", to_string(l.schedule),
-                 " is tessera's (Megatron-LM has no split-backward schedule): use --runtime "
-                 "tessera");
     if (l.pp == 1) return cat("sched = ", to_string(l.schedule), " needs pp > 1");
     const int64_t per = int64_t(l.micro_batch) * l.dp;
     try {
@@ -215,7 +243,7 @@ Estimate estimate(const Workload& given, const Layout& l, const Cluster& cl, Run
   const double T = double(l.micro_batch) * double(c.seq_len) / l.cp;
   const double C = double(c.d_model);
   const LayerActivations act = layer_activations(w, l, moe);
-  bool reported_last = false;  // the memory (and Psi_r) reported is the last stage's
+  double reported_layers = e.stage_layers.first;  // layers of the stage whose memory is reported
   // Full recompute of N of a stage's layers (rc=full:N): those keep their input only.
   auto saved_on = [&](double stage_layers) {
     const double n = l.recomputed_layers(stage_layers);
@@ -223,6 +251,14 @@ Estimate estimate(const Workload& given, const Layout& l, const Cluster& cl, Run
     return n * saved_bytes_per_layer(act, Recompute::full) +
            (stage_layers - n) * saved_bytes_per_layer(act, others);
   };
+  // A split-backward schedule in a GPU framework (doc/planning.md, "Split-backward schedules
+  // under --runtime megatron"): each chunk pass keeps its activations from F to W, and from B
+  // to W the output gradients of its weight GEMMs (and, under full recompute, what B rebuilt).
+  auto pending_on = [&](double stage_layers) {
+    return stage_layers * weight_grad_pending_bytes_per_layer(w, l, moe) +
+           l.recomputed_layers(stage_layers) * (act.total() - act.input);
+  };
+  const bool split = l.pp > 1 && pp::splits_backward(l.schedule);
   if (rt == Runtime::tessera && l.pp > 1) {
     const TesseraStageMemory sm = tessera_pipeline_memory(w, l, m);
     e.memory = sm.memory;
@@ -244,22 +280,33 @@ Estimate estimate(const Workload& given, const Layout& l, const Cluster& cl, Run
                     tessera_grad_staging_bytes(l, psi) +
                     double(tc.moe_blocks()) * moe_two_level_comm_bytes(tc, l.micro_batch);
   } else {
-    auto stage_memory = [&](bool first, bool last, double psi) {
+    // Stage `stage` holding the embedding (first), the head (last), psi parameters per TP rank
+    // of which `experts` are routed experts' weights, and `here` layers.
+    auto stage_memory = [&](int stage, bool first, bool last, double psi, double experts,
+                            double here) {
       MemoryBreakdown mb;
       // Expert weights are replicated over dp x cp / ep ranks only, so ZeRO shards them over
       // that many (Megatron-LM's expert-data-parallel group).
-      const ModelStateBytes s = zero_model_state(l.zero, psi - sp.experts, N, l.mixed());
+      const ModelStateBytes s = zero_model_state(l.zero, psi - experts, N, l.mixed());
       const ModelStateBytes x =
-          zero_model_state(l.zero, sp.experts, double(expert_shard_ranks_of(N, l.ep)), l.mixed());
+          zero_model_state(l.zero, experts, double(expert_shard_ranks_of(N, l.ep)), l.mixed());
       mb.params = s.params + x.params, mb.grads = s.grads + x.grads;
       mb.optimizer = s.optimizer + x.optimizer;
-      // Micro-batches in flight on this stage: first stage p (1F1B), last stage 1.
+      // Micro-batches in flight on this stage (in stage activations): first stage p (1F1B),
+      // last stage 1; a split kind holds pp::peak_activations_formula chunk passes (zb-h1 p,
+      // zb-v 2p, dualpipev 2p + 1 chunks of 1/v of the stage), of which
+      // pp::peak_pending_weights_formula wait for W with their output gradients.
       const double even = L / p;
-      const double in_flight = l.pp == 1 ? 1
-                               : first   ? inflight_layer_equivalents(l, c.layers, m) / even
-                                         : (l.schedule == PipeSchedule::gpipe ? M : 1);
-      const double here = first ? e.stage_layers.first : e.stage_layers.last;
-      mb.activations = in_flight * saved_on(here);
+      double in_flight = l.pp == 1 ? 1
+                         : first   ? inflight_layer_equivalents(l, c.layers, m) / even
+                                   : (l.schedule == PipeSchedule::gpipe ? M : 1);
+      double pending = 0;
+      if (split) {
+        const pp::ScheduleShape shape{l.pp, int(m), l.vpp, l.schedule};
+        in_flight = double(pp::peak_activations_formula(shape, stage)) / l.vpp;
+        pending = double(pp::peak_pending_weights_formula(shape, stage)) / l.vpp;
+      }
+      mb.activations = in_flight * saved_on(here) + pending * pending_on(here);
       if (l.recomputed_layers(here) > 0) mb.activations += act.total();  // one layer rebuilt
       const double stream = a * T * C / (l.seq_parallel ? l.tp : 1);
       if (first)
@@ -297,12 +344,20 @@ Estimate estimate(const Workload& given, const Layout& l, const Cluster& cl, Run
       mb.reserved = cl.reserved;
       return mb;
     };
-    const MemoryBreakdown f = stage_memory(true, l.pp == 1, sp.first);
-    const MemoryBreakdown g = stage_memory(l.pp == 1, true, sp.last);
+    // The first and the last stage; with a V placement stage 0 holds the embedding and the
+    // head, and stage p-1 only layers.
+    const StageLayers& cut_ = e.stage_layers;
+    const bool v_shape = split && pp::placement_of(l.schedule) == pp::Placement::v_shape;
+    const MemoryBreakdown f =
+        stage_memory(0, true, l.pp == 1 || v_shape, sp.first, sp.experts, cut_.first);
+    const MemoryBreakdown g =
+        v_shape ? stage_memory(l.pp - 1, false, false, sp.end, sp.end_experts, cut_.end)
+                : stage_memory(l.pp - 1, l.pp == 1, true, sp.last, sp.experts,
+                               l.pp == 1 ? cut_.first : cut_.last);
     const bool use_first = f.total() >= g.total();
     e.memory = use_first ? f : g;
-    e.params_per_rank = use_first ? sp.first : sp.last;
-    reported_last = !use_first;
+    e.params_per_rank = use_first ? sp.first : v_shape ? sp.end : sp.last;
+    reported_layers = use_first ? cut_.first : v_shape ? cut_.end : cut_.last;
   }
 
   // ---- time ----
@@ -350,26 +405,14 @@ Estimate estimate(const Workload& given, const Layout& l, const Cluster& cl, Run
   t.tp_comm = M * Lp * tp;
   t.cp_comm = M * Lp * cp;
   t.ep_comm = M * Lp * ep;
-  if (rt == Runtime::tessera && moe && l.ep > 1 && tessera_pairs_interleave(w, l)) {
-    // DualPipe's interleaved pairs (parallel/pp/paired_overlap.hpp, model/pass_pair.hpp): a
-    // pair runs one micro-batch's forward and another's backward_input together, each giving
-    // way at its all-to-alls, so the forward's dispatch and combine (two of a layer's four)
-    // travel behind the B's compute and the B's two behind the forward's, each up to that
-    // compute's time: min(comm, compute). A pair's passes are chunks of Lp / v layers; B is
-    // half the backward (F = B = W, as the bubble formula takes it). The pairs per step are
-    // those of the stage with the fewest (pp::op_pairs on its op list).
-    const pp::ScheduleShape shape{l.pp, int(m), l.vpp, l.schedule};
-    const pp::Schedule sched = pp::make_schedule(shape);
-    double pairs = -1;
-    for (const std::vector<pp::Op>& ops : sched.stages) {
-      const double n = double(pp::op_pairs(shape, ops).size());
-      pairs = pairs < 0 ? n : std::min(pairs, n);
-    }
-    const double chunk = Lp / l.vpp, comm = chunk * ep / 2;
-    const double fwd = chunk * lc.forward(), bwd_input = chunk * lc.backward() / 2;
-    e.ep_pairs = pairs;
-    t.ep_hidden = pairs * (std::min(comm, bwd_input) + std::min(comm, fwd));
-  }
+  // DualPipe's pairs overlap their all-to-alls: in tessera when its runtime interleaves them
+  // (pp::paired_overlap_off, the trainer's own rule); in a GPU framework that runs dualpipev
+  // (DeepSeek's DualPipe, torchtitan) whenever the deck asks for it (parallel.pp_pair_overlap,
+  // default true), in every composition, as the schedule is built for.
+  const bool pairs_overlap =
+      moe && l.ep > 1 && l.schedule == PipeSchedule::dualpipe_v &&
+      (rt == Runtime::megatron ? w.pp_pair_overlap : tessera_pairs_interleave(w, l));
+  if (pairs_overlap) t.ep_hidden = paired_ep_hidden(l, m, Lp, ep, lc, e.ep_pairs);
   if (moe && l.ep > 1) {
     // What a rank's all-to-alls send per step, its own rows included (as comm/ counts them):
     // four per MoE block and micro-batch (dispatch and combine, forward and backward:
@@ -441,7 +484,7 @@ Estimate estimate(const Workload& given, const Layout& l, const Cluster& cl, Run
   const double tp_f = tp_seconds_per_layer(w, plain, e.links.tp) / 2;  // 2 of the 4 per layer
   win.tp_fwd = tp_f;
   win.tp_bwd = tp - tp_f;
-  const double stage_layers_here = reported_last ? e.stage_layers.last : e.stage_layers.first;
+  const double stage_layers_here = reported_layers;
   // tessera keeps fp32 gradients and master weights in every precision: its reductions move
   // 4 bytes an element unless grad=bf16 (parallel.grad_reduce_dtype), its gathers 4 bytes except
   // ZeRO-3's in bf16 / fp16, which gather the 16-bit copy of the shard.

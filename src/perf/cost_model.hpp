@@ -62,6 +62,7 @@ Runtime parse_runtime(const std::string& s);
 // (parallel.pp_layers, balanced by default: pp/stage_layers.hpp), in every runtime.
 struct StageLayers {
   double first = 0, last = 0, most = 0;
+  double end = 0;  // stage p-1 (a V placement puts the loss on stage 0, so not `last`)
 };
 
 struct TimeBreakdown {
@@ -70,8 +71,9 @@ struct TimeBreakdown {
   double pp_p2p = 0, pp_bubble = 0;
   double dp_comm = 0, dp_hidden = 0;  // DP/ZeRO traffic, and the part of it hidden by overlap
                                       // (perf/overlap.hpp, layer by layer)
-  // The part of ep_comm hidden by dualpipev's interleaved pairs (runtime tessera): each pair's
-  // all-to-alls behind the other pass's compute, up to that compute's time.
+  // The part of ep_comm hidden by dualpipev's interleaved pairs (runtime tessera when it
+  // interleaves them, runtime megatron always): each pair's all-to-alls behind the other
+  // pass's compute, up to that compute's time.
   double ep_hidden = 0;
   double optimizer = 0;
   // Of compute: forward and backward (for comparison with a run's phase timers).
@@ -123,10 +125,14 @@ Estimate estimate(const Workload& w, const Layout& l, const Cluster& c, Runtime 
 
 StageLayers stage_layer_counts(const Workload& w, const Layout& l);
 
-// Parameters per TP rank of the first and the last pipeline stage.
+// Parameters per TP rank of the first and the last pipeline stage (the one with the loss;
+// with a V placement, zb-v and dualpipev, that is stage 0, which holds the embedding and the
+// head: first = last), and of stage p-1 (`end`; = last without a V).
 struct StageParams {
-  double first = 0, last = 0;
-  double experts = 0;  // of each: MoE expert weights, whose ZeRO shards span dp x cp / ep
+  double first = 0, last = 0, end = 0;
+  double experts = 0;      // of first and last: MoE expert weights, whose ZeRO shards span dp x
+                           // cp / ep
+  double end_experts = 0;  // of end
 };
 StageParams stage_params(const Workload& w, const Layout& l);
 StageParams stage_params(const Workload& w, const Layout& l, const StageLayers& cut);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "parallel/pp/schedule.hpp"
 #include "perf/compute_model.hpp"
 #include "perf/memory.hpp"
 
@@ -137,7 +138,9 @@ std::string format_explain(const Workload& w, const Estimate& e, const Cluster& 
   os << fmt("  activations                               %9.2f   %s recompute, %s\n",
             m.activations / 1e9, recompute_name(l.recompute),
             e.runtime == Runtime::tessera ? "tessera's layer buffers"
-                                          : "Korthikanti et al. per layer x layers in flight");
+            : l.pp > 1 && pp::splits_backward(l.schedule)
+                ? "Korthikanti et al. per layer x chunks held to W, + W's output gradients"
+                : "Korthikanti et al. per layer x layers in flight");
   if (e.runtime == Runtime::tessera && m.comm > 0)
     os << fmt("  comm buffers                              %9.4f   ZeRO-%d staging and gathers\n",
               m.comm / 1e9, l.zero);

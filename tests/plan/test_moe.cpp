@@ -148,6 +148,43 @@ TEST(PlanMoe, DualPipeVPairsHideTheirAllToAlls) {
   }
 }
 
+// (c) The Megatron-style runtime runs dualpipev as a GPU framework does: its pairs hide the
+// experts' all-to-alls by the same rule (with tp, ZeRO-2/3 and recompute too, which tessera's
+// runtime still pairs sequentially), and parallel.pp_pair_overlap = false turns that off.
+TEST(PlanMoe, MegatronDualPipeVPairsHideTheirAllToAlls) {
+  const Cluster c = Cluster::from_text(test::kPlanCluster);
+  const Workload on = moe(), off = moe({"--parallel.pp_pair_overlap=false"});
+  for (const char* text : {"dp=2 pp=2 v=2 ep=2 mb=1 prec=bf16 sched=dualpipev",
+                           "dp=2 tp=2 pp=2 v=2 ep=2 mb=1 zero=3 rc=full sp=1 sched=dualpipev"}) {
+    const Layout l = parse_layout(text);
+    const int n = l.accelerators();
+    ASSERT_EQ(layout_problem(on, l, c, Runtime::megatron, n), "") << text;
+    const Estimate a = estimate(on, l, c, Runtime::megatron),
+                   b = estimate(off, l, c, Runtime::megatron);
+    EXPECT_GT(a.ep_pairs, 0) << text;
+    EXPECT_GT(a.time.ep_comm, 0) << text;
+    EXPECT_EQ(a.time.ep_comm, b.time.ep_comm) << text;
+    EXPECT_EQ(b.time.ep_hidden, 0) << text;
+    EXPECT_GT(a.time.ep_hidden, 0) << text;
+    EXPECT_LE(a.time.ep_hidden, a.time.ep_comm) << text;
+    EXPECT_NEAR(b.step_seconds - a.step_seconds, a.time.ep_hidden, 1e-12 * b.step_seconds);
+    const double per_pass = a.time.ep_comm / (2.0 * double(a.microbatches) * l.vpp);
+    EXPECT_LE(a.time.ep_hidden, a.ep_pairs * 2 * per_pass * (1 + 1e-12)) << text;
+  }
+  // The runtimes agree on the rule where tessera interleaves: the same pairs per step.
+  const Layout fp32 = parse_layout("dp=2 pp=2 v=2 ep=2 mb=1 prec=fp32 sched=dualpipev");
+  EXPECT_EQ(estimate(on, fp32, c, Runtime::megatron).ep_pairs,
+            estimate(on, fp32, c, Runtime::tessera).ep_pairs);
+  // zb-v has no pairs: nothing hidden, the same all-to-all time as dualpipev.
+  const Layout zbv = parse_layout("dp=2 pp=2 v=2 ep=2 mb=1 prec=bf16 sched=zb-v");
+  const Estimate z = estimate(on, zbv, c, Runtime::megatron);
+  EXPECT_EQ(z.time.ep_hidden, 0);
+  EXPECT_EQ(z.time.ep_comm,
+            estimate(on, parse_layout("dp=2 pp=2 v=2 ep=2 mb=1 prec=bf16 sched=dualpipev"), c,
+                     Runtime::megatron)
+                .time.ep_comm);
+}
+
 TEST(PlanMoe, TesseraRuntimeRefusesWhatItDoesNotModel) {
   const Workload w = moe();
   const Cluster c = Cluster::from_text(test::kPlanCluster);

@@ -257,6 +257,85 @@ TEST(PlanExpressiveness, Zero3WithPipelineIsCosted) {
   EXPECT_GT(b.time.dp_comm, 10 * a.time.dp_comm);
 }
 
+// ---- split-backward schedules under the Megatron-style runtime (doc/planning.md) ----
+
+// (a) The bubble: zb-h1's (p-1)/(3m) is a third of 1f1b's (p-1)/m, which gpipe shares
+// (Narayanan et al. 2021); at that bubble 1f1b holds p micro-batches where gpipe holds all m,
+// and zb-h1 holds 1f1b's p plus the output gradients of the W's it defers.
+TEST(PlanExpressiveness, MegatronSplitBackwardBubble) {
+  const Cluster c = Cluster::from_text(kCluster);
+  const Workload w = gpt(8, 64);
+  Estimate e[3];
+  const char* const scheds[3] = {"zb-h1", "1f1b", "gpipe"};
+  for (int i = 0; i < 3; ++i) {
+    const Layout l = parse_layout(std::string("tp=2 pp=4 dp=1 mb=1 sched=") + scheds[i]);
+    ASSERT_EQ(layout_problem(w, l, c, Runtime::megatron, 8), "") << scheds[i];
+    e[i] = estimate(w, l, c, Runtime::megatron);
+  }
+  const Estimate &zb = e[0], &f1b = e[1], &gp = e[2];
+  EXPECT_EQ(zb.microbatches, 64);
+  EXPECT_DOUBLE_EQ(zb.bubble_fraction, 3.0 / (3 * 64));
+  EXPECT_DOUBLE_EQ(f1b.bubble_fraction, 3.0 / 64);
+  EXPECT_NEAR(zb.time.pp_bubble, f1b.time.pp_bubble / 3, 1e-12 * f1b.time.pp_bubble);
+  EXPECT_LT(zb.time.pp_bubble, f1b.time.pp_bubble);
+  EXPECT_DOUBLE_EQ(f1b.time.pp_bubble, gp.time.pp_bubble);
+  EXPECT_LT(zb.step_seconds, f1b.step_seconds);
+  // The same work otherwise.
+  EXPECT_DOUBLE_EQ(zb.time.compute, f1b.time.compute);
+  EXPECT_DOUBLE_EQ(zb.time.tp_comm, f1b.time.tp_comm);
+  // Memory: 1f1b < zb-h1 (the deferred W's output gradients) < gpipe (64 micro-batches).
+  EXPECT_LT(f1b.memory.activations, zb.memory.activations);
+  EXPECT_LT(zb.memory.activations, gp.memory.activations);
+}
+
+// (b) Activations held, by hand: gpt2, d_model 1024, 16 heads, seq 1024, vocab 128, 8 layers
+// on p = 4 stages, bf16, FlashAttention, no dropout, m = 8 micro-batches of 1. Per layer and
+// micro-batch (a = 2, T = 1024, C = q = k = 1024, F = 4096):
+//   saved  A = a T C 4 + a T (q + 2k) + a T q + a T F 2 + 4 (16 heads x 1024 rows)
+//            = 8388608 + 6291456 + 2097152 + 16777216 + 65536 = 33619968
+//   W's output gradients  D = a T ((q + 2k) + C + F + C) = 2048 x 9216 = 18874368
+// zb-v and dualpipev cut 8 chunks of one layer; stage 3 (layers 3 and 4, no embedding, no
+// head) is the fuller: zb-v holds min(2p, 2m, m + p) = 8 chunks (1f1b's p x L/p = L layers'
+// worth), 2 x 3 + 1 = 7 of them waiting for W; dualpipev 2p + 1 = 9 (DeepSeek's PP + 1 for
+// DualPipeV's PP = 2p stages), 3 + 1 = 4 waiting; zb-h1 (2 layers a chunk) holds p = 4 on its
+// last stage, all 4 waiting, with the head's stream and fp32 logits.
+TEST(PlanExpressiveness, MegatronSplitBackwardActivationsByHand) {
+  const Cluster c = Cluster::from_text(kCluster);
+  Workload w = workload_from(
+      plan_config("[model]\narch = gpt2\nvocab = 128\nseq_len = 1024\nlayers = 8\nd_model = 1024\n"
+                  "heads = 16\n",
+                  {"--train.global_batch=8"}, "test"));
+  w.flash_attention = true;
+  w.dropout = false;
+  const double A = 33619968, D = 18874368;
+  const double stream = 2.0 * 1024 * 1024, logits = 4.0 * 1024 * 128;
+  const double layer = 12.0 * 1024 * 1024 + 13 * 1024;  // gpt2 block parameters
+  struct Case {
+    const char* layout;
+    double activations;
+  } cases[] = {
+      {"pp=4 v=2 dp=1 mb=1 prec=bf16 sched=zb-v", 8 * A + 7 * D},
+      {"pp=4 v=2 dp=1 mb=1 prec=bf16 sched=dualpipev", 9 * A + 4 * D},
+      {"pp=4 dp=1 mb=1 prec=bf16 sched=zb-h1", 4 * 2 * A + 4 * 2 * D + stream + logits},
+  };
+  for (const Case& k : cases) {
+    const Layout l = parse_layout(k.layout);
+    ASSERT_EQ(layout_problem(w, l, c, Runtime::megatron, 4), "") << k.layout;
+    const Estimate e = estimate(w, l, c, Runtime::megatron);
+    EXPECT_EQ(e.microbatches, 8);
+    EXPECT_DOUBLE_EQ(e.memory.activations, k.activations) << k.layout;
+    // The reported stage holds 2 layers (and, for zb-h1, the final norm and the tied table's
+    // copy for the head).
+    const double head = l.schedule == PipeSchedule::zb_h1 ? 128.0 * 1024 + 2 * 1024 : 0;
+    EXPECT_DOUBLE_EQ(e.params_per_rank, 2 * layer + head) << k.layout;
+  }
+  // A V's stage 0 holds the embedding and the head (the tied table once) with its 2 layers.
+  const StageParams v = stage_params(w, parse_layout("pp=4 v=2 dp=1 mb=1 sched=dualpipev"));
+  EXPECT_DOUBLE_EQ(v.first, 2 * layer + (128.0 + 1024) * 1024 + 2 * 1024);
+  EXPECT_DOUBLE_EQ(v.last, v.first);
+  EXPECT_DOUBLE_EQ(v.end, 2 * layer);
+}
+
 TEST(PlanExpressiveness, CausalAttentionHalvesFlashAttentionWork) {
   const Cluster c = Cluster::from_text(kCluster);
   Workload w = gpt(8, 64);

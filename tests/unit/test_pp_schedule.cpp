@@ -197,6 +197,16 @@ void expect_correct(const ScheduleShape& shape) {
         break;
     }
   }
+
+  // Peak passes between B and W per stage (their output gradients wait for W).
+  const std::vector<int> pending = peak_pending_weights(sched);
+  for (int s = 0; s < p; ++s) {
+    if (shape.kind == K::zb_v && m < 2 * p - 1)
+      EXPECT_LE(pending[s], peak_pending_weights_formula(shape, s)) << "stage " << s;
+    else
+      EXPECT_EQ(pending[s], peak_pending_weights_formula(shape, s)) << "stage " << s;
+    EXPECT_LE(pending[s], peak[s]) << "stage " << s;
+  }
 }
 
 TEST(PipelineSchedule, EveryGPipeShape) {

@@ -122,6 +122,18 @@ int peak_activations_formula(const ScheduleShape& shape, int stage) {
   return std::min(warmup_forwards(shape, stage) + 1, total);
 }
 
+int peak_pending_weights_formula(const ScheduleShape& shape, int stage) {
+  switch (shape.kind) {
+    case PipeSchedule::zb_h1:       // the W of the k-th B after the (k + s)-th B
+    case PipeSchedule::dualpipe_v:  // the cool-down's last pairs hold s + 1 W's back
+      return stage + 1;
+    case PipeSchedule::zb_v:  // the cool-down's s pairs B0 B1 hold their W's, then a B0
+      return 2 * stage + 1;
+    default:
+      return 0;
+  }
+}
+
 Ratio make_ratio(std::int64_t num, std::int64_t den) {
   TESSERA_REQUIRE(den != 0, "pipeline: a ratio with denominator 0");
   if (den < 0) num = -num, den = -den;

@@ -155,6 +155,13 @@ int warmup_forwards(const ScheduleShape& shape, int stage);
 // layers).
 int peak_activations_formula(const ScheduleShape& shape, int stage);
 
+// Largest number of chunk passes stage s holds between their backward_input and their
+// backward_weight (a split kind's W still to run, whose output gradients a GPU framework keeps
+// for it): s + 1 for zb-h1 (its s held-back W's and the B just run) and for dualpipev (the
+// cool-down's held-back W's); 2s + 1 for zb-v from m >= 2p - 1 (its cool-down's s pairs B0 B1
+// and a B0), an upper bound below that; 0 for the fused kinds.
+int peak_pending_weights_formula(const ScheduleShape& shape, int stage);
+
 // An exact fraction, always reduced, den > 0.
 struct Ratio {
   std::int64_t num = 0, den = 1;

@@ -361,6 +361,19 @@ std::vector<int> peak_activations(const Schedule& sched) {
   return peak;
 }
 
+std::vector<int> peak_pending_weights(const Schedule& sched) {
+  std::vector<int> peak;
+  for (const std::vector<Op>& ops : sched.stages) {
+    int pending = 0, most = 0;
+    for (const Op& op : ops) {
+      if (op.kind == Op::backward_input) most = std::max(most, ++pending);
+      if (op.kind == Op::backward_weight) --pending;
+    }
+    peak.push_back(most);
+  }
+  return peak;
+}
+
 Simulation simulate(const Schedule& sched, OpCosts costs) {
   TESSERA_REQUIRE(costs.forward >= 1 && costs.input >= 1 && costs.weight >= 0,
                   "pipeline simulation: the forward and backward_input costs must be at least 1 "

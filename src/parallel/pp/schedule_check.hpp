@@ -71,6 +71,8 @@ Simulation simulate(const Schedule& sched, OpCosts costs = {});
 // backward_weight, which still reads the saved inputs of the chunk's GEMMs) has not (list
 // order alone; no simulation). Received-but-unused inputs are not counted.
 std::vector<int> peak_activations(const Schedule& sched);
+// Peak chunk passes per stage whose backward_input has run and backward_weight has not.
+std::vector<int> peak_pending_weights(const Schedule& sched);
 
 // An ASCII timeline of the simulation, one row per stage, one column per time unit:
 // "F3" is micro-batch 3's forward, "B3 b3" its backward over two units (upper case marks the
