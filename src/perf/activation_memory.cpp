@@ -11,15 +11,28 @@ double activation_element_bytes(const Layout& l) {
   return l.mixed() ? 2.0 : 4.0;
 }
 
+namespace {
+// One layer's sizes on one rank: bytes per activation element, tp, tokens of a micro-batch's
+// local sequence, model width, the query and the key/value widths per tp rank.
+struct LayerDims {
+  double a, t, T, C, q, k;
+  bool gated;
+};
+LayerDims layer_dims(const ModelConfig& c, const Layout& l) {
+  const double t = l.tp;
+  return {activation_element_bytes(l),
+          t,
+          double(l.micro_batch) * double(c.seq_len) / l.cp,
+          double(c.d_model),
+          double(c.heads * c.head_dim) / t,
+          double(std::max<int64_t>(1, c.kv_heads / l.tp) * c.head_dim),
+          c.arch == Arch::llama};
+}
+}  // namespace
+
 LayerActivations layer_activations(const Workload& w, const Layout& l, bool moe_layer) {
   const ModelConfig& c = w.cfg;
-  const double a = activation_element_bytes(l);
-  const double t = l.tp;
-  const double T = double(l.micro_batch) * double(c.seq_len) / l.cp;
-  const double C = double(c.d_model);
-  const double q = double(c.heads * c.head_dim) / t;
-  const double k = double(std::max<int64_t>(1, c.kv_heads / l.tp) * c.head_dim);
-  const bool gated = c.arch == Arch::llama;
+  const auto [a, t, T, C, q, k, gated] = layer_dims(c, l);
   double mlp_hidden = double(c.ffn_hidden);
   if (moe_layer)
     mlp_hidden = double(w.moe.top_k) * double(w.moe.expert_ffn ? w.moe.expert_ffn : c.ffn_hidden);
@@ -60,13 +73,7 @@ double inflight_layer_equivalents(const Layout& l, int64_t layers, int64_t m) {
 
 double weight_grad_pending_bytes_per_layer(const Workload& w, const Layout& l, bool moe_layer) {
   const ModelConfig& c = w.cfg;
-  const double a = activation_element_bytes(l);
-  const double t = l.tp;
-  const double T = double(l.micro_batch) * double(c.seq_len) / l.cp;
-  const double C = double(c.d_model);
-  const double q = double(c.heads * c.head_dim) / t;
-  const double k = double(std::max<int64_t>(1, c.kv_heads / l.tp) * c.head_dim);
-  const bool gated = c.arch == Arch::llama;
+  const auto [a, t, T, C, q, k, gated] = layer_dims(c, l);
   double F = double(c.ffn_hidden), rows = 1, router = 0;  // rows: of the second GEMM per token
   if (moe_layer) {
     F = double(w.moe.top_k) * double(w.moe.expert_ffn ? w.moe.expert_ffn : c.ffn_hidden);
