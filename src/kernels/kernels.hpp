@@ -84,9 +84,13 @@ void matmul(const Tensor& A, const Tensor& B, const Tensor& C, int64_t M, int64_
             bool trans_a, bool trans_b, float alpha = 1.0f, float beta = 0.0f);
 // C = op(A) op(B) as matmul, where the backend may first pack B into pack_space (memory of any
 // dtype the caller does not need during the call) when it gains by it: the cpu backend with
-// bf16 operands on oneDNN's matmul (cpu_bf16_matmul), A not transposed, at least 512 rows, and room for the packed B (the output
-// head's two GEMMs over the vocabulary; doc/performance.md, "Packing the weights"). The same
-// bits as matmul. Returns whether B was packed.
+// bf16 operands on oneDNN's matmul (cpu_bf16_matmul), A not transposed, at least 512 rows (1024
+// with AMX), and room for the packed B (the output
+// head's two GEMMs over the vocabulary; doc/performance.md, "Packing the weights"), the same
+// bits as matmul; or, with AMX, a long reduction with B not transposed and C f32 (the head's
+// input gradient) as its transpose C^T = B^T A^T into pack_space, then transposed into C (the
+// same products in another summation order; doc/performance.md, "Measured on a CPU with AMX").
+// Returns whether pack_space was used.
 bool matmul_packed_b(const Tensor& A, const Tensor& B, const Tensor& C, int64_t M, int64_t N,
                      int64_t K, bool trans_a, bool trans_b, const Tensor& pack_space);
 

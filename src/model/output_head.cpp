@@ -89,9 +89,9 @@ void OutputHead::head_chunk(StepContext& ctx, const Tensor& xc, const Tensor& ta
   // A 16-bit gradient of the logits, the operand of the two gradient GEMMs, is written by the
   // cross-entropy itself (no fp32 gradient, no cast pass). In training the 16-bit gradient's
   // buffer is free until the cross-entropy writes it, and the logits are free once it has:
-  // each lends its memory to the GEMM after it, which may pack the weights there first
-  // (kernels::matmul_packed_b: the same bits, faster on the head's shapes; no memory of its
-  // own).
+  // each lends its memory to the GEMM after it, which may pack the weights there first, or
+  // (with AMX, the input gradient) write its transpose there (kernels::matmul_packed_b: faster
+  // on the head's shapes; no memory of its own).
   const Tensor logits = ctx.scratch.get(ScratchId::head_logits, {n, Vl});
   const Tensor half = ctx.training && w.dtype != DType::f32
                           ? ctx.scratch.get(ScratchId::gemm_dy, {n, Vl}, w.dtype)

@@ -330,6 +330,40 @@ TEST(HalfMatmul, Bf16OutputIsTheRoundedFp32Result) {
     EXPECT_NEAR(back[size_t(i)], f[size_t(i)], std::abs(f[size_t(i)]) * 0x1p-7 + 1e-6) << i;
 }
 
+// A long reduction with B stored [K, N] (the output head's input gradient over the vocabulary)
+// may run through the space as its transpose C^T = B^T A^T (with AMX: kernels/cpu/gemm_dnnl.cpp):
+// the same products summed in another order, so each element within fp32 summation error of the
+// plain GEMM's, whichever form this CPU takes; with room for less than C, the plain GEMM.
+TEST(HalfMatmul, LongReductionThroughTheSpaceIsThePlainProduct) {
+  uint32_t seed = 190;
+  const int64_t M = 48, N = 40, K = 2048;  // K >= 16 max(M, N)
+  const FVec A = randn(M * K, seed += 3), B = randn(K * N, seed += 3);
+  HVec a(A.size()), b(B.size());
+  cast(host(A), half_view(a, DType::bf16), M * K);
+  cast(host(B), half_view(b, DType::bf16), K * N);
+  const Tensor av = half_view(a, DType::bf16), bv = half_view(b, DType::bf16);
+  FVec plain(size_t(M * N)), through(size_t(M * N)), space(size_t(M * N)), small(size_t(M * N - 1));
+  matmul(av, bv, host(plain), M, N, K, false, false);
+  matmul_packed_b(av, bv, host(through), M, N, K, false, false, host(space));
+  FVec wa(A.size()), wb(B.size());  // the bf16 operands, widened
+  cast(av, host(wa), M * K);
+  cast(bv, host(wb), K * N);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double sum = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = double(wa[size_t(m * K + k)]) * double(wb[size_t(k * N + n)]);
+        sum += p, mag += std::abs(p);
+      }
+      const size_t i = size_t(m * N + n);
+      ASSERT_NEAR(through[i], sum, 1e-6 * mag + 1e-30) << m << "," << n;
+      ASSERT_NEAR(through[i], plain[i], 2e-6 * mag + 1e-30) << m << "," << n;
+    }
+  FVec fallback(size_t(M * N));
+  EXPECT_FALSE(matmul_packed_b(av, bv, host(fallback), M, N, K, false, false, host(small)));
+  EXPECT_EQ(std::memcmp(plain.data(), fallback.data(), plain.size() * 4), 0);
+}
+
 // The output head's GEMMs may pack B into memory the caller lends (kernels::matmul_packed_b):
 // from 512 rows on (1024 with AMX), A not transposed, with room for the packed B, and then they give the bits of
 // the plain GEMM, B stored either way, C f32 or bf16; with too little room, A transposed or few
