@@ -92,6 +92,7 @@ RunConfig RunConfig::from_deck(const Deck& deck) {
   t.recompute = parse_recompute(r.str("train.recompute"));
   t.recompute_layers = r.integer("train.recompute_layers");
   t.head_chunk_rows = r.integer("train.head_chunk_rows");
+  t.head_vocab_tile = r.integer("train.head_vocab_tile");
   t.on_nonfinite = parse_on_nonfinite(r.str("train.on_nonfinite"));
   t.nonfinite_limit = r.integer("train.nonfinite_limit");
   t.loss_spike = r.real("train.loss_spike");

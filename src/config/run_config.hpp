@@ -58,6 +58,7 @@ struct TrainSection {
   Recompute recompute = Recompute::none;
   int64_t recompute_layers = 0;  // with full: the first N blocks of each chunk; 0: all
   int64_t head_chunk_rows = 0;   // output-head rows per chunk; 0: the default
+  int64_t head_vocab_tile = 0;   // output-head vocabulary columns per tile; 0: automatic
 };
 
 struct OptimSection {

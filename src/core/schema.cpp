@@ -167,6 +167,14 @@ std::vector<KeySpec> build_schema() {
               "chunk, so only one chunk's logits are ever held; 0: 512 rows (all of a "
               "micro-batch's when it has fewer). Losses and gradients do not depend on it "
               "beyond the order in which the weight gradient sums the chunks."),
+      integer("train", "head_vocab_tile", "0", 0, kMaxInt,
+              "Vocabulary columns of the output head computed at a time within a chunk of "
+              "rows (doc/performance.md, \"Vocabulary tiles\"): a tile's logits are made, "
+              "folded into the rows' running log-sum-exp and dropped, then made again in "
+              "backward for the tile's gradient and its two GEMMs, so the logits never leave "
+              "the cache, for one more GEMM over the vocabulary. 0: 1024 where the GEMMs are "
+              "16-bit on a CPU's matrix engine (AMX), else the whole vocabulary; a value at or "
+              "above the rank's vocabulary: the whole vocabulary, no tiles."),
       choice("train", "on_nonfinite", "stop", {"stop", "skip"},
              "A step whose loss or gradient norm is NaN or Inf is never applied; stop: the run "
              "stops with an error; skip: the step is dropped and counted, and the run stops "

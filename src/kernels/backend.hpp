@@ -139,6 +139,18 @@ struct Backend {
                                      const float* target_logit, float* losses, int64_t N, int64_t V,
                                      int64_t V_valid, int64_t v0, float grad_scale,
                                      uint16_t* dlogits, bool f16) = nullptr;
+  // over vocabulary tiles (kernels.hpp's cross_entropy_tile_*)
+  void (*cross_entropy_tile_stats)(const float* logits, const int32_t* targets, float* row_max,
+                                   double* sum_exp, float* target_logit, int64_t N, int64_t T,
+                                   int64_t c0, bool first) = nullptr;
+  void (*cross_entropy_rescale)(double* sum_exp, const float* local_max, const float* row_max,
+                                int64_t N) = nullptr;
+  void (*cross_entropy_tile_loss)(const int32_t* targets, const float* row_max,
+                                  const double* sum_exp, const float* target_logit,
+                                  float* losses, int64_t N) = nullptr;
+  void (*cross_entropy_tile_grad)(float* logits, const int32_t* targets, const float* row_max,
+                                  const double* sum_exp, int64_t N, int64_t T, int64_t c0,
+                                  float grad_scale, uint16_t* dlogits, bool f16) = nullptr;
 
   // mixture-of-experts routing (kokkos/routing.cpp; sizes and optional outputs as kernels.hpp's
   // moe_* functions: a null pointer is an output not written or an input absent)
@@ -193,6 +205,7 @@ void register_gemm(Backend& b);
 void register_attention(Backend& b);
 bool gemm_native_bf16();  // kernels::cpu_native_bf16, from the GEMM library in use
 bool gemm_bf16_matmul();  // kernels::cpu_bf16_matmul
+bool gemm_matrix_engine();  // kernels::cpu_matrix_engine
 }  // namespace cpu
 
 // The Kokkos kernels (kernels/kokkos/, doc/kokkos.md): every other entry, one source for both

@@ -29,6 +29,7 @@ bool cuda_backend_built() {
 
 bool cpu_native_bf16() { return cpu::gemm_native_bf16(); }
 bool cpu_bf16_matmul() { return cpu::gemm_bf16_matmul(); }
+bool cpu_matrix_engine() { return cpu::gemm_matrix_engine(); }
 
 int cuda_device_count() {
   if (const int n = cuda_emulated()) return n;
@@ -446,6 +447,52 @@ void cross_entropy_local_finish(const Tensor& logits, const Tensor& targets, con
   TESSERA_KERNEL(b, cross_entropy_local_finish)
   (f(logits), i(targets), d(sum_exp), f(target_logit), f(losses), N, V, V_valid, v0, grad_scale,
    half_out("cross_entropy_local_finish", "dlogits", dlogits), dlogits.dtype == DType::f16);
+}
+
+void cross_entropy_tile_stats(const Tensor& logits, const Tensor& targets, const Tensor& row_max,
+                              const Tensor& sum_exp, const Tensor& target_logit, int64_t N,
+                              int64_t T, int64_t c0, bool first) {
+  const Backend& b = check("cross_entropy_tile_stats", {{"logits", logits, N * T},
+                                                        {"targets", targets, N, DType::i32},
+                                                        {"row_max", row_max, N},
+                                                        {"sum_exp", sum_exp, N, DType::f64},
+                                                        {"target_logit", target_logit, N}});
+  TESSERA_KERNEL(b, cross_entropy_tile_stats)
+  (f(logits), i(targets), f(row_max), d(sum_exp), f(target_logit), N, T, c0, first);
+}
+
+void cross_entropy_rescale(const Tensor& sum_exp, const Tensor& local_max, const Tensor& row_max,
+                           int64_t N) {
+  const Backend& b = check("cross_entropy_rescale", {{"sum_exp", sum_exp, N, DType::f64},
+                                                     {"local_max", local_max, N},
+                                                     {"row_max", row_max, N}});
+  TESSERA_KERNEL(b, cross_entropy_rescale)(d(sum_exp), f(local_max), f(row_max), N);
+}
+
+void cross_entropy_tile_loss(const Tensor& targets, const Tensor& row_max, const Tensor& sum_exp,
+                             const Tensor& target_logit, const Tensor& losses, int64_t N) {
+  const Backend& b = check("cross_entropy_tile_loss", {{"targets", targets, N, DType::i32},
+                                                       {"row_max", row_max, N},
+                                                       {"sum_exp", sum_exp, N, DType::f64},
+                                                       {"target_logit", target_logit, N},
+                                                       {"losses", losses, N}});
+  TESSERA_KERNEL(b, cross_entropy_tile_loss)
+  (i(targets), f(row_max), d(sum_exp), f(target_logit), f(losses), N);
+}
+
+void cross_entropy_tile_grad(const Tensor& logits, const Tensor& targets, const Tensor& row_max,
+                             const Tensor& sum_exp, int64_t N, int64_t T, int64_t c0,
+                             float grad_scale, const Tensor& dlogits) {
+  const Backend& b =
+      check("cross_entropy_tile_grad",
+            {{"logits", logits, N * T},
+             {"targets", targets, N, DType::i32},
+             {"row_max", row_max, N},
+             {"sum_exp", sum_exp, N, DType::f64},
+             {"dlogits", dlogits, dlogits.data ? N * T : 0, dlogits.dtype}});
+  TESSERA_KERNEL(b, cross_entropy_tile_grad)
+  (f(logits), i(targets), f(row_max), d(sum_exp), N, T, c0, grad_scale,
+   half_out("cross_entropy_tile_grad", "dlogits", dlogits), dlogits.dtype == DType::f16);
 }
 
 void adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, int64_t n,

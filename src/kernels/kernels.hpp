@@ -74,6 +74,11 @@ bool cpu_native_bf16();
 // Whether the cpu backend's bf16 GEMMs are oneDNN's matmul (AVX-512 and up), which
 // matmul_packed_b can pack B for; below AVX-512 they are widened to fp32 and never packed.
 bool cpu_bf16_matmul();
+// Whether the cpu backend's 16-bit GEMMs run on a matrix engine (oneDNN with AMX, not capped
+// below it by ONEDNN_MAX_CPU_ISA): 4-9x its fp32 GEMMs, so that the traffic around a GEMM, not
+// its arithmetic, sets the time of the wide ones (the output head's vocabulary tiles,
+// ModelConfig::head_vocab_tile).
+bool cpu_matrix_engine();
 
 // ---- GEMM ---------------------------------------------------------------------------
 // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major.
@@ -281,6 +286,31 @@ void cross_entropy_local_finish(const Tensor& logits, const Tensor& targets, con
                                 const Tensor& target_logit, const Tensor& losses, int64_t N,
                                 int64_t V, int64_t V_valid, int64_t v0, float grad_scale,
                                 const Tensor& dlogits = {});
+// Over vocabulary tiles (the output head's tiles, model/output_head.cpp): the logits of N rows
+// arrive a tile of T columns at a time, logits[N, T] (row stride T) holding columns
+// [c0, c0 + T) of the vocabulary, all of them real (the caller leaves padding columns out);
+// targets are vocabulary columns. (1) Per tile, the running statistics of each row: row_max[n]
+// the maximum of the columns seen so far, sum_exp[n] (f64) the sum of exp(logit - row_max[n])
+// over them (rescaled when the maximum grows), target_logit[n] the target's logit once its
+// tile has passed (unchanged before). first: they start afresh with this tile (T = 0 leaves
+// -inf, 0 and 0: a rank without real columns).
+void cross_entropy_tile_stats(const Tensor& logits, const Tensor& targets, const Tensor& row_max,
+                              const Tensor& sum_exp, const Tensor& target_logit, int64_t N,
+                              int64_t T, int64_t c0, bool first);
+// (2) Vocabulary-parallel: sum_exp[n] *= exp(local_max[n] - row_max[n]), the local sums moved to
+// the all-reduced maximum row_max (before the sums are all-reduced; target logits are summed
+// over the ranks as they are, 0 where the target is not local).
+void cross_entropy_rescale(const Tensor& sum_exp, const Tensor& local_max, const Tensor& row_max,
+                           int64_t N);
+// (3) losses[n] = log(sum_exp[n]) + row_max[n] - target_logit[n] (0 for a masked target).
+void cross_entropy_tile_loss(const Tensor& targets, const Tensor& row_max, const Tensor& sum_exp,
+                             const Tensor& target_logit, const Tensor& losses, int64_t N);
+// (4) A tile's gradient with the final statistics: grad_scale * (exp(logit - row_max) /
+// sum_exp - onehot(target)), in place of the logits or into dlogits (16-bit, N x T) as
+// cross_entropy_fused writes it; 0 on a masked row.
+void cross_entropy_tile_grad(const Tensor& logits, const Tensor& targets, const Tensor& row_max,
+                             const Tensor& sum_exp, int64_t N, int64_t T, int64_t c0,
+                             float grad_scale, const Tensor& dlogits = {});
 
 // ---- mixture-of-experts routing -------------------------------------------------------
 // The per-token work of a MoE block's router (model/moe.cpp, doc/moe.md "Routing as kernels"):

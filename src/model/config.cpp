@@ -6,6 +6,7 @@
 
 #include "config/run_config.hpp"
 #include "core/error.hpp"
+#include "kernels/kernels.hpp"
 
 namespace tessera {
 namespace {
@@ -102,7 +103,7 @@ ModelConfig ModelConfig::from(const ModelSection& m) {
   return c;
 }
 
-ModelConfig ModelConfig::from(const ModelSection& m, const TrainSection& t) {
+ModelConfig ModelConfig::from(const ModelSection& m, const TrainSection& t, DeviceKind device) {
   ModelConfig c = from(m);
   TESSERA_REQUIRE(t.recompute_layers == 0 || t.recompute == Recompute::full,
                   "train.recompute_layers = ", t.recompute_layers,
@@ -115,6 +116,16 @@ ModelConfig ModelConfig::from(const ModelSection& m, const TrainSection& t) {
   c.recompute_layers = t.recompute_layers;
   c.head_chunk_rows = t.head_chunk_rows;
   c.compute = precision_names(t.precision).compute;
+  // Vocabulary tiles pay where a 16-bit GEMM is so fast that the logits' traffic sets the head's
+  // time: with AMX the tiles' GEMMs run in cache at 2x the rate of the whole-vocabulary ones,
+  // and the extra logits GEMM costs less than the traffic saved; on a vector unit (AVX512-BF16,
+  // fp32) the GEMMs are compute-bound and the extra GEMM is a loss (doc/performance.md,
+  // "Vocabulary tiles"). Not yet measured on a GPU: off there unless asked for.
+  c.head_vocab_tile = t.head_vocab_tile > 0 ? t.head_vocab_tile
+                      : c.compute != DType::f32 && device == DeviceKind::cpu &&
+                              kernels::cpu_matrix_engine()
+                          ? kHeadVocabTile
+                          : 0;
   return c;
 }
 

@@ -112,6 +112,16 @@ struct ModelConfig {
     return c < N ? c : N;
   }
 
+  // The output head's vocabulary columns per tile (train.head_vocab_tile, its 0 resolved by
+  // from(): kHeadVocabTile with 16-bit GEMMs on a CPU matrix engine, else 0); 0, or a tile at
+  // least the rank's vocabulary: the whole vocabulary at once (model/output_head.cpp).
+  static constexpr int64_t kHeadVocabTile = 1024;
+  int64_t head_vocab_tile = 0;
+  // Columns of one head tile, or 0 when the head does not tile this rank's vocabulary.
+  int64_t head_tile_cols() const {
+    return head_vocab_tile > 0 && head_vocab_tile < vocab_local() ? head_vocab_tile : 0;
+  }
+
   // The GEMMs' operand dtype (train.precision: f32, bf16 or f16). A 16-bit run keeps the
   // activations that only feed GEMMs (the norms' outputs before attention and a dense MLP, the
   // MLP's activation) in it alone (doc/precision.md, "What is 16-bit").
@@ -121,7 +131,9 @@ struct ModelConfig {
 
   static ModelConfig from(const ModelSection& m);
   // The model and how its blocks treat their activations (train.recompute*).
-  static ModelConfig from(const ModelSection& m, const TrainSection& t);
+  // device: where the GEMMs run (train.head_vocab_tile's automatic choice).
+  static ModelConfig from(const ModelSection& m, const TrainSection& t,
+                          DeviceKind device = DeviceKind::cpu);
   // How block `index` of its model chunk (0 = the chunk's first) treats its activations:
   // Megatron-LM's block method fully recomputes the first recompute_layers blocks of each
   // chunk (under 1F1B a stage's first blocks hold their activations longest) and keeps the

@@ -84,6 +84,7 @@ double OutputHead::forward(StepContext& ctx, const Tensor& x, const Tensor& targ
 
 void OutputHead::head_chunk(StepContext& ctx, const Tensor& xc, const Tensor& targets,
                             const Tensor& losses, const Tensor& dxn, int64_t n) {
+  if (cfg_.head_tile_cols() > 0) return head_chunk_tiled(ctx, xc, targets, losses, dxn, n);
   const int64_t C = cfg_.d_model, Vl = cfg_.vocab_local();
   const Tensor w = w_->compute;
   // A 16-bit gradient of the logits, the operand of the two gradient GEMMs, is written by the
@@ -109,6 +110,59 @@ void OutputHead::head_chunk(StepContext& ctx, const Tensor& xc, const Tensor& ta
   kernels::matmul(dlogits, xc, w_->grad, Vl, C, n, true, false, 1.0f, 1.0f);
   kernels::matmul_packed_b(dlogits, w, dxn, n, C, Vl, false, false,
                            half.data ? logits : Tensor{});
+}
+
+// Vocabulary tiles (doc/performance.md, "Vocabulary tiles"): a tile's logits [n, T] stay in
+// cache from the GEMM that makes them to the kernel that reads them, and are made twice (the
+// statistics of a row need all its tiles before any gradient can be formed). Only this rank's
+// real columns are tiled: a padding column's gradient is 0, so the GEMMs leave it out. Each
+// row's loss and gradient are the softmax's; sums run in another order than the whole-row
+// head's (the online log-sum-exp, the input gradient summed tile by tile).
+void OutputHead::head_chunk_tiled(StepContext& ctx, const Tensor& xc, const Tensor& targets,
+                                  const Tensor& losses, const Tensor& dxn, int64_t n) {
+  const int64_t C = cfg_.d_model, Vl = cfg_.vocab_local(), T = cfg_.head_tile_cols();
+  const int64_t v0 = cfg_.tp.rank * Vl, valid = std::clamp<int64_t>(cfg_.vocab - v0, 0, Vl);
+  const Tensor w = w_->compute;
+  const Tensor logits = ctx.scratch.get(ScratchId::head_logits, {n, T});
+  const Tensor half = ctx.training && w.dtype != DType::f32
+                          ? ctx.scratch.get(ScratchId::gemm_dy, {n, T}, w.dtype)
+                          : Tensor{};
+  const Tensor mx = ctx.scratch.get(ScratchId::ce_max, {n});
+  const Tensor sum = ctx.scratch.get(ScratchId::ce_sum_exp, {n}, DType::f64);
+  const Tensor target = ctx.scratch.get(ScratchId::ce_target, {n});
+  // The logits of columns [c, c + t) of this rank's vocabulary, [n, t] at the start of `logits`.
+  const auto tile = [&](int64_t c) {
+    const int64_t t = std::min(T, valid - c);
+    const Tensor out = logits.slice(0, n * t).reshaped({n, t});
+    kernels::matmul(xc, w.rows(c, t), out, n, t, C, false, true);
+    return std::pair{out, t};
+  };
+  if (valid == 0) kernels::cross_entropy_tile_stats(logits, targets, mx, sum, target, n, 0, v0, true);
+  for (int64_t c = 0; c < valid; c += T) {
+    const auto [l, t] = tile(c);
+    kernels::cross_entropy_tile_stats(l, targets, mx, sum, target, n, t, v0 + c, c == 0);
+  }
+  if (tp::size(ctx) > 1) {
+    const Tensor local = ctx.scratch.get(ScratchId::ce_local_max, {n});
+    kernels::copy(mx, local, n);
+    ctx.par.tp.all_reduce(mx.slice(0, n), ReduceOp::max);
+    kernels::cross_entropy_rescale(sum, local, mx, n);
+    ctx.par.tp.all_reduce(sum.slice(0, n));
+    ctx.par.tp.all_reduce(target.slice(0, n));
+  }
+  kernels::cross_entropy_tile_loss(targets, mx, sum, target, losses, n);
+  if (!ctx.training) return;
+  // dW[c:c+t] += g^T xc and dxn (+)= g W[c:c+t] per tile, g the tile's gradient (16-bit in a
+  // 16-bit run, else in place of its logits).
+  if (valid == 0) kernels::fill(dxn, 0.0f, n * C);
+  for (int64_t c = 0; c < valid; c += T) {
+    const auto [l, t] = tile(c);
+    const Tensor g = half.data ? half.slice(0, n * t).reshaped({n, t}) : l;
+    kernels::cross_entropy_tile_grad(l, targets, mx, sum, n, t, v0 + c, ctx.loss_scale,
+                                     half.data ? g : Tensor{});
+    kernels::matmul(g, xc, w_->grad.rows(c, t), t, C, n, true, false, 1.0f, 1.0f);
+    kernels::matmul(g, w.rows(c, t), dxn, n, C, t, false, false, 1.0f, c == 0 ? 0.0f : 1.0f);
+  }
 }
 
 void OutputHead::backward(StepContext& ctx, const Tensor& dx) {

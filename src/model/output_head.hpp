@@ -36,6 +36,11 @@ class OutputHead {
   // block's part).
   void head_chunk(StepContext& ctx, const Tensor& xc, const Tensor& targets,
                   const Tensor& losses, const Tensor& dxn, int64_t n);
+  // The same over vocabulary tiles (ModelConfig::head_tile_cols): per tile of columns the
+  // logits GEMM and the running statistics; then the losses; in training, per tile again the
+  // logits GEMM, the tile's gradient and its two GEMMs. dxn is written whole here.
+  void head_chunk_tiled(StepContext& ctx, const Tensor& xc, const Tensor& targets,
+                        const Tensor& losses, const Tensor& dxn, int64_t n);
   struct Saved {
     Tensor x;  // the input, owned by the caller
     Buffer mean, rstd, dxn;

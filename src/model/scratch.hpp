@@ -60,10 +60,12 @@ enum class ScratchId : int {
   head_losses,
   // Output head with sequence parallelism: its all-gathered normed input.
   head_gathered,
-  // Vocabulary-parallel cross-entropy: row maxima, sums of exponentials (f64), target logits.
+  // Vocabulary-parallel or tiled cross-entropy: row maxima, sums of exponentials (f64), target
+  // logits; tiled and vocabulary-parallel: this rank's row maxima before their all-reduce.
   ce_max,
   ce_sum_exp,
   ce_target,
+  ce_local_max,
   // Transformer backward: the two gradient streams, swapped block by block.
   grad_a,
   grad_b,

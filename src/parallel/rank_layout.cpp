@@ -101,7 +101,7 @@ double ParamSections::piece(const ModelConfig& c, int q, double K) const {
 
 RankLayout RankLayout::make(const RunConfig& run, const GridLayout& grid, int rank,
                             int ep_placed_nodes) {
-  RankLayout r = make(ModelConfig::from(run.model, run.train), run.parallel, run.train.micro_batch,
+  RankLayout r = make(ModelConfig::from(run.model, run.train, run.hardware.device), run.parallel, run.train.micro_batch,
                       run.train.global_batch, grid, rank, ep_placed_nodes);
   if (run.train.precision == TrainPrecision::fp16) {
     r.loss_scaling.dynamic = true;

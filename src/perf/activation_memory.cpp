@@ -156,14 +156,19 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
     if (ep > 1) f += 3 * Rx * C;         // the all-to-all's stage, d_oe, d_xe
   }
   f += 2 * R * C;  // d_norm, dh
-  // The head computes its logits chunk by chunk (ModelConfig::head_rows): one chunk of H rows.
+  // The head computes its logits chunk by chunk (ModelConfig::head_rows): one chunk of H rows,
+  // of all this rank's vocabulary or of one tile of Tv columns (ModelConfig::head_tile_cols).
   // A pipeline stage without the head has none of its buffers.
   const double H = head ? double(c.head_rows(int64_t(N))) : 0;
-  if (head) f += R * C + H * Vl + N;              // normed head input; a chunk's logits, losses
+  const double Tv = c.head_tile_cols() > 0 ? double(c.head_tile_cols()) : Vl;
+  const bool tiles = head && c.head_tile_cols() > 0;
+  if (head) f += R * C + H * Tv + N;              // normed head input; a chunk's logits, losses
   f += 2 * R * C;                                 // the two gradient streams
   f += 2 * (sp ? N * C : 1);                      // gathered rows and gradients
   if (head) f += R == N ? 1 : N * C;              // the head's gathered rows
-  if (split) f += N * C + R * C + H + 2 * H + H;  // partial, sum; a chunk's CE max, sum, target
+  if (split) f += N * C + R * C;                  // partial, sum
+  if (split || tiles) f += H + 2 * H + H;         // a chunk's CE max, sum, target
+  if (split && tiles) f += H;                     // and its local max
   // Context parallelism's buffers (model/context_parallel.cpp).
   if (c.cp.size > 1 && c.cp.kind == CpKind::ring)
     f += 5 * 2 * N * Hkv * D      // K/V blocks in hand and arriving, 2 dK/dV, own dK/dV
@@ -182,7 +187,7 @@ double tessera_workspace_bytes(const ModelConfig& c, int64_t micro_batch, bool h
   // each expert's rows and activation (x) and output gradients (dy), its buffers taken for the
   // worst case, the expert side's Rx rows (Moe::run_experts).
   double x16 = N * std::max({C, attention_io_bytes(c) == 2 ? 0.0 : Hq * D});
-  double dy16 = std::max(N * std::max({C, Hq * D, Hkv * D}), H * Vl);
+  double dy16 = std::max(N * std::max({C, Hq * D, Hkv * D}), H * Tv);
   if (c.moe.enabled()) {
     const double Rx = double(c.experts_held.size) * N * double(c.moe.top_k);
     x16 = std::max(x16, Rx * std::max(C, double(c.moe.ffn)));

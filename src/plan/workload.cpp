@@ -26,7 +26,7 @@ RunConfig plan_config_file(const std::string& path, const std::vector<std::strin
 
 Workload workload_from(const RunConfig& run) {
   Workload w;
-  w.cfg = ModelConfig::from(run.model, run.train);
+  w.cfg = ModelConfig::from(run.model, run.train, run.hardware.device);
   w.global_batch = run.train.global_batch;
   w.zero_inflight = run.parallel.zero_inflight;
   w.pp_layers = run.parallel.pp_layers;

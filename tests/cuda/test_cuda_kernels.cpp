@@ -457,6 +457,58 @@ TEST_F(CudaKernels, VocabParallelCrossEntropyMatchesCpu) {
   }
 }
 
+TEST_F(CudaKernels, VocabularyTileCrossEntropyMatchesCpu) {
+  // The output head's tiles (OutputHead::head_chunk_tiled): 1100 real columns in tiles of 256
+  // (the last 76 wide), the statistics along them, the losses, then each tile's bf16 gradient,
+  // on the CPU and on the GPU from the same inputs; then the vocabulary-parallel rescale.
+  const int64_t N = 29, V = 1100, T = 256;
+  const FVec logits = randn(N * V, 93, 2.0);
+  IVec targets = random_ids(N, 0, int32_t(V), 94);
+  targets[4] = -1;  // masked
+  const auto tile = [&](int64_t c, int64_t t) {
+    FVec out(N * t);
+    for (int64_t n = 0; n < N; ++n) std::copy_n(logits.begin() + n * V + c, t, out.begin() + n * t);
+    return out;
+  };
+  FVec mx(N), tl(N), losses(N);
+  std::vector<double> sum(N);
+  Dev<float> dMx{size_t(N)}, dTl{size_t(N)}, dLoss{size_t(N)};
+  Dev<double> dSum{size_t(N)};
+  Dev<int32_t> dT(targets);
+  for (int64_t c = 0; c < V; c += T) {
+    const int64_t t = std::min(T, V - c);
+    const FVec l = tile(c, t);
+    cross_entropy_tile_stats(host(l), host(targets), host(mx), host(sum), host(tl), N, t, c, c == 0);
+    Dev<float> dL(l);
+    cross_entropy_tile_stats(dL, dT, dMx, dSum, dTl, N, t, c, c == 0);
+  }
+  expect_bitwise(dMx.host(), mx, "tile_stats row_max");
+  expect_bitwise(dTl.host(), tl, "tile_stats target_logit");
+  const std::vector<double> got_sum = dSum.host();
+  for (int64_t n = 0; n < N; ++n) EXPECT_NEAR(got_sum[n], sum[n], 1e-6 * sum[n]) << n;
+  Dev<double> dSumCpu(sum);
+  cross_entropy_tile_loss(host(targets), host(mx), host(sum), host(tl), host(losses), N);
+  cross_entropy_tile_loss(dT, dMx, dSumCpu, dTl, dLoss, N);
+  expect_close(dLoss.host(), losses, kRel, "tile_loss");
+  for (int64_t c = 0; c < V; c += T) {
+    const int64_t t = std::min(T, V - c);
+    FVec g = tile(c, t);
+    cross_entropy_tile_grad(host(g), host(targets), host(mx), host(sum), N, t, c, 0.5f);
+    Dev<float> dL(tile(c, t));
+    cross_entropy_tile_grad(dL, dT, dMx, dSumCpu, N, t, c, 0.5f);
+    expect_close(dL.host(), g, kRel, "tile_grad tile " + std::to_string(c));
+  }
+  // The rescale to a larger maximum.
+  FVec bigger = mx;
+  for (float& m : bigger) m += 1.5f;
+  std::vector<double> moved = sum;
+  cross_entropy_rescale(host(moved), host(mx), host(bigger), N);
+  Dev<float> dBig(bigger);
+  cross_entropy_rescale(dSumCpu, dMx, dBig, N);
+  const std::vector<double> got_moved = dSumCpu.host();
+  for (int64_t n = 0; n < N; ++n) EXPECT_NEAR(got_moved[n], moved[n], 1e-12 * moved[n]) << n;
+}
+
 // ---- optimizer --------------------------------------------------------------------------------
 
 TEST_F(CudaKernels, AdamWMatchesCpu) {

@@ -71,11 +71,13 @@ CASES = [
     # bf16 / fp16 (train.precision from the layout's prec): the 2-byte compute copy (params
     # below ZeRO-3, one per gathered part under ZeRO-3) and the GEMM operand scratch.
     # Two of them run the output head in chunks (train.head_chunk_rows; the last one shorter):
-    # one chunk's logits, 16-bit logit gradients and cross-entropy statistics.
+    # one chunk's logits, 16-bit logit gradients and cross-entropy statistics; two over
+    # vocabulary tiles of 100 columns (train.head_vocab_tile): one tile's logits and gradient,
+    # the statistics (and the local maxima with tp).
     ("serial_bf16_llama", 1, "tiny-llama.in", ["--train.micro_batch=4", "--train.global_batch=8", "--train.head_chunk_rows=48"], "zero=0 mb=4 prec=bf16"),
-    ("zero1_bf16_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=1 mb=2 prec=bf16"),
+    ("zero1_bf16_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=8", "--train.head_vocab_tile=100"], "zero=1 mb=2 prec=bf16"),
     ("zero3_bf16_llama", 4, "tiny-llama.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=3 mb=2 prec=bf16"),
-    ("tp2_sp_fp16_gpt2", 2, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=4", "--train.head_chunk_rows=40"], "tp=2 sp=1 zero=0 mb=2 prec=fp16"),
+    ("tp2_sp_fp16_gpt2", 2, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=4", "--train.head_chunk_rows=40", "--train.head_vocab_tile=100"], "tp=2 sp=1 zero=0 mb=2 prec=fp16"),
     ("dp4_grad_bf16_gpt2", 4, "tiny-gpt2.in", ["--train.micro_batch=2", "--train.global_batch=8"], "zero=0 mb=2 prec=bf16 grad=bf16"),
     # grad=bf16 under ZeRO: 16-bit staging and reduced pieces (stage 1 too), HSDP's rounded
     # shard; ZeRO-3 in bf16 also gathers the 16-bit copy of its shard and widens each part.

@@ -536,10 +536,16 @@ TEST_F(GradCheck, Embedding) {
 
 // ---- OutputHead --------------------------------------------------------------------------
 
+// Whole rows of logits, and vocabulary tiles of 4 of the 11 real columns (the last tile 3 wide;
+// ModelConfig::head_vocab_tile): the tiled head recomputes each tile's logits for its gradient.
 TEST_F(GradCheck, OutputHead) {
+  for (const int64_t tile : {0, 4})
   for (bool tied : {false, true}) {
-    const ModelConfig cfg = tiny_config(tied ? Arch::gpt2 : Arch::llama);
-    SCOPED_TRACE(tied ? "gpt2, tied to the embedding" : "llama, own head");
+    ModelConfig cfg = tiny_config(tied ? Arch::gpt2 : Arch::llama);
+    cfg.head_vocab_tile = tile;
+    ASSERT_EQ(cfg.head_tile_cols(), tile);
+    SCOPED_TRACE(std::string(tied ? "gpt2, tied to the embedding" : "llama, own head") +
+                 (tile ? ", vocabulary tiles" : ""));
     ParamStore store;
     std::unique_ptr<Embedding> embed;
     if (tied) embed = std::make_unique<Embedding>(store, cfg);

@@ -223,6 +223,83 @@ TEST(KokkosCrossEntropy, VocabularyParallelMaskedMatchesReference) {
   for (int64_t n : {1, 4}) EXPECT_EQ(loss[n], 0.0f);
 }
 
+// The output head's vocabulary tiles (OutputHead::head_chunk_tiled): each rank's real columns
+// in tiles of T (the last one narrower), the running statistics along them, the
+// vocabulary-parallel combination done by hand (maximum, rescale, sums), the losses, then each
+// tile's gradient in fp32 and bf16: the losses and the gradient of the reference loop in double,
+// for the whole vocabulary on one rank and split over 3 ranks of which the last holds only
+// padding. One row's logits grow along the row, so its maximum moves at every tile.
+TEST(KokkosCrossEntropy, VocabularyTilesMatchReference) {
+  const int64_t N = 7, V_valid = 23, T = 5;
+  FVec logits = randn(N * 36, 67, 3.0);
+  for (int64_t v = 0; v < 36; ++v) logits[2 * 36 + v] = 0.3f * float(v);  // row 2 grows
+  const std::vector<int32_t> targets = {0, -1, 22, 4, 5, 14, -1};
+  for (const int64_t parts : {1, 3}) {
+    const int64_t Vl = parts == 1 ? 24 : 12, V = parts * Vl;
+    FVec full(N * V);
+    for (int64_t n = 0; n < N; ++n)
+      std::copy_n(logits.begin() + n * 36, V, full.begin() + n * V);
+    const CeRef ref = cross_entropy_ref(full, targets, N, V, V_valid, 0.25);
+    // The columns [c, c + t) of part p as a [N, t] tile.
+    const auto tile = [&](int64_t p, int64_t c, int64_t t) {
+      FVec out(N * t);
+      for (int64_t n = 0; n < N; ++n)
+        std::copy_n(full.begin() + n * V + p * Vl + c, t, out.begin() + n * t);
+      return out;
+    };
+    const auto valid = [&](int64_t p) { return std::clamp<int64_t>(V_valid - p * Vl, 0, Vl); };
+    std::vector<FVec> mx(parts, FVec(N)), target(parts, FVec(N));
+    std::vector<std::vector<double>> sum(parts, std::vector<double>(N));
+    FVec gmax(N, -std::numeric_limits<float>::infinity());
+    for (int64_t p = 0; p < parts; ++p) {
+      if (valid(p) == 0) {
+        FVec none;
+        cross_entropy_tile_stats(host(none), host(targets), host(mx[p]),
+                                 view_of(sum[p].data(), Shape{N}), host(target[p]), N, 0, p * Vl,
+                                 true);
+      }
+      for (int64_t c = 0; c < valid(p); c += T) {
+        const int64_t t = std::min(T, valid(p) - c);
+        FVec l = tile(p, c, t);
+        cross_entropy_tile_stats(host(l), host(targets), host(mx[p]),
+                                 view_of(sum[p].data(), Shape{N}), host(target[p]), N, t,
+                                 p * Vl + c, c == 0);
+      }
+      for (int64_t n = 0; n < N; ++n) gmax[n] = std::max(gmax[n], mx[p][n]);
+    }
+    FVec tsum(N, 0.0f), loss(N, kNaN);
+    std::vector<double> ssum(N, 0.0);
+    for (int64_t p = 0; p < parts; ++p) {
+      if (parts > 1)
+        cross_entropy_rescale(view_of(sum[p].data(), Shape{N}), host(mx[p]), host(gmax), N);
+      for (int64_t n = 0; n < N; ++n) ssum[n] += sum[p][n], tsum[n] += target[p][n];
+    }
+    cross_entropy_tile_loss(host(targets), host(gmax), view_of(ssum.data(), Shape{N}),
+                            host(tsum), host(loss), N);
+    const std::string what = std::to_string(parts) + " part(s)";
+    expect_close(loss, ref.loss, kRel, 1e-6, what + " loss");
+    for (int64_t n : {1, 6}) EXPECT_EQ(loss[n], 0.0f) << what;
+    for (int64_t p = 0; p < parts; ++p)
+      for (int64_t c = 0; c < valid(p); c += T) {
+        const int64_t t = std::min(T, valid(p) - c);
+        FVec g = tile(p, c, t), scratch = g;
+        std::vector<uint16_t> half(size_t(N * t), 0xffff);
+        cross_entropy_tile_grad(host(g), host(targets), host(gmax),
+                                view_of(ssum.data(), Shape{N}), N, t, p * Vl + c, 0.25f);
+        cross_entropy_tile_grad(host(scratch), host(targets), host(gmax),
+                                view_of(ssum.data(), Shape{N}), N, t, p * Vl + c, 0.25f,
+                                view_of(half.data(), DType::bf16, Shape{N, t}));
+        DVec want(N * t);
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t v = 0; v < t; ++v) want[n * t + v] = ref.grad[n * V + p * Vl + c + v];
+        const std::string at = what + ", part " + std::to_string(p) + " tile " + std::to_string(c);
+        expect_close(g, want, kRel, 1e-7, at + " grad");
+        for (int64_t i = 0; i < N * t; ++i)
+          ASSERT_EQ(half[size_t(i)], half::to_bf16(g[size_t(i)])) << at << " bf16 element " << i;
+      }
+  }
+}
+
 // ---- AdamW -------------------------------------------------------------------------------
 
 TEST(KokkosAdamW, MatchesTorchOverThreeSteps) {

@@ -264,6 +264,7 @@ bool gemm_native_bf16() {
 }
 
 bool gemm_bf16_matmul() { return dnnl_has_bf16(); }
+bool gemm_matrix_engine() { return dnnl_uses_amx(); }
 
 void register_gemm(Backend& b) {
   b.matmul = matmul;

@@ -39,6 +39,7 @@ void matmul_half(DType ab, const uint16_t* A, const uint16_t* B, void* C, DType 
 
 bool gemm_native_bf16() { return false; }  // bf16 operands are widened to fp32 here
 bool gemm_bf16_matmul() { return false; }
+bool gemm_matrix_engine() { return false; }
 
 void register_gemm(Backend& b) {
   b.matmul = matmul;

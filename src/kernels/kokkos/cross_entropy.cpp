@@ -153,11 +153,82 @@ struct CrossEntropy {
         }));
   }
 
+  // Over vocabulary tiles (kernels.hpp's cross_entropy_tile_*): the statistics run along the
+  // tiles as an online softmax's do. The sum of a tile is taken against the maximum so far, in
+  // double, and the earlier sum moved to it by exp(old - new) in double.
+  static void tile_stats(const float* logits, const int32_t* targets, float* run_max,
+                         double* sum_exp, float* target_logit, int64_t N, int64_t T, int64_t c0,
+                         bool first) {
+    Kokkos::parallel_for(
+        "cross_entropy_tile_stats", rows<E>(N), TESSERA_LAMBDA(E, (const Team<E>& team) {
+          const int64_t n = team.league_rank();
+          const float* row = logits + n * T;
+          const float neg_inf = -Kokkos::Experimental::infinity_v<float>;
+          const float old_max = first ? neg_inf : run_max[n];
+          const double old_sum = first ? 0.0 : sum_exp[n];
+          const float tile_max = T > 0 ? row_max(team, row, T) : neg_inf;
+          const float mx = tile_max > old_max ? tile_max : old_max;
+          const double s = T > 0 ? exp_sum(team, row, mx, T) : 0.0;
+          const int64_t t = int64_t(targets[n]) - c0;
+          team.team_barrier();
+          Kokkos::single(Kokkos::PerTeam(team), [&] {
+            // old_sum is 0 (nothing seen yet) or holds at least exp(0): its maximum is finite.
+            run_max[n] = mx;
+            sum_exp[n] = s + (old_sum > 0 ? old_sum * Kokkos::exp(double(old_max) - double(mx)) : 0.0);
+            if (t >= 0 && t < T) target_logit[n] = row[t];
+            else if (first) target_logit[n] = 0.0f;
+          });
+        }));
+  }
+
+  static void rescale(double* sum_exp, const float* local_max, const float* row_max_in,
+                      int64_t N) {
+    Kokkos::parallel_for(
+        "cross_entropy_rescale", range<E>(N), TESSERA_LAMBDA(E, (int64_t n) {
+          if (sum_exp[n] > 0) sum_exp[n] *= Kokkos::exp(double(local_max[n]) - double(row_max_in[n]));
+        }));
+  }
+
+  static void tile_loss(const int32_t* targets, const float* row_max_in, const double* sum_exp,
+                        const float* target_logit, float* losses, int64_t N) {
+    Kokkos::parallel_for(
+        "cross_entropy_tile_loss", range<E>(N), TESSERA_LAMBDA(E, (int64_t n) {
+          losses[n] = targets[n] < 0 ? 0.0f
+                                     : float(Kokkos::log(sum_exp[n]) + double(row_max_in[n]) -
+                                             double(target_logit[n]));
+        }));
+  }
+
+  static void tile_grad(float* logits, const int32_t* targets, const float* row_max_in,
+                        const double* sum_exp, int64_t N, int64_t T, int64_t c0, float grad_scale,
+                        uint16_t* dlogits, bool f16) {
+    Kokkos::parallel_for(
+        "cross_entropy_tile_grad", rows<E>(N), TESSERA_LAMBDA(E, (const Team<E>& team) {
+          const int64_t n = team.league_rank();
+          const int64_t t = int64_t(targets[n]) - c0;
+          with_grad_row(logits, dlogits, f16, n, T, [&](const auto& out) {
+            if (targets[n] < 0) {
+              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, T),
+                                   [&](int64_t v) { out(v, 0.0f); });
+              return;
+            }
+            const float* row = logits + n * T;
+            const float mx = row_max_in[n];
+            const auto e = [&](int64_t v) { return exp_poly(row[v] - mx); };
+            finish_row(team, e, out, T, T, t, sum_exp[n], grad_scale);
+          });
+        }));
+  }
+
   static void fill(Backend& b) {
     b.cross_entropy_fused = fused;
     b.cross_entropy_local_max = local_max;
     b.cross_entropy_local_exp = local_exp;
     b.cross_entropy_local_finish = local_finish;
+    b.cross_entropy_tile_stats = tile_stats;
+    b.cross_entropy_rescale = rescale;
+    b.cross_entropy_tile_loss = tile_loss;
+    b.cross_entropy_tile_grad = tile_grad;
   }
 };
 

@@ -189,18 +189,24 @@ std::string Memory::activations_line(double measured, bool pipeline) const {
   return out + "\n";
 }
 
-// The output head's chunks (train.head_chunk_rows): the logits (fp32, and their 16-bit gradient
-// in a 16-bit run) of one chunk are what the workspace holds, not a micro-batch's.
+// The output head's chunks (train.head_chunk_rows) and vocabulary tiles (train.head_vocab_tile):
+// the logits (fp32, and their 16-bit gradient in a 16-bit run) of one chunk, or of one tile of a
+// chunk, are what the workspace holds, not a micro-batch's.
 std::string Memory::head_line() const {
   const ModelConfig& c = trainer_.config();
   const int64_t N = trainer_.batch().micro_batch * c.seq_local(), H = c.head_rows(N);
-  const double row =
-      double(c.vocab_local()) * (4 + (trainer_.compute_dtype() == DType::f32 ? 0 : 2));
+  const int64_t Vl = c.vocab_local(), T = c.head_tile_cols();
+  const double bytes = 4 + (trainer_.compute_dtype() == DType::f32 ? 0 : 2);
+  const std::string tiles =
+      T == 0 ? ""
+             : formatted(", its vocabulary in tiles of %lld columns (logits made twice)",
+                         (long long)T);
   return formatted(
-      "output head: %lld rows per micro-batch in %lld chunks of %lld: logits held %s "
+      "output head: %lld rows per micro-batch in %lld chunks of %lld%s: logits held %s "
       "(a whole micro-batch's: %s)\n",
-      (long long)N, (long long)((N + H - 1) / H), (long long)H,
-      human_bytes(row * double(H)).c_str(), human_bytes(row * double(N)).c_str());
+      (long long)N, (long long)((N + H - 1) / H), (long long)H, tiles.c_str(),
+      human_bytes(bytes * double(T ? T : Vl) * double(H)).c_str(),
+      human_bytes(bytes * double(Vl) * double(N)).c_str());
 }
 
 }  // namespace
