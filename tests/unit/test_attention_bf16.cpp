@@ -33,6 +33,7 @@
 
 #include "../test_vectors.hpp"
 #include "core/error.hpp"
+#include "kernels/cpu/bf16_tiles.hpp"
 #include "kernels/kernels.hpp"
 #include "tensor/half.hpp"
 
@@ -337,6 +338,55 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(c.keys()) + "Hq" + std::to_string(c.Hq) + "Hkv" +
              std::to_string(c.Hkv) + "D" + std::to_string(c.D) + "_" + std::to_string(info.index);
     });
+
+// The tile products the bf16 core is made of (bf16_tiles::pair_gemm), on the matrix engine
+// where it is used (AMX: m, n and the pairs multiples of 16; the 2 x 2 and the single 16 x 16
+// blocks) and on the vector unit otherwise (m = 8, or pairs not a multiple of 16), against a
+// double loop over the same bf16 pairs, writing C and adding to it; operands with row strides
+// wider than the block, as the attention's tiles are.
+TEST(Bf16Tiles, PairGemmIsTheProduct) {
+#if defined(TESSERA_AMX)
+  std::printf("pair_gemm on the matrix engine: %s\n",
+              cpu::bf16_tiles::amx::usable() ? "yes (AMX)" : "no");
+#endif
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal;
+  for (const auto& [m, n, kp] : {std::tuple<int64_t, int64_t, int64_t>{64, 64, 32}, {48, 48, 16},
+                                 {16, 32, 48}, {32, 16, 16}, {8, 16, 4}, {16, 16, 8}}) {
+    const int64_t lda = kp + 16, ldb = n + 16, ldc = n + 8;
+    std::vector<uint32_t> A(size_t(m * lda)), B(size_t(kp * ldb));
+    for (auto& x : A) x = cpu::bf16_tiles::pack(normal(gen), normal(gen));
+    for (auto& x : B) x = cpu::bf16_tiles::pack(normal(gen), normal(gen));
+    FVec C0(size_t(m * ldc));
+    for (auto& x : C0) x = normal(gen);
+    for (const bool acc : {false, true}) {
+      FVec C = C0;
+      if (acc)
+        cpu::bf16_tiles::pair_gemm<true>(m, n, kp, A.data(), lda, B.data(), ldb, C.data(), ldc);
+      else
+        cpu::bf16_tiles::pair_gemm<false>(m, n, kp, A.data(), lda, B.data(), ldb, C.data(), ldc);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < ldc; ++j) {
+          const float got = C[size_t(i * ldc + j)];
+          if (j >= n) {  // beyond the block: untouched
+            ASSERT_EQ(got, C0[size_t(i * ldc + j)]) << m << "x" << n << "x" << kp;
+            continue;
+          }
+          double want = acc ? C0[size_t(i * ldc + j)] : 0.0, mag = std::abs(want);
+          for (int64_t p = 0; p < kp; ++p) {
+            const uint32_t a = A[size_t(i * lda + p)], b = B[size_t(p * ldb + j)];
+            const double t = double(cpu::bf16_tiles::low(a)) * cpu::bf16_tiles::low(b) +
+                             double(cpu::bf16_tiles::high(a)) * cpu::bf16_tiles::high(b);
+            want += t;
+            mag += std::abs(t);
+          }
+          // fp32 sums of 2 kp exact products (and C): within (2 kp + 1) u of their magnitudes.
+          ASSERT_NEAR(got, want, double(2 * kp + 1) * 0x1p-24 * mag)
+              << m << "x" << n << "x" << kp << (acc ? " +=" : " =") << " at " << i << "," << j;
+        }
+    }
+  }
+}
 
 #ifdef _OPENMP
 // Both backward schedules (fused with one thread, split with two; test_attention.cpp).

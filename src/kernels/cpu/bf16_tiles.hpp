@@ -14,8 +14,15 @@
 
 #include "tensor/half.hpp"
 
-#if defined(__AVX512BF16__)
+#if defined(__AVX512BF16__) || (defined(__AMX_TILE__) && defined(__AMX_BF16__))
 #include <immintrin.h>
+#endif
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#define TESSERA_AMX 1
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "kernels/backend.hpp"
 #endif
 
 namespace tessera::kernels::cpu::bf16_tiles {
@@ -146,11 +153,96 @@ inline void pair_block(int64_t kp, const uint32_t* A, int64_t lda, const uint32_
 }
 #endif
 
+#if defined(TESSERA_AMX)
+// The same products on the matrix engine (AMX): the pair layouts above are AMX's own, an A tile
+// being 16 rows of 16 pairs and a B tile 16 rows of pairs of 16 columns, so tiles load straight
+// from the operands. Every one of the 8 tile registers is 16 rows x 64 bytes: C in 0-3 (a 2 x 2
+// block of 16 x 16 fp32), A in 4-5, B in 6-7. Used for blocks whose m, n and kp are multiples of
+// 16 (every whole 64 x 64 tile with D a multiple of 32), and only where oneDNN itself uses AMX
+// (so ONEDNN_MAX_CPU_ISA caps both) and Linux grants the tile state. The products are the same
+// exact ones, the sums fp32 in the engine's order: bits may differ from the vector unit's.
+namespace amx {
+
+// Once per process: the kernel's permission to use the AMX tile data (ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA); oneDNN asks for it too when its GEMMs use AMX.
+inline bool usable() {
+  static const bool ok = cpu::gemm_matrix_engine() && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  return ok;
+}
+
+// The tile configuration (palette 1), loaded by each call: it is per thread, and oneDNN's
+// kernels load their own.
+inline void configure() {
+  struct alignas(64) Config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+  } cfg{};
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  _tile_loadconfig(&cfg);
+}
+
+// C (+)= A B as pair_gemm, m, n and kp multiples of 16. A C block is summed from zero and, with
+// Accumulate, added to C afterwards (as the vector path adds its accumulators).
+template <bool Accumulate>
+void gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* A, int64_t lda, const uint32_t* B,
+          int64_t ldb, float* C, int64_t ldc) {
+  configure();
+  alignas(64) float part[16 * 16];
+  const auto store = [&](auto tile, int64_t i, int64_t j) {
+    float* c = C + i * ldc + j;
+    if constexpr (!Accumulate) {
+      tile(c, ldc * 4);
+    } else {
+      tile(part, 64);
+      for (int64_t r = 0; r < 16; ++r)
+        _mm512_storeu_ps(c + r * ldc,
+                         _mm512_add_ps(_mm512_loadu_ps(c + r * ldc), _mm512_load_ps(part + 16 * r)));
+    }
+  };
+  for (int64_t i = 0; i < m; i += 32) {
+    const bool two_i = i + 32 <= m;
+    for (int64_t j = 0; j < n; j += 32) {
+      const bool two_j = j + 32 <= n;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t p = 0; p < kp; p += 16) {
+        _tile_loadd(4, A + i * lda + p, lda * 4);
+        _tile_loadd(6, B + p * ldb + j, ldb * 4);
+        _tile_dpbf16ps(0, 4, 6);
+        if (two_j) {
+          _tile_loadd(7, B + p * ldb + j + 16, ldb * 4);
+          _tile_dpbf16ps(1, 4, 7);
+        }
+        if (two_i) {
+          _tile_loadd(5, A + (i + 16) * lda + p, lda * 4);
+          _tile_dpbf16ps(2, 5, 6);
+          if (two_j) _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      store([](void* c, int64_t s) { _tile_stored(0, c, s); }, i, j);
+      if (two_j) store([](void* c, int64_t s) { _tile_stored(1, c, s); }, i, j + 16);
+      if (two_i) store([](void* c, int64_t s) { _tile_stored(2, c, s); }, i + 16, j);
+      if (two_i && two_j) store([](void* c, int64_t s) { _tile_stored(3, c, s); }, i + 16, j + 16);
+    }
+  }
+}
+
+}  // namespace amx
+#endif
+
 // C[m,n] = (or +=) A B over kp pairs: A[i][p] at A[i * lda + p], B[p][j] at B[p * ldb + j],
 // C row-major fp32. Requires m % kRows == 0 and n % kCols == 0.
 template <bool Accumulate>
 void pair_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* A, int64_t lda, const uint32_t* B,
                int64_t ldb, float* C, int64_t ldc) {
+#if defined(TESSERA_AMX)
+  if (m % 16 == 0 && n % 16 == 0 && kp % 16 == 0 && amx::usable())
+    return amx::gemm<Accumulate>(m, n, kp, A, lda, B, ldb, C, ldc);
+#endif
   for (int64_t i = 0; i < m; i += kRows) {
     int64_t j = 0;
     for (; j + 2 * kCols <= n; j += 2 * kCols)
