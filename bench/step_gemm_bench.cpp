@@ -6,7 +6,8 @@
 //   tessera-step-gemm-bench [--tokens N] [--d-model C] [--ffn F] [--vocab V] [--reps R]
 //
 // Defaults: bench/gpt2-6x512.in (1024 tokens, d_model 512, ffn 2048, vocab 50304 padded).
-// Each GEMM runs R times after 2 warm-ups; the table gives the median and GFLOP/s.
+// Each GEMM runs R times after 2 warm-ups; the table gives the median and GFLOP/s. Then the
+// head's GEMMs in vocabulary tiles (bf16), their "/ peak" counting the model's three GEMMs.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -82,5 +83,49 @@ int main(int argc, char** argv) {
   std::printf("| one block + head | | %.3f | %.0f%% | %.3f | %.0f%% |\n", t32,
               100 * flops / (t32 * 1e-3) / p32, t16, 100 * flops / (t16 * 1e-3) / p16);
   std::printf("\npeak (1536^3): fp32 %.1f GF/s, bf16 %.1f GF/s\n", p32 * 1e-9, p16 * 1e-9);
+
+  // The head in vocabulary tiles (train.head_vocab_tile, model/output_head.cpp): per chunk of
+  // 512 rows and tile of T columns the logits GEMM twice (statistics, then gradient), the
+  // weight gradient's rows of the tile and the input gradient summed over the tiles; the
+  // GEMMs of all N rows, against the three whole-vocabulary GEMMs above.
+  std::printf("\nthe head in vocabulary tiles, %lld rows in chunks of 512, bf16 (logits twice):\n\n",
+              (long long)N);
+  std::printf("| tile | logits ms (x2) | dW ms | dx ms | in all ms | in all / peak |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|\n");
+  const int64_t R = std::min<int64_t>(N, 512);
+  std::vector<char> xs(size_t(R * C) * 2, 0), ws(size_t(V * C) * 2, 0);
+  std::vector<float> dw(size_t(V * C), 0.0f), dx(size_t(R * C), 0.0f);
+  const Tensor X = view_of(xs.data(), DType::bf16, Shape{R, C});
+  const Tensor W = view_of(ws.data(), DType::bf16, Shape{V, C});
+  const Tensor DW = view_of(dw.data(), Shape{V, C}), DX = view_of(dx.data(), Shape{R, C});
+  for (const int64_t T : {512, 1024, 2048}) {
+    std::vector<float> l(size_t(R * T), 0.0f);
+    std::vector<char> g(size_t(R * T) * 2, 0);
+    // fn(v0, t) over the tiles of every chunk.
+    const auto tiles = [&](auto&& fn) {
+      for (int64_t r0 = 0; r0 < N; r0 += R)
+        for (int64_t v0 = 0; v0 < V; v0 += T) fn(v0, std::min(T, V - v0));
+    };
+    const double lm = median_ms(reps, [&] {
+      tiles([&](int64_t v0, int64_t t) {
+        kernels::matmul(X, W.rows(v0, t), view_of(l.data(), Shape{R, t}), R, t, C, false, true);
+      });
+    });
+    const double wm = median_ms(reps, [&] {
+      tiles([&](int64_t v0, int64_t t) {
+        kernels::matmul(view_of(g.data(), DType::bf16, Shape{R, t}), X, DW.rows(v0, t), t, C, R,
+                        true, false, 1.0f, 1.0f);
+      });
+    });
+    const double xm = median_ms(reps, [&] {
+      tiles([&](int64_t v0, int64_t t) {
+        kernels::matmul(view_of(g.data(), DType::bf16, Shape{R, t}), W.rows(v0, t), DX, R, C, t,
+                        false, false, 1.0f, v0 == 0 ? 0.0f : 1.0f);
+      });
+    });
+    const double all = 2 * lm + wm + xm, f = 3 * 2.0 * double(N) * double(V) * double(C);
+    std::printf("| %lld | %.3f | %.3f | %.3f | %.3f | %.0f%% |\n", (long long)T, lm, wm, xm, all,
+                100 * f / (all * 1e-3) / p16);
+  }
   return 0;
 }
