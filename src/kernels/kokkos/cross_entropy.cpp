@@ -68,12 +68,12 @@ struct CrossEntropy {
     });
   }
 
-  // A masked row (negative target): loss 0 and a zero gradient on every column. The branch is
-  // the same for every thread of the team (one row per team).
+  // A masked row (negative target): loss 0 (where a loss is written) and a zero gradient on
+  // every column. The branch is the same for every thread of the team (one row per team).
   template <class Out>
   KOKKOS_INLINE_FUNCTION static void masked_row(const Team<E>& team, const Out& out, float* loss,
                                                 int64_t V) {
-    Kokkos::single(Kokkos::PerTeam(team), [&] { *loss = 0.0f; });
+    if (loss) Kokkos::single(Kokkos::PerTeam(team), [&] { *loss = 0.0f; });
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V), [&](int64_t v) { out(v, 0.0f); });
   }
 
@@ -207,11 +207,7 @@ struct CrossEntropy {
           const int64_t n = team.league_rank();
           const int64_t t = int64_t(targets[n]) - c0;
           with_grad_row(logits, dlogits, f16, n, T, [&](const auto& out) {
-            if (targets[n] < 0) {
-              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, T),
-                                   [&](int64_t v) { out(v, 0.0f); });
-              return;
-            }
+            if (targets[n] < 0) return masked_row(team, out, nullptr, T);
             const float* row = logits + n * T;
             const float mx = row_max_in[n];
             const auto e = [&](int64_t v) { return exp_poly(row[v] - mx); };
